@@ -1,0 +1,1 @@
+"""fairgpu: a fair GPU job service on Redis and Celery."""

@@ -1,0 +1,31 @@
+"""The fair queue: virtual-time round-robin on Redis, usable by any Celery application.
+
+    from app.vtrr import VTRRQueue
+    vtrr = VTRRQueue(redis.Redis(...), celery_app, name="files", max_concurrency=8)
+
+    @vtrr.task(soft_time_limit=3600, time_limit=3720)
+    def process_file(self, key): ...
+
+    process_file.queue(partition_key="user-1", tasks=[{"args": ["a.pdf"], "weight": 2}])
+
+This package imports redis and celery only; nothing else of fairgpu.
+"""
+
+from app.vtrr.celery_queue import Delivery, VTRRQueue, VTRRTask
+from app.vtrr.errors import DropRefusedError, DuplicateTaskError, VTRRError
+from app.vtrr.queue import FairQueue, Item, Lease
+from app.vtrr.redq import RedisQueue, Task
+
+__all__ = [
+    "Delivery",
+    "DropRefusedError",
+    "DuplicateTaskError",
+    "FairQueue",
+    "Item",
+    "Lease",
+    "RedisQueue",
+    "Task",
+    "VTRRError",
+    "VTRRQueue",
+    "VTRRTask",
+]

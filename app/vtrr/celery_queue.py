@@ -1,0 +1,270 @@
+"""VTRRQueue: the fair queue driving a Celery task through payload-less triggers.
+
+`task.queue()` writes items to Redis and publishes at most `max_concurrency` triggers: Celery
+messages with no arguments that only wake a worker. The worker's task leases the fairest item,
+runs the decorated function on it and acks the lease when the task ends (success or failure).
+A retry keeps the lease; process death leaves it to expire and be reclaimed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from celery import Celery, Task
+from celery import states as celery_states
+from redis import Redis
+
+from app.vtrr.queue import FairQueue, Item, Lease, Shares
+
+log = logging.getLogger(__name__)
+
+#: The Celery options that @vtrr.task passes on; `bind` is accepted and ignored (always bound).
+TASK_OPTIONS = frozenset(
+    {
+        "base",
+        "max_retries",
+        "default_retry_delay",
+        "autoretry_for",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "retry_kwargs",
+        "soft_time_limit",
+        "time_limit",
+        "acks_late",
+        "reject_on_worker_lost",
+    }
+)
+ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
+#: The keyword a retry message carries so that the retry run resumes its own lease.
+LEASE_KWARG = "_vtrr_lease"
+_FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
+
+
+class Delivery(NamedTuple):
+    """What `_dequeue()` hands a worker: the item to run and the lease it holds."""
+
+    task_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    task_id: str
+    token: str
+    timeouts: int
+
+
+class VTRRTask:
+    """What @vtrr.task returns: `queue()` puts work in line; `celery_task` is what workers run."""
+
+    def __init__(self, vtrr: VTRRQueue, celery_task: Task) -> None:  # type: ignore[type-arg]
+        self.vtrr = vtrr
+        self.celery_task = celery_task
+        self.name: str = celery_task.name
+
+    def queue(self, partition_key: str, tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Enqueue tasks of one partition in one Redis round trip; returns their task ids.
+
+        Each task is a dict with optional "id", "weight" (positive int, default 1), "args" and
+        "kwargs"; anything else is a TypeError, and nothing is queued.
+        """
+        items = [self._item(spec) for spec in tasks]
+        return self.vtrr.enqueue(partition_key, items)
+
+    def _item(self, spec: Mapping[str, Any]) -> Item:
+        unknown = set(spec) - ITEM_FIELDS
+        if unknown:
+            raise TypeError(
+                f"unknown task fields {sorted(unknown)}; allowed: {sorted(ITEM_FIELDS)}"
+            )
+        args, kwargs = spec.get("args", []), spec.get("kwargs", {})
+        if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+            raise TypeError("a task's args must be a list and its kwargs a dict")
+        payload = json.dumps({"task": self.name, "args": list(args), "kwargs": kwargs})
+        return Item(payload=payload, id=spec.get("id"), weight=spec.get("weight", 1))
+
+
+class VTRRQueue(FairQueue):
+    """A fair queue whose items are run by one Celery task, woken by payload-less triggers."""
+
+    def __init__(
+        self,
+        redis_client: Redis,
+        celery_app: Celery,
+        name: str,
+        celery_queue: str = "vtrr_queue",
+        max_concurrency: int = 4,
+        lease_seconds: float = 3900,
+        reclaim_interval: float | None = None,
+        reclaim_queue: str | None = None,
+        *,
+        shares: Shares | None = None,
+    ) -> None:
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+            raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        super().__init__(redis_client, name, lease_seconds=lease_seconds, shares=shares)
+        self.celery_app = celery_app
+        self.celery_queue = celery_queue
+        self.max_concurrency = max_concurrency
+        self._trigger_cap = max_concurrency
+        self.reclaim_interval = reclaim_interval
+        self.reclaim_queue = reclaim_queue
+        self.reclaim_task_name = f"vtrr_queue.reclaim.{name}"
+        self._task: VTRRTask | None = None
+        if reclaim_interval is not None:
+            self._register_reclaim()
+
+    # -- the decorator ----------------------------------------------------------------------------
+    def task(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """Decorate the one function this queue runs; usable bare or with Celery options."""
+        unknown = set(options) - TASK_OPTIONS - {"bind"}
+        if unknown:
+            raise TypeError(f"@vtrr.task got unsupported options {sorted(unknown)}")
+        options.pop("bind", None)
+
+        def decorate(f: Callable[..., Any]) -> VTRRTask:
+            if self._task is not None:
+                raise ValueError(
+                    f"queue {self.name!r} already runs {self._task.name}; "
+                    "use one VTRRQueue per task"
+                )
+            self._task = VTRRTask(self, self._celery_task(f, options))
+            return self._task
+
+        return decorate if fun is None else decorate(fun)
+
+    def _celery_task(self, fun: Callable[..., Any], options: dict[str, Any]) -> Task:  # type: ignore[type-arg]
+        vtrr = self
+        base: type[Task] = options.pop("base", None) or self.celery_app.Task  # type: ignore[type-arg]
+
+        def run(task: Task, *_: Any, **kwargs: Any) -> Any:  # type: ignore[type-arg]
+            held = kwargs.get(LEASE_KWARG)
+            delivery = vtrr._resume(*held) if held else vtrr._dequeue()
+            if delivery is None:
+                return None
+            # self.request.vtrr_* tell the function which item and lease it runs under. A retry
+            # re-sends request.kwargs: this one names the lease, not the item's data.
+            vars(task.request).update(
+                vtrr_timeouts=delivery.timeouts,
+                vtrr_task_id=delivery.task_id,
+                vtrr_token=delivery.token,
+                kwargs={LEASE_KWARG: [delivery.task_id, delivery.token]},
+            )
+            return fun(task, *delivery.args, **delivery.kwargs)
+
+        def after_return(task: Task, status: str, *rest: Any) -> None:  # type: ignore[type-arg]
+            # Called for SUCCESS and FAILURE only; a retry keeps its lease, and a process that
+            # dies (SystemExit from a hard time limit included) never gets here.
+            held = vars(task.request)
+            if status in _FINAL_STATES and "vtrr_task_id" in held:
+                vtrr.ack(held["vtrr_task_id"], held["vtrr_token"])
+            base.after_return(task, status, *rest)
+
+        run.__name__, run.__qualname__, run.__module__ = (
+            fun.__name__,
+            fun.__qualname__,
+            fun.__module__,
+        )
+        run.__doc__ = fun.__doc__
+        decorator = self.celery_app.task(bind=True, base=base, after_return=after_return, **options)
+        celery_task: Task = decorator(run)  # type: ignore[type-arg, no-untyped-call]
+        return celery_task
+
+    # -- the low-level API ------------------------------------------------------------------------
+    def _dequeue(self) -> Delivery | None:
+        """Lease the fairest item as a trigger's run does: (task_name, args, kwargs, id, token,
+        timeouts), or None when nothing is queued. Ack it with `ack(task_id, token)`."""
+        return _delivery(self._take(consumes_trigger=True))
+
+    def _resume(self, task_id: str, token: str) -> Delivery | None:
+        """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
+        return _delivery(self.resume(task_id, token))
+
+    # -- triggers ---------------------------------------------------------------------------------
+    def _publish(self, count: int) -> None:
+        """Send count triggers; any not sent are uncounted, so a later top-up sends them."""
+        if count <= 0:
+            return
+        sent = 0
+        try:
+            if self._task is None:
+                raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to trigger")
+            with self.celery_app.producer_or_acquire() as producer:
+                for _ in range(count):
+                    self._task.celery_task.apply_async(queue=self.celery_queue, producer=producer)
+                    sent += 1
+        except Exception:
+            log.warning(
+                "queue %s: published %d of %d triggers; reclaim_and_dispatch will send the rest",
+                self.name,
+                sent,
+                count,
+                exc_info=True,
+            )
+            self._scripts.run("triggers", "unsend", count - sent, self._trigger_cap)
+
+    def _broker_depth(self) -> int | None:
+        """Triggers waiting in the broker's queue, or None when the broker cannot say."""
+        try:
+            with self.celery_app.connection_for_read() as conn:
+                try:
+                    channel: Any = conn.default_channel
+                    ok = channel.queue_declare(queue=self.celery_queue, passive=True)
+                except conn.channel_errors:
+                    return 0  # the broker has no such queue: nothing waits in it
+                return int(ok.message_count)
+        except Exception:
+            log.warning("queue %s: cannot read the broker's queue depth", self.name, exc_info=True)
+            return None
+
+    def reclaim_and_dispatch(self) -> int:
+        """Reclaim expired leases, then top triggers up to what is queued; returns triggers sent.
+
+        The broker's own count of waiting triggers replaces ours, so triggers lost behind our
+        back (a worker that died holding one, a purged queue) are sent again.
+        """
+        reclaimed, queued = self._reclaim(trigger_cap=-1)
+        if reclaimed:
+            log.info("queue %s: reclaimed %d expired leases", self.name, reclaimed)
+        if queued == 0:
+            return 0
+        depth = self._broker_depth()
+        if depth is None:
+            count = int(self._scripts.run("triggers", "topup", 0, self._trigger_cap))
+        else:
+            count = int(self._scripts.run("triggers", "sync", depth, self._trigger_cap))
+        self._publish(count)
+        return count
+
+    # -- periodic reclaim -------------------------------------------------------------------------
+    def reclaim_beat_schedule(self) -> dict[str, dict[str, Any]]:
+        """The Celery Beat entry that runs reclaim_and_dispatch every reclaim_interval seconds."""
+        if self.reclaim_interval is None:
+            return {}
+        options = {"queue": self.reclaim_queue} if self.reclaim_queue else {}
+        entry = {
+            "task": self.reclaim_task_name,
+            "schedule": self.reclaim_interval,
+            "options": options,
+        }
+        return {self.reclaim_task_name: entry}
+
+    def _register_reclaim(self) -> None:
+        def reclaim_and_dispatch() -> int:
+            return self.reclaim_and_dispatch()
+
+        self.celery_app.task(name=self.reclaim_task_name, ignore_result=True)(reclaim_and_dispatch)
+        schedule = dict(self.celery_app.conf.beat_schedule or {})
+        self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
+
+
+def _delivery(lease: Lease | None) -> Delivery | None:
+    if lease is None:
+        return None
+    body = json.loads(lease.payload)
+    return Delivery(
+        body["task"], body["args"], body["kwargs"], lease.task_id, lease.token, lease.timeouts
+    )

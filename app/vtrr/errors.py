@@ -1,0 +1,38 @@
+"""The fair queue's exceptions, and the one place where Lua error replies become them.
+
+    VTRRError
+     ├── DuplicateTaskError   an id that is already queued or in flight (also a ValueError)
+     └── DropRefusedError     drop() without the queue's name as confirmation (also a ValueError)
+
+Arguments that are wrong in themselves (a weight that is not a positive integer, a Celery option
+the decorator does not take) raise the built-in ValueError or TypeError before Redis is touched.
+Redis being unreachable surfaces as redis-py's own ConnectionError.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import ResponseError
+
+
+class VTRRError(Exception):
+    """Base of the fair queue's own errors."""
+
+
+class DuplicateTaskError(VTRRError, ValueError):
+    """A task id is already queued or in flight; nothing of the batch was written."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task id {task_id!r} is already queued or in flight")
+        self.task_id = task_id
+
+
+class DropRefusedError(VTRRError, ValueError):
+    """drop() was called without the queue's name as confirmation."""
+
+
+def from_reply(exc: ResponseError) -> Exception:
+    """The exception that a Lua error reply stands for (the reply itself when it is not ours)."""
+    code, _, detail = str(exc).partition(" ")
+    if code == "DUPLICATE":
+        return DuplicateTaskError(detail)
+    return exc

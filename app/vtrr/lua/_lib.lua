@@ -1,0 +1,150 @@
+-- _lib.lua: helpers shared by every script; fairgpu prepends this file to each of them.
+--
+-- Every script receives the same KEYS, in this order (all in one Cluster slot, since they share
+-- the hash tag {name}); each script's header names the ones it touches.
+--   KEYS[1]  queue                   ZSET  member -> virtual start time
+--   KEYS[2]  task                    HASH  task id -> payload, while queued
+--   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m}, until ack
+--   KEYS[4]  inflight                ZSET  task id -> lease expiry (Redis TIME, seconds)
+--   KEYS[5]  inflight_task           HASH  task id -> payload, while leased
+--   KEYS[6]  lease                   HASH  task id -> lease token
+--   KEYS[7]  timeouts                HASH  task id -> times its lease expired and was reclaimed
+--   KEYS[8]  current_virtual_time    STRING
+--   KEYS[9]  partition_virtual_time  HASH  partition -> virtual finish time of its last item
+--   KEYS[10] partition_queued        HASH  partition -> number of its items queued
+--   KEYS[11] idle_partitions         ZSET  partition (none queued) -> its virtual finish time
+--   KEYS[12] seq                     STRING arrival counter
+--   KEYS[13] triggers                STRING Celery triggers published and not yet consumed
+--   KEYS[14] stats                   HASH  counter -> value
+--   KEYS[15] wake                    LIST  tokens that wake blocked RedisQueue.get calls
+--
+-- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
+-- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
+-- the front, whose counter runs downwards so the latest one put there leaves first.
+
+local K = {
+  queue = KEYS[1], task = KEYS[2], meta = KEYS[3], inflight = KEYS[4], inflight_task = KEYS[5],
+  lease = KEYS[6], timeouts = KEYS[7], cvt = KEYS[8], pvt = KEYS[9], pqueued = KEYS[10],
+  idle = KEYS[11], seq = KEYS[12], triggers = KEYS[13], stats = KEYS[14], wake = KEYS[15],
+}
+
+local FRONT_BASE = 999999999999999
+
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function task_id_of(member)
+  return string.sub(member, 18)
+end
+
+local function arrival_member(id)
+  return '1' .. string.format('%015d', redis.call('INCR', K.seq)) .. ':' .. id
+end
+
+local function front_member(id)
+  return '0' .. string.format('%015d', FRONT_BASE - redis.call('INCR', K.seq)) .. ':' .. id
+end
+
+local function current_vt()
+  return tonumber(redis.call('GET', K.cvt) or '0')
+end
+
+-- The lowest score queued, or the current virtual time when nothing is queued.
+local function front_score()
+  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  if head[2] then return tonumber(head[2]) end
+  return current_vt()
+end
+
+local function count(stat, n)
+  redis.call('HINCRBY', K.stats, stat, n)
+end
+
+-- One more (delta 1) or one fewer (delta -1) item of a partition queued. A partition with none
+-- queued keeps its virtual time in idle_partitions until the queue's virtual time passes it.
+local function partition_queued(p, delta)
+  local n = redis.call('HINCRBY', K.pqueued, p, delta)
+  if n <= 0 then
+    redis.call('HDEL', K.pqueued, p)
+    local vt = redis.call('HGET', K.pvt, p)
+    if vt then redis.call('ZADD', K.idle, vt, p) end
+  elseif n == 1 and delta > 0 then
+    redis.call('ZREM', K.idle, p)
+  end
+end
+
+-- Forget idle partitions that the virtual time has passed: max(cvt, their vt) is cvt anyway.
+local function prune_idle(limit)
+  local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', current_vt(), 'LIMIT', 0, limit)
+  if #gone > 0 then
+    redis.call('HDEL', K.pvt, unpack(gone))
+    redis.call('ZREM', K.idle, unpack(gone))
+  end
+end
+
+-- Once nothing is queued, the virtual clock starts again from zero.
+local function reset_if_drained()
+  if redis.call('ZCARD', K.queue) == 0 then
+    redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued)
+  end
+end
+
+-- Put an item into the queue. Fair placement starts it at max(queue vt, its partition's vt) and
+-- moves the partition's vt on by the item's cost; front placement puts it ahead of everything
+-- and charges nothing more (it is an item that already had its turn, or an operator's choice).
+local function place(id, info, front)
+  local score
+  if front then
+    score = front_score()
+    info.m = front_member(id)
+  else
+    score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, info.p) or '0'))
+    redis.call('HSET', K.pvt, info.p, score + tonumber(info.c))
+    info.m = arrival_member(id)
+  end
+  partition_queued(info.p, 1)
+  redis.call('ZADD', K.queue, score, info.m)
+  redis.call('HSET', K.meta, id, cjson.encode(info))
+  return score
+end
+
+-- Take a leased item out of flight (ack, release and reclaim all start here).
+local function unlease(id)
+  redis.call('ZREM', K.inflight, id)
+  redis.call('HDEL', K.lease, id)
+  local payload = redis.call('HGET', K.inflight_task, id)
+  redis.call('HDEL', K.inflight_task, id)
+  return payload
+end
+
+-- Put leased items whose lease has expired back into the queue, at most limit of them.
+local function reclaim(t, limit, front)
+  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, limit)
+  for _, id in ipairs(expired) do
+    local payload = unlease(id)
+    local info = cjson.decode(redis.call('HGET', K.meta, id))
+    redis.call('HSET', K.task, id, payload)
+    place(id, info, front)
+    redis.call('HINCRBY', K.timeouts, id, 1)
+  end
+  if #expired > 0 then count('reclaimed', #expired) end
+  return #expired
+end
+
+-- How many more triggers to publish so that min(cap, queued) are waiting; counts them as sent.
+-- A negative cap means this queue uses no triggers.
+local function top_up_triggers(cap)
+  if cap < 0 then return 0 end
+  local want = math.min(cap, redis.call('ZCARD', K.queue))
+  local have = tonumber(redis.call('GET', K.triggers) or '0')
+  if want <= have then return 0 end
+  redis.call('INCRBY', K.triggers, want - have)
+  return want - have
+end
+
+-- The lease token of an item if it matches, else nil: every fenced operation starts here.
+local function holds_lease(id, token)
+  return redis.call('HGET', K.lease, id) == token
+end

@@ -1,0 +1,45 @@
+-- dequeue.lua: lease the next item: the lowest virtual time, ties in arrival order.
+-- KEYS: all (see _lib.lua). Before taking, reclaims up to ARGV[5] expired leases.
+-- ARGV[1] lease seconds  ARGV[2] lease token  ARGV[3] 1 if this call consumes a trigger
+-- ARGV[4] "first" (fair order) or "last" (the rear, for RedisQueue.get_last)
+-- ARGV[5] most expired leases to reclaim (0: none)  ARGV[6] trigger cap (-1: no triggers)
+-- ARGV[7] "front" or "fair": where reclaimed items go
+-- Reply: {triggers to publish} when nothing is queued, else
+--        {triggers to publish, task id, payload, timeouts, lease expiry}
+local lease_s, token, consumes = tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1'
+local from_rear, limit, cap = ARGV[4] == 'last', tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = now()
+if limit > 0 then reclaim(t, limit, ARGV[7] == 'front') end
+if consumes and redis.call('DECR', K.triggers) < 0 then
+  redis.call('SET', K.triggers, 0)
+end
+
+local head
+if from_rear then
+  head = redis.call('ZRANGE', K.queue, -1, -1, 'WITHSCORES')
+else
+  head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+end
+if not head[1] then
+  return {top_up_triggers(cap)}
+end
+local member = head[1]
+local id = task_id_of(member)
+redis.call('ZREM', K.queue, member)
+if not from_rear then
+  redis.call('SET', K.cvt, head[2])
+end
+local info = cjson.decode(redis.call('HGET', K.meta, id))
+partition_queued(info.p, -1)
+prune_idle(16)
+
+local payload = redis.call('HGET', K.task, id)
+redis.call('HDEL', K.task, id)
+redis.call('HSET', K.inflight_task, id, payload)
+redis.call('HSET', K.lease, id, token)
+local expiry = t + lease_s
+redis.call('ZADD', K.inflight, expiry, id)
+count('dequeued', 1)
+reset_if_drained()
+local timeouts = redis.call('HGET', K.timeouts, id) or '0'
+return {top_up_triggers(cap), id, payload, timeouts, tostring(expiry)}

@@ -1,0 +1,33 @@
+-- enqueue.lua: add a batch of items of one partition, all or none.
+-- KEYS: all (see _lib.lua); touches queue, task, meta, lease, partition_virtual_time,
+--       partition_queued, idle_partitions, seq, triggers, stats, wake.
+-- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
+-- ARGV[4] wake (1: push a wake token per item)
+-- ARGV[5..] per item, three each: task id, cost (weight / share), payload
+-- Reply: {triggers to publish, score of item 1, score of item 2, ...}
+-- Error: "DUPLICATE <task id>" when an id is queued or in flight, or appears twice in the batch;
+--        nothing is written then.
+local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == 'front', ARGV[4] == '1'
+local seen = {}
+for i = 5, #ARGV, 3 do
+  local id = ARGV[i]
+  if seen[id] or redis.call('HEXISTS', K.meta, id) == 1 then
+    return redis.error_reply('DUPLICATE ' .. id)
+  end
+  seen[id] = true
+end
+local reply = {0}
+for i = 5, #ARGV, 3 do
+  local id = ARGV[i]
+  redis.call('HSET', K.task, id, ARGV[i + 2])
+  local score = place(id, {p = partition, c = ARGV[i + 1]}, front)
+  reply[#reply + 1] = tostring(score)
+end
+local n = (#ARGV - 4) / 3
+count('enqueued', n)
+if wake then
+  for _ = 1, math.min(n, 64) do redis.call('RPUSH', K.wake, 1) end
+  redis.call('LTRIM', K.wake, -64, -1)
+end
+reply[1] = top_up_triggers(cap)
+return reply

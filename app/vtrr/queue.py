@@ -1,0 +1,233 @@
+"""FairQueue: the virtual-time round-robin queue on Redis, without Celery.
+
+Each item belongs to a partition (a user, an account). An item's virtual start time is
+max(the queue's virtual time, its partition's virtual time); the partition's virtual time then
+moves on by the item's cost, weight / share. Dequeue leases the item with the lowest start time,
+equal times in arrival order. See docs/vtrr.md for the keys and the guarantees.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from redis import Redis
+
+from app.vtrr.errors import DropRefusedError
+from app.vtrr.keys import Keys
+from app.vtrr.scripts import Scripts
+
+Shares = Mapping[str, float] | Callable[[str], float]
+Placement = Literal["fair", "front"]
+
+RECLAIM_BATCH = 100
+STAT_NAMES = ("enqueued", "dequeued", "acked", "reclaimed", "cancelled", "released", "promoted")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of work to enqueue: an opaque payload, an optional id and a weight."""
+
+    payload: str
+    id: str | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A dequeued item, held until acked, released, or its lease expires and is reclaimed."""
+
+    task_id: str
+    token: str
+    payload: str
+    timeouts: int
+    expires_at: float
+
+
+def check_weight(weight: object) -> int:
+    """A weight is a positive integer (not a bool); anything else is a ValueError."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        raise ValueError(f"weight must be a positive integer, got {weight!r}")
+    return weight
+
+
+class FairQueue:
+    """One fair queue: enqueue, dequeue (lease), ack, extend, release, reclaim, and inspection."""
+
+    def __init__(
+        self,
+        redis_client: Redis,
+        name: str,
+        *,
+        lease_seconds: float = 3900,
+        shares: Shares | None = None,
+        reclaim_to: Placement = "fair",
+        reclaim_on_dequeue: bool = True,
+        wake_on_enqueue: bool = False,
+    ) -> None:
+        if not lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
+        self.name = name
+        self.keys = Keys.for_queue(name)
+        self.lease_seconds = lease_seconds
+        self.redis = redis_client
+        self._shares = shares
+        self._reclaim_to: Placement = reclaim_to
+        self._reclaim_limit = RECLAIM_BATCH if reclaim_on_dequeue else 0
+        self._wake = wake_on_enqueue
+        self._scripts = Scripts(redis_client, self.keys)
+
+    # -- hooks for the Celery layer -------------------------------------------------------------
+    _trigger_cap = -1  # -1: this queue publishes no triggers
+
+    def _publish(self, count: int) -> None:
+        """Send count triggers; a plain FairQueue has no broker, so there is nothing to send."""
+
+    # -- the job's life ---------------------------------------------------------------------------
+    def share(self, partition_key: str) -> float:
+        """The partition's share of service (default 1): a positive, finite number."""
+        shares = self._shares
+        if shares is None:
+            share = 1.0
+        elif callable(shares):
+            share = shares(partition_key)
+        else:
+            share = shares.get(partition_key, 1.0)
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not math.isfinite(share)
+        ):
+            raise ValueError(f"share of {partition_key!r} must be a finite number, got {share!r}")
+        if share <= 0:
+            raise ValueError(f"share of {partition_key!r} must be positive, got {share!r}")
+        return float(share)
+
+    def enqueue(
+        self, partition_key: str, items: Iterable[Item], *, front: bool = False
+    ) -> list[str]:
+        """Queue items of one partition in one atomic call; returns their ids.
+
+        Raises DuplicateTaskError (and writes nothing) when an id is already queued or in flight.
+        """
+        if not isinstance(partition_key, str) or not partition_key:
+            raise ValueError(f"partition_key must be a non-empty string, got {partition_key!r}")
+        share = self.share(partition_key)
+        args: list[str] = []
+        ids: list[str] = []
+        for item in items:
+            task_id = secrets.token_hex(16) if item.id is None else item.id
+            if not isinstance(task_id, str) or not task_id:
+                raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
+            args += [task_id, repr(check_weight(item.weight) / share), item.payload]
+            ids.append(task_id)
+        if not ids:
+            return []
+        placement = "front" if front else "fair"
+        reply = self._scripts.run(
+            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), *args
+        )
+        self._publish(int(reply[0]))
+        return ids
+
+    def dequeue(self, *, from_rear: bool = False) -> Lease | None:
+        """Lease the next item in fair order (or the last one), or None when nothing is queued."""
+        return self._take(consumes_trigger=False, from_rear=from_rear)
+
+    def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
+        token = secrets.token_hex(16)
+        reply = self._scripts.run(
+            "dequeue",
+            self.lease_seconds,
+            token,
+            int(consumes_trigger),
+            "last" if from_rear else "first",
+            self._reclaim_limit,
+            self._trigger_cap,
+            self._reclaim_to,
+        )
+        self._publish(int(reply[0]))
+        if len(reply) == 1:
+            return None
+        task_id, payload, timeouts, expiry = (_text(x) for x in reply[1:])
+        return Lease(task_id, token, payload, int(timeouts), float(expiry))
+
+    def ack(self, task_id: str, token: str) -> bool:
+        """Finish a leased item; False when the token is not its current lease (nothing changes)."""
+        return bool(self._scripts.run("ack", task_id, token))
+
+    def extend(self, task_id: str, token: str, seconds: float | None = None) -> bool:
+        """Push a live lease's expiry to now + seconds (default lease_seconds); False if stale."""
+        reply = self._scripts.run("renew", task_id, token, seconds or self.lease_seconds, 0)
+        return reply is not None
+
+    def resume(self, task_id: str, token: str) -> Lease | None:
+        """Renew a lease in full and hand its item back, or None when the lease is not current."""
+        reply = self._scripts.run("renew", task_id, token, self.lease_seconds, 1)
+        if reply is None:
+            return None
+        expiry, payload, timeouts = (_text(x) for x in reply)
+        return Lease(task_id, token, payload, int(timeouts), float(expiry))
+
+    def release(self, task_id: str, token: str) -> bool:
+        """Give a leased item back to the front of the queue; False when the token is stale."""
+        released, triggers = self._scripts.run("release", task_id, token, self._trigger_cap)
+        self._publish(int(triggers))
+        return bool(released)
+
+    def reclaim(self) -> int:
+        """Put every item whose lease has expired back into the queue; returns how many."""
+        return self._reclaim(self._trigger_cap)[0]
+
+    def _reclaim(self, trigger_cap: int) -> tuple[int, int]:
+        """Reclaim in batches, topping triggers up to trigger_cap; returns (reclaimed, queued)."""
+        total = 0
+        while True:
+            n, triggers, queued = self._scripts.run(
+                "reclaim", RECLAIM_BATCH, self._reclaim_to, trigger_cap
+            )
+            self._publish(int(triggers))
+            total += int(n)
+            if int(n) < RECLAIM_BATCH:
+                return total, int(queued)
+
+    # -- the redq operations ----------------------------------------------------------------------
+    def cancel(self, task_id: str) -> bool:
+        """Remove a queued item; False when it is not queued (in flight, finished or unknown)."""
+        return bool(self._scripts.run("cancel", task_id))
+
+    def position(self, task_id: str) -> int | None:
+        """The item's 0-based place in dispatch order, or None when it is not queued."""
+        rank = self._scripts.run("position", task_id)
+        return None if rank is None else int(rank)
+
+    def promote(self, task_id: str) -> bool:
+        """Move a queued item ahead of every other; False when it is not queued."""
+        return bool(self._scripts.run("promote", task_id))
+
+    def length(self) -> int:
+        """How many items are queued (not counting those in flight)."""
+        return int(self.redis.zcard(self.keys.queue))
+
+    def pending(self) -> int:
+        """How many items are in flight (leased and not yet acked)."""
+        return int(self.redis.zcard(self.keys.inflight))
+
+    def stats(self) -> dict[str, int]:
+        """Counters since the queue was created or dropped: enqueued, dequeued, acked, ..."""
+        raw = self.redis.hgetall(self.keys.stats)
+        counts = {_text(k): int(v) for k, v in raw.items()}
+        return {name: counts.get(name, 0) for name in STAT_NAMES}
+
+    def drop(self, confirm: str) -> None:
+        """Delete every key of this queue; confirm must repeat the queue's name."""
+        if confirm != self.name:
+            raise DropRefusedError(f"drop({confirm!r}) refused: confirm with the queue's name")
+        self._scripts.run("drop")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,54 @@
+"""The queue's Lua scripts: one file per atomic operation in lua/, each prefixed with _lib.lua.
+
+redis-py's Script runs EVALSHA and, on NOSCRIPT (a restarted or flushed Redis), loads the source
+again and retries, so scripts are loaded once and come back by themselves.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+from redis.exceptions import ResponseError
+
+from app.vtrr.errors import from_reply
+from app.vtrr.keys import Keys
+
+LUA_DIR = Path(__file__).with_name("lua")
+NAMES = (
+    "enqueue",
+    "dequeue",
+    "ack",
+    "renew",
+    "release",
+    "reclaim",
+    "cancel",
+    "promote",
+    "position",
+    "triggers",
+    "drop",
+)
+
+
+@cache
+def source(name: str) -> str:
+    """The full text of one script: the shared helpers, then the operation."""
+    return (LUA_DIR / "_lib.lua").read_text() + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+
+
+class Scripts:
+    """The scripts of one queue, bound to its client and keys."""
+
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self._keys = keys.all()
+        self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in NAMES}
+
+    def run(self, name: str, *args: str | int | float) -> Any:
+        """Run one script with the queue's keys; Lua error replies become our exceptions."""
+        try:
+            return self._scripts[name](keys=self._keys, args=args)
+        except ResponseError as exc:
+            raise from_reply(exc) from None
