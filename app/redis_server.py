@@ -84,7 +84,7 @@ class RedisServer:
             "--logfile",
             str(self.directory / "redis.log"),
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ready()
         return self
 

@@ -161,6 +161,8 @@ class FairQueue:
 
     def extend(self, task_id: str, token: str, seconds: float | None = None) -> bool:
         """Push a live lease's expiry to now + seconds (default lease_seconds); False if stale."""
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"seconds must be positive, got {seconds!r}")
         reply = self._scripts.run("renew", task_id, token, seconds or self.lease_seconds, 0)
         return reply is not None
 

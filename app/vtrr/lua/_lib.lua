@@ -76,11 +76,20 @@ local function partition_queued(p, delta)
 end
 
 -- Forget idle partitions that the virtual time has passed: max(cvt, their vt) is cvt anyway.
+-- The virtual time stands still while every item served is a newcomer's, so idle partitions are
+-- also capped at IDLE_SLACK more than the partitions queued: those nearest the clock go first,
+-- each forgiven less than the cost of its last item.
+local IDLE_SLACK = 64
 local function prune_idle(limit)
   local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', current_vt(), 'LIMIT', 0, limit)
   if #gone > 0 then
     redis.call('HDEL', K.pvt, unpack(gone))
     redis.call('ZREM', K.idle, unpack(gone))
+  end
+  local excess = redis.call('ZCARD', K.idle) - redis.call('HLEN', K.pqueued) - IDLE_SLACK
+  if excess > 0 then
+    local popped = redis.call('ZPOPMIN', K.idle, math.min(excess, limit))
+    for i = 1, #popped, 2 do redis.call('HDEL', K.pvt, popped[i]) end
   end
 end
 
