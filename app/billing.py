@@ -1,0 +1,26 @@
+"""Pricing: what a finished job costs its account. The charge itself is written once per task id,
+atomically with the job's end (see app/lua/finish.lua and store.JobRecorder.finish)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.settings import Kind, Settings
+
+DESCRIPTIONS: dict[Kind, str] = {"short": "Short GPU job", "long": "Long GPU job"}
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One bill: its cost, what it says, and the GPU-seconds it is for."""
+
+    cost: float
+    description: str
+    gpu_seconds: float
+
+
+def price(settings: Settings, kind: Kind, gpu_seconds: float) -> Charge:
+    """The charge for gpu_seconds of a job of this kind: the kind's rate per second, in cents
+    rounded to the nearest."""
+    cost = round(settings.price_per_s(kind) * gpu_seconds, 2)
+    return Charge(cost=cost, description=DESCRIPTIONS[kind], gpu_seconds=round(gpu_seconds, 3))

@@ -1,0 +1,21 @@
+-- start.lua: a worker holding the job's lease starts a run, unless the job has ended or has used
+-- up its attempts (then it ends as FAILURE here).
+-- KEYS[1] job hash  KEYS[2] event stream
+-- ARGV[1] job id  ARGV[2] lease token  ARGV[3] worker  ARGV[4] gpu id ('' for none)
+-- ARGV[5] max attempts  ARGV[6] channel  ARGV[7] ttl
+-- Reply: {'run', attempt} | {'ended'} (gone or already ended) | {'exhausted'} (now FAILURE)
+local status = redis.call('HGET', JOB, 'status')
+if not status or TERMINAL[status] then return {'ended'} end
+local attempts = tonumber(redis.call('HGET', JOB, 'attempts') or '0')
+local t = now()
+if attempts >= tonumber(ARGV[5]) then
+  redis.call('HSET', JOB, 'status', 'FAILURE', 'finished_at', t, 'error',
+             'the worker running it was lost ' .. attempts .. ' times')
+  emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
+  return {'exhausted'}
+end
+redis.call('HSET', JOB, 'status', 'STARTED', 'attempts', attempts + 1, 'started_at', t,
+           'worker', ARGV[3], 'token', ARGV[2])
+if ARGV[4] == '' then redis.call('HDEL', JOB, 'gpu_id') else redis.call('HSET', JOB, 'gpu_id', ARGV[4]) end
+emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
+return {'run', attempts + 1}

@@ -1,0 +1,101 @@
+"""Wire shapes of the HTTP API (pydantic): what clients send and what they get back."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.settings import Kind
+
+
+class Status(StrEnum):
+    """A job's status, as the micro-queue-starter contract names them."""
+
+    PENDING = "PENDING"  # queued
+    STARTED = "STARTED"
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    REVOKED = "REVOKED"  # cancelled by its owner
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the job has ended."""
+        return self in (Status.SUCCESS, Status.FAILURE, Status.REVOKED)
+
+
+class EnqueueRequest(BaseModel):
+    """POST /enqueue-task: which queue, and how many GPU-seconds the job asks for."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Kind
+    duration_s: float = Field(gt=0, description="GPU-seconds; at most 60 short, 3000 long")
+
+    @field_validator("duration_s", mode="before")
+    @classmethod
+    def _finite_number(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("duration_s must be a number")
+        if not math.isfinite(value):
+            raise ValueError("duration_s must be finite")
+        return float(value)
+
+
+class EnqueueResponse(BaseModel):
+    """The answer to an accepted job."""
+
+    task_id: str
+    status: str = "queued"
+    result: None = None
+
+
+class JobResult(BaseModel):
+    """What a finished job reports (success, or the timestamps of a failure)."""
+
+    worker: str | None = None
+    gpu_id: int | None = None
+    duration_s: float
+    enqueued_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    tflops: float | None = Field(None, description="bf16 TFLOP/s reached on a GPU; null on CPU")
+
+
+class TaskStatus(BaseModel):
+    """GET /task-status/{task_id}, and each server-sent event's data."""
+
+    task_id: str
+    status: Status
+    result: JobResult | None = None
+    kind: Kind
+    attempts: int = Field(description="runs started so far")
+    position: int | None = Field(None, description="0-based place in its queue while PENDING")
+    error: str | None = Field(None, description="why a FAILURE failed")
+
+
+class BillingRecord(BaseModel):
+    """One charge: a finished job billed once to its account."""
+
+    user_id: str
+    task_id: str
+    cost: float
+    description: str
+    kind: Kind
+    gpu_seconds: float
+    billed_at: float
+
+
+class Health(BaseModel):
+    """GET /health."""
+
+    redis: str
+    queues: dict[str, int]
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx and 5xx answer."""
+
+    detail: str | list[dict[str, Any]]

@@ -1,0 +1,60 @@
+"""Settings: the only place that reads the environment (pydantic-settings)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Kind = Literal["short", "long"]
+KINDS: tuple[Kind, ...] = ("short", "long")
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; each field is read from the upper-case environment variable."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for state and broker")
+    users_file: Path = Field(Path("fixtures/users.json"), description="accounts and API keys")
+    host: str = Field("127.0.0.1", description="address the API listens on")
+    port: int = Field(8000, description="port the API listens on")
+    lease_seconds: float = Field(
+        30, gt=0, description="a job's lease; a dead worker's job returns within it"
+    )
+    heartbeat_seconds: float = Field(
+        10, gt=0, description="how often a running job renews its lease"
+    )
+    max_attempts: int = Field(3, ge=1, description="runs of a job before it ends as FAILURE")
+    max_concurrency: int = Field(8, ge=1, description="triggers waiting in the broker, per queue")
+    reclaim_interval_s: float = Field(10, gt=0, description="period of reclaim_and_dispatch")
+    price_short_per_s: float = Field(
+        0.5, ge=0, description="price of a GPU-second in the short queue"
+    )
+    price_long_per_s: float = Field(
+        0.25, ge=0, description="price of a GPU-second in the long queue"
+    )
+    max_short_s: float = Field(60, gt=0, description="longest duration_s of a short job")
+    max_long_s: float = Field(3000, gt=0, description="longest duration_s of a long job")
+    job_ttl_s: int = Field(7 * 86400, gt=0, description="how long a finished job's record is kept")
+    sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
+    max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
+    worker_queues: str = Field("short,long", description="queues a worker takes jobs from")
+    worker_name: str = Field("", description="worker name; default <gpuN|cpu>@<host>")
+
+    def price_per_s(self, kind: Kind) -> float:
+        """The price of one GPU-second of a job of this kind."""
+        return self.price_short_per_s if kind == "short" else self.price_long_per_s
+
+    def max_duration_s(self, kind: Kind) -> float:
+        """The longest duration a job of this kind may ask for."""
+        return self.max_short_s if kind == "short" else self.max_long_s
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings of this process, read once; tests build their own Settings instead."""
+    return Settings()

@@ -1,0 +1,186 @@
+"""Job records, ownership and status events in Redis; every key name of the service is built here.
+
+    fairgpu:job:<id>          hash    the job: owner, kind, duration_s, status, attempts, times,
+                                      worker, gpu_id, tflops, error, current lease token
+    fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash
+    fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
+    fairgpu:billed:<id>       string  "already billed" marker, set with the record
+    fairgpu:events            channel a job id is published on it at every change
+
+Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
+scripts in app/lua/, each writing the new state, its event and its notification atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from app.billing import Charge
+from app.models import JobResult, Status, TaskStatus
+from app.settings import Kind, Settings
+from app.vtrr.scripts import source
+
+LUA_DIR = Path(__file__).with_name("lua")
+CHANNEL = "fairgpu:events"
+
+
+def job_key(job_id: str) -> str:
+    """The hash that holds one job."""
+    return f"fairgpu:job:{job_id}"
+
+
+def events_key(job_id: str) -> str:
+    """The stream of one job's changes."""
+    return f"fairgpu:events:{job_id}"
+
+
+def billing_key(user_id: str) -> str:
+    """The list of one account's billing records."""
+    return f"fairgpu:billing:{user_id}"
+
+
+def billed_key(job_id: str) -> str:
+    """The marker that says a job has been billed."""
+    return f"fairgpu:billed:{job_id}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def decode(fields: Mapping[Any, Any]) -> dict[str, str]:
+    """A Redis hash (or stream entry) as str -> str."""
+    return {_text(k): _text(v) for k, v in fields.items()}
+
+
+def _number(job: Mapping[str, str], field: str) -> float | None:
+    value = job.get(field)
+    return float(value) if value else None
+
+
+def status_of(job: Mapping[str, str], position: int | None = None) -> TaskStatus:
+    """The status a client sees, from a job's hash (or a copy of it in an event)."""
+    status = Status(job["status"])
+    result = None
+    if status is Status.SUCCESS or job.get("started_at"):
+        gpu = job.get("gpu_id")
+        result = JobResult(
+            worker=job.get("worker"),
+            gpu_id=int(gpu) if gpu else None,
+            duration_s=float(job["duration_s"]),
+            enqueued_at=float(job["enqueued_at"]),
+            started_at=_number(job, "started_at"),
+            finished_at=_number(job, "finished_at"),
+            tflops=_number(job, "tflops"),
+        )
+    return TaskStatus(
+        task_id=job["task_id"],
+        status=status,
+        result=result,
+        kind=job["kind"],  # written by create.lua from a Kind
+        attempts=int(job.get("attempts", "0")),
+        position=position if status is Status.PENDING else None,
+        error=job.get("error"),
+    )
+
+
+@dataclass(frozen=True)
+class Started:
+    """What start() decided: run (with the attempt number), or do not run."""
+
+    run: bool
+    attempt: int = 0
+    reason: str = ""
+
+
+class JobStore:
+    """The API's side: create jobs, read them, their events and the billing records (asyncio)."""
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self._ttl = settings.job_ttl_s
+        self._create = client.register_script(source("create", LUA_DIR))
+
+    async def create(self, job_id: str, owner: str, kind: Kind, duration_s: float) -> float:
+        """Write a new PENDING job owned by owner; returns its enqueued_at."""
+        keys = [job_key(job_id), events_key(job_id)]
+        args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
+        return float(await self._create(keys=keys, args=args))
+
+    async def get(self, job_id: str) -> dict[str, str] | None:
+        """The job's hash, or None when it does not exist (or has expired)."""
+        fields = await self.redis.hgetall(job_key(job_id))  # a fixed, small set of fields
+        return decode(fields) or None
+
+    async def delete(self, job_id: str) -> None:
+        """Forget a job that could not be queued."""
+        await self.redis.delete(job_key(job_id), events_key(job_id))
+
+    async def events_after(self, job_id: str, after: str) -> list[tuple[str, dict[str, str]]]:
+        """The job's events after the event id `after` ("0" for all), oldest first."""
+        start = f"({after}" if after != "0" else "-"
+        entries = await self.redis.xrange(events_key(job_id), min=start) or []
+        return [(_text(event_id), decode(fields or {})) for event_id, fields in entries if event_id]
+
+    async def billing(self, user_id: str, limit: int) -> list[str]:
+        """The account's billing records as JSON texts, newest first."""
+        return [_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]
+
+
+class JobRecorder:
+    """The worker's side: start and finish runs, fenced by the run's lease token."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self._ttl = settings.job_ttl_s
+        self._max_attempts = settings.max_attempts
+        self._start = client.register_script(source("start", LUA_DIR))
+        self._finish = client.register_script(source("finish", LUA_DIR))
+
+    def get(self, job_id: str) -> dict[str, str] | None:
+        """The job's hash, or None."""
+        return decode(self.redis.hgetall(job_key(job_id))) or None
+
+    def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
+        """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
+        keys = [job_key(job_id), events_key(job_id)]
+        gpu = "" if gpu_id is None else str(gpu_id)
+        args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
+        reply = [_text(x) if isinstance(x, bytes | str) else x for x in self._start(keys, args)]
+        if reply[0] == "run":
+            return Started(run=True, attempt=int(reply[1]))
+        return Started(run=False, reason=reply[0])
+
+    def finish(
+        self,
+        job_id: str,
+        token: str,
+        status: Status,
+        *,
+        charge: Charge,
+        owner: str,
+        error: str = "",
+        tflops: float | None = None,
+    ) -> bool:
+        """Record the run's end (and bill a success once); False when this run no longer holds
+        the job (its lease was reclaimed and another run took over)."""
+        keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
+        args = [
+            job_id,
+            token,
+            status.value,
+            error,
+            "" if tflops is None else repr(tflops),
+            repr(charge.cost),
+            charge.description,
+            repr(charge.gpu_seconds),
+            CHANNEL,
+            self._ttl,
+        ]
+        return bool(self._finish(keys, args))

@@ -1,0 +1,77 @@
+"""AsyncFairQueue: the fair queue's producer and inspection side on an asyncio Redis client.
+
+For web handlers that must not block their event loop. It writes and reads exactly what
+FairQueue does (same scripts, same keys); leasing stays with the workers' FairQueue. Enqueue
+answers how many triggers to publish, which the caller sends off the event loop, e.g.
+`await asyncio.to_thread(vtrr.publish_triggers, n)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from redis.asyncio import Redis as AsyncRedis
+
+from app.vtrr.keys import Keys
+from app.vtrr.queue import STAT_NAMES, Item, Shares, as_text, enqueue_args
+from app.vtrr.scripts import AsyncScripts
+
+
+class AsyncFairQueue:
+    """Enqueue, cancel, position, promote and the counts of one fair queue, with asyncio."""
+
+    def __init__(
+        self,
+        redis_client: AsyncRedis,
+        name: str,
+        *,
+        shares: Shares | None = None,
+        trigger_cap: int = -1,
+    ) -> None:
+        self.name = name
+        self.keys = Keys.for_queue(name)
+        self.redis = redis_client
+        self._shares = shares
+        self._trigger_cap = trigger_cap
+        self._scripts = AsyncScripts(redis_client, self.keys)
+
+    async def enqueue(
+        self, partition_key: str, items: Iterable[Item], *, front: bool = False
+    ) -> tuple[list[str], int]:
+        """Queue items of one partition atomically; returns (their ids, triggers to publish)."""
+        ids, args = enqueue_args(partition_key, self._shares, items)
+        if not ids:
+            return [], 0
+        placement = "front" if front else "fair"
+        reply = await self._scripts.run(
+            "enqueue", partition_key, self._trigger_cap, placement, 0, *args
+        )
+        return ids, int(reply[0])
+
+    async def cancel(self, task_id: str) -> bool:
+        """Remove a queued item; False when it is not queued."""
+        return bool(await self._scripts.run("cancel", task_id))
+
+    async def position(self, task_id: str) -> int | None:
+        """The item's 0-based place in dispatch order, or None when it is not queued."""
+        rank = await self._scripts.run("position", task_id)
+        return None if rank is None else int(rank)
+
+    async def promote(self, task_id: str) -> bool:
+        """Move a queued item ahead of every other; False when it is not queued."""
+        return bool(await self._scripts.run("promote", task_id))
+
+    async def length(self) -> int:
+        """How many items are queued."""
+        return int(await self.redis.zcard(self.keys.queue))
+
+    async def pending(self) -> int:
+        """How many items are in flight."""
+        return int(await self.redis.zcard(self.keys.inflight))
+
+    async def stats(self) -> dict[str, int]:
+        """The queue's counters (see FairQueue.stats)."""
+        counts = {
+            as_text(k): int(v) for k, v in (await self.redis.hgetall(self.keys.stats)).items()
+        }
+        return {name: counts.get(name, 0) for name in STAT_NAMES}
