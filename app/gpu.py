@@ -33,6 +33,9 @@ class Device:
         return "cpu" if self.gpu_id is None else f"gpu{self.gpu_id}"
 
 
+CPU = Device(gpu_id=None)
+
+
 def visible_devices(env: Mapping[str, str]) -> list[str] | None:
     """The devices CUDA_VISIBLE_DEVICES names; None when it is unset."""
     raw = env.get("CUDA_VISIBLE_DEVICES")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
@@ -121,7 +121,17 @@ class VTRRQueue(FairQueue):
             self._register_reclaim()
 
     # -- the decorator ----------------------------------------------------------------------------
-    def task(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
+    @overload
+    def task(self, fun: Callable[..., Any]) -> VTRRTask: ...
+
+    @overload
+    def task(
+        self, fun: None = None, **options: Any
+    ) -> Callable[[Callable[..., Any]], VTRRTask]: ...
+
+    def task(
+        self, fun: Callable[..., Any] | None = None, **options: Any
+    ) -> VTRRTask | Callable[[Callable[..., Any]], VTRRTask]:
         """Decorate the one function this queue runs; usable bare or with Celery options."""
         unknown = set(options) - TASK_OPTIONS - {"bind"}
         if unknown:

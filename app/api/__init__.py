@@ -1,0 +1,54 @@
+"""The HTTP API: the app factory and one router module per resource."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+
+from app.api import bills, health, jobs
+from app.api.limits import BodyLimit
+from app.api.runtime import Runtime
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API for these settings; Redis is reached when the first request needs it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.open(settings)
+        app.state.runtime = runtime
+        await runtime.hub.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(
+        title="fairgpu",
+        version="0.1.0",
+        summary="Fair GPU job scheduling: per-account fair queues on Redis, run by Celery workers.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RedisError, _redis_unavailable)
+    app.add_exception_handler(OSError, _redis_unavailable)
+    for module in (jobs, bills, health):
+        app.include_router(module.router)
+    return app
+
+
+async def _redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("%s %s: Redis unavailable: %r", request.method, request.url.path, exc)
+    return JSONResponse(
+        {"detail": "the job store is unavailable; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )

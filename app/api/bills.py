@@ -1,0 +1,24 @@
+"""Billing records: what the caller's account has been charged."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import AccountDep, RuntimeDep
+from app.api.jobs import ERRORS
+from app.models import BillingRecord
+
+router = APIRouter(tags=["billing"])
+
+
+@router.get("/billing-records", response_model=list[BillingRecord], responses=ERRORS)
+async def billing_records(
+    account: AccountDep,
+    runtime: RuntimeDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="most records to return")] = 100,
+) -> list[BillingRecord]:
+    """The caller's billing records, newest first."""
+    texts = await runtime.store.billing(account.user_id, limit)
+    return [BillingRecord.model_validate_json(text) for text in texts]

@@ -1,0 +1,84 @@
+"""EventHub: one Redis subscription per API process, fanned out to the streams it serves.
+
+Workers and the API publish a job's id on the events channel at every change (the change itself
+is in the job's event stream). The hub wakes the local streams of that job, which then read the
+stream from their last event id; after a lost connection it wakes every stream, so a change made
+meanwhile is read from the stream all the same. No stream polls Redis on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.store import CHANNEL
+
+log = logging.getLogger(__name__)
+RETRY_S = 1.0
+
+
+class EventHub:
+    """Wakes the waiters of a job when its id is published on the events channel."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start listening in the background."""
+        self._task = asyncio.create_task(self._listen(), name="event-hub")
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, job_id: str) -> AsyncIterator[asyncio.Event]:
+        """An event that is set whenever the job changes; clear it after reading the changes."""
+        event = asyncio.Event()
+        self._waiters[job_id].add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._waiters[job_id]
+            waiters.discard(event)
+            if not waiters:
+                del self._waiters[job_id]
+
+    @property
+    def streams(self) -> int:
+        """How many streams are waiting on this hub."""
+        return sum(len(w) for w in self._waiters.values())
+
+    def _wake(self, job_id: str) -> None:
+        for event in self._waiters.get(job_id, ()):
+            event.set()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self._client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    self._wake_all()  # anything published while we were away is in the streams
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            data = message["data"]
+                            self._wake(data.decode() if isinstance(data, bytes) else data)
+            except (RedisError, OSError):
+                log.warning("event subscription lost; retrying in %.0f s", RETRY_S, exc_info=True)
+                await asyncio.sleep(RETRY_S)  # a pause before reconnecting, not a wait on a result

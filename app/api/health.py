@@ -1,0 +1,28 @@
+"""Health: is Redis there, and how many jobs wait in each queue (no key needed)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+
+from app.api.deps import RuntimeDep
+from app.models import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "Redis is unreachable"}},
+)
+async def health(runtime: RuntimeDep) -> Health | JSONResponse:
+    """200 with the queue lengths when Redis answers; 503 when it does not."""
+    try:
+        await runtime.redis.ping()
+        queues = {kind: await q.length() for kind, q in runtime.queues.items()}
+    except (RedisError, OSError) as exc:
+        body = {"redis": f"unreachable: {type(exc).__name__}", "queues": {}}
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+    return Health(redis="ok", queues=queues)

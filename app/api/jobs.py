@@ -1,0 +1,121 @@
+"""Jobs: submit one, read its status, or stream its changes as server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, status
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import NOT_FOUND, AccountDep, RuntimeDep, TaskIdDep
+from app.api.runtime import Runtime
+from app.auth import Account
+from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskStatus
+from app.store import status_of
+
+router = APIRouter(tags=["jobs"])
+EVENT_ID = re.compile(r"\d{1,20}-\d{1,20}")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "missing or invalid API key"},
+    503: {"model": ErrorBody, "description": "Redis is unreachable; retry later"},
+}
+NOT_YOURS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such task, or not the caller's"},
+}
+
+
+@router.post(
+    "/enqueue-task",
+    response_model=EnqueueResponse,
+    responses={
+        **ERRORS,
+        413: {"model": ErrorBody, "description": "body over 64 KiB"},
+        422: {"model": ErrorBody, "description": "invalid job"},
+    },
+)
+async def enqueue_task(
+    body: EnqueueRequest, account: AccountDep, runtime: RuntimeDep
+) -> EnqueueResponse:
+    """Queue a job for the caller's account in the short or long fair queue."""
+    limit = runtime.settings.max_duration_s(body.kind)
+    if body.duration_s > limit:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
+        )
+    job_id = str(uuid.uuid4())
+    await runtime.store.create(job_id, account.user_id, body.kind, body.duration_s)
+    item = runtime.service.job_item(body.kind, job_id, body.duration_s)
+    try:
+        _, triggers = await runtime.queues[body.kind].enqueue(account.user_id, [item])
+    except BaseException:
+        await runtime.store.delete(job_id)  # nothing half-written: the caller never saw this id
+        raise
+    if triggers:
+        publish = runtime.service.queues[body.kind].publish_triggers
+        await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop
+    return EnqueueResponse(task_id=job_id)
+
+
+async def _owned_job(runtime: Runtime, account: Account, task_id: str) -> dict[str, str]:
+    job = await runtime.store.get(task_id)
+    if job is None or job.get("owner") != account.user_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NOT_FOUND)
+    return job
+
+
+async def _status(runtime: Runtime, job: dict[str, str]) -> TaskStatus:
+    position = None
+    if job["status"] == Status.PENDING:
+        position = await runtime.queues[job["kind"]].position(job["task_id"])  # type: ignore[index]
+    return status_of(job, position)
+
+
+@router.get("/task-status/{task_id}", response_model=TaskStatus, responses={**ERRORS, **NOT_YOURS})
+async def task_status(task_id: TaskIdDep, account: AccountDep, runtime: RuntimeDep) -> TaskStatus:
+    """The job's status, result, attempts, and its place in line while queued."""
+    return await _status(runtime, await _owned_job(runtime, account, task_id))
+
+
+@router.get(
+    "/task-status/stream/{task_id}",
+    response_class=EventSourceResponse,
+    responses={
+        **ERRORS,
+        **NOT_YOURS,
+        200: {
+            "description": "one event per change, `data:` as in GET /task-status; ends after a "
+            "terminal status",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+    },
+)
+async def task_stream(
+    task_id: TaskIdDep,
+    account: AccountDep,
+    runtime: RuntimeDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Server-sent events of the job's changes; resume with Last-Event-ID."""
+    await _owned_job(runtime, account, task_id)
+    after = last_event_id if last_event_id and EVENT_ID.fullmatch(last_event_id) else "0"
+    return EventSourceResponse(
+        _events(runtime, task_id, after), ping=runtime.settings.sse_keepalive_s
+    )
+
+
+async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
+    async with runtime.hub.subscribe(task_id) as changed:
+        while True:
+            changed.clear()
+            for event_id, fields in await runtime.store.events_after(task_id, after):
+                after = event_id
+                state = await _status(runtime, fields)
+                yield ServerSentEvent(data=state.model_dump_json(), id=event_id)
+                if state.status.terminal:
+                    return
+            await changed.wait()

@@ -1,0 +1,61 @@
+"""Runtime: what the API's handlers share, opened at start-up and closed at shutdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from app.api.events import EventHub
+from app.auth import Accounts
+from app.settings import Kind, Settings
+from app.store import JobStore
+from app.tasks import Service, build
+from app.vtrr.aio import AsyncFairQueue
+
+#: Fail fast when Redis is away, so a request answers 503 instead of hanging.
+REDIS_TIMEOUT_S = 2.0
+
+
+@dataclass
+class Runtime:
+    """Settings, accounts, the asyncio Redis client and what is built on it."""
+
+    settings: Settings
+    accounts: Accounts
+    redis: aioredis.Redis
+    store: JobStore
+    queues: dict[Kind, AsyncFairQueue]
+    service: Service
+    hub: EventHub
+
+    @classmethod
+    def open(cls, settings: Settings) -> Runtime:
+        """Build everything for one API process; nothing connects until first used."""
+        accounts = Accounts.load(settings.users_file)
+        client = aioredis.Redis.from_url(
+            settings.redis_url,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            health_check_interval=30,
+        )
+        # The hub's subscription waits for messages indefinitely: no read timeout on it.
+        hub_client = aioredis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S
+        )
+        service = build(settings, accounts)
+        queues = {kind: q.aio(client) for kind, q in service.queues.items()}
+        return cls(
+            settings,
+            accounts,
+            client,
+            JobStore(client, settings),
+            queues,
+            service,
+            EventHub(hub_client),
+        )
+
+    async def close(self) -> None:
+        """Stop the hub and close the connections."""
+        await self.hub.stop()
+        await self.redis.aclose()

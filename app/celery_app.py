@@ -1,0 +1,45 @@
+"""The Celery app, and every reliability setting of it in one place.
+
+Celery is a thin transport here: a message only wakes a worker (a payload-less trigger); the
+job itself waits in the fair queue, leased while it runs. The settings below say how.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from app.settings import Settings
+
+#: Longer than the longest job (3000 s) so that the broker never hands a running job's trigger
+#: to a second worker; the lease fences that case anyway.
+VISIBILITY_TIMEOUT_S = 2 * 3600
+RECLAIM_QUEUE = "fairgpu.reclaim"
+
+
+def create_celery(settings: Settings) -> Celery:
+    """A Celery app on settings.redis_url (the broker is the same Redis as the state)."""
+    app = Celery("fairgpu", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(
+        # One job at a time per worker, and a worker takes only the message it is about to run:
+        # a short job never waits reserved behind a long one on a busy worker.
+        worker_concurrency=1,
+        worker_prefetch_multiplier=1,
+        # Acknowledge a trigger when its job ends, and put it back if the worker process dies.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        # JSON only: a pickled message from anyone who can reach the broker would run code.
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        # Results and states live in the job records, not in a Celery result backend.
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        worker_send_task_events=True,  # for Flower
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        task_routes={
+            f"vtrr_queue.reclaim.{kind}": {"queue": RECLAIM_QUEUE} for kind in ("short", "long")
+        },
+    )
+    return app

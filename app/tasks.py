@@ -1,0 +1,154 @@
+"""The two fair queues (short and long) and the job task that workers run.
+
+Each queue is a VTRRQueue whose partitions are accounts (weighted by their share) and whose items
+are jobs: item id = job id, weight = the GPU-seconds the job asks for (at least 1). A worker's run:
+start the job under its lease (the store refuses a job that has ended or used its attempts),
+renew the lease from a heartbeat while the workload runs, then record the end and charge once,
+fenced by the lease token. The lease is acked by the fair queue when the task returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from celery import Celery, Task
+
+from app import billing, gpu
+from app.auth import Accounts
+from app.billing import Charge
+from app.celery_app import RECLAIM_QUEUE, create_celery
+from app.models import Status
+from app.settings import KINDS, Kind, Settings
+from app.store import JobRecorder
+from app.vtrr import Heartbeat, Item, VTRRQueue, VTRRTask
+
+log = logging.getLogger(__name__)
+
+Workload = Callable[[gpu.Device, float, Callable[[], bool]], gpu.Outcome]
+NO_CHARGE = Charge(cost=0.0, description="", gpu_seconds=0.0)
+
+
+def job_weight(duration_s: float) -> int:
+    """A job's weight in its fair queue: the GPU-seconds it asks for, rounded up, at least 1."""
+    return max(1, math.ceil(duration_s))
+
+
+def build_queues(
+    client: redis.Redis, celery_app: Celery, settings: Settings, accounts: Accounts
+) -> dict[Kind, VTRRQueue]:
+    """The short and long fair queues, each carried by the Celery queue of the same name."""
+    return {
+        kind: VTRRQueue(
+            client,
+            celery_app,
+            name=kind,
+            celery_queue=kind,
+            max_concurrency=settings.max_concurrency,
+            lease_seconds=settings.lease_seconds,
+            reclaim_interval=settings.reclaim_interval_s,
+            reclaim_queue=RECLAIM_QUEUE,
+            shares=accounts.share,
+        )
+        for kind in KINDS
+    }
+
+
+class JobRunner:
+    """Runs one job under the lease its task holds."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        recorder: JobRecorder,
+        queues: dict[Kind, VTRRQueue],
+        device: gpu.Device,
+        worker: str,
+        workload: Workload = gpu.run,
+    ) -> None:
+        self.settings, self.recorder, self.queues = settings, recorder, queues
+        self.device, self.worker, self.workload = device, worker, workload
+
+    def run(self, task: Task, kind: Kind, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run the job; returns what happened (for the worker's log)."""
+        token: str = vars(task.request)["vtrr_token"]
+        job = self.recorder.get(job_id)
+        if job is None:
+            return "gone"
+        started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
+        if not started.run:
+            return started.reason
+        log.info(
+            "job %s of %s: attempt %d on %s", job_id, job["owner"], started.attempt, self.worker
+        )
+        duration = float(job["duration_s"])
+        every = self.settings.heartbeat_seconds
+        with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
+            try:
+                outcome = self.workload(self.device, duration, lambda: beat.lost)
+            except Exception as exc:
+                log.exception("job %s failed", job_id)
+                error = f"{type(exc).__name__}: {exc}"
+                self.recorder.finish(
+                    job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=job["owner"], error=error
+                )
+                return "failed"
+        if outcome.stopped:
+            return "lease lost"  # another run owns the job now; leave its end to that run
+        charge = billing.price(self.settings, kind, duration)
+        finished = self.recorder.finish(
+            job_id, token, Status.SUCCESS, charge=charge, owner=job["owner"], tflops=outcome.tflops
+        )
+        return "done" if finished else "refused: another run owns the job"
+
+
+@dataclass(frozen=True)
+class Service:
+    """What a process of fairgpu works with: the Celery app, the queues, the recorder."""
+
+    celery: Celery
+    queues: dict[Kind, VTRRQueue]
+    tasks: dict[Kind, VTRRTask]
+    recorder: JobRecorder
+    runner: JobRunner
+
+    def job_item(self, kind: Kind, job_id: str, duration_s: float) -> Item:
+        """The fair-queue item of a job: its id, the job id as the task's argument, its weight."""
+        spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}
+        return self.tasks[kind].item(spec)
+
+
+def worker_name(settings: Settings, device: gpu.Device) -> str:
+    """`gpu<N>@host` or `cpu@host`, unless the settings name the worker."""
+    return settings.worker_name or f"{device.label}@{socket.gethostname()}"
+
+
+def build(
+    settings: Settings,
+    accounts: Accounts,
+    device: gpu.Device = gpu.CPU,
+    workload: Workload = gpu.run,
+) -> Service:
+    """Wire the Celery app, the two queues and the job tasks; connects to nothing yet."""
+    celery_app = create_celery(settings)
+    client = redis.Redis.from_url(settings.redis_url)
+    queues = build_queues(client, celery_app, settings, accounts)
+    recorder = JobRecorder(client, settings)
+    runner = JobRunner(settings, recorder, queues, device, worker_name(settings, device), workload)
+
+    @queues["short"].task(acks_late=True, reject_on_worker_lost=True)
+    def run_short_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run one short job."""
+        return runner.run(self, "short", job_id)
+
+    @queues["long"].task(acks_late=True, reject_on_worker_lost=True)
+    def run_long_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run one long job."""
+        return runner.run(self, "long", job_id)
+
+    tasks: dict[Kind, VTRRTask] = {"short": run_short_job, "long": run_long_job}
+    return Service(celery_app, queues, tasks, recorder, runner)
