@@ -182,7 +182,11 @@ class VTRRQueue(FairQueue):
             fun.__module__,
         )
         run.__doc__ = fun.__doc__
-        decorator = self.celery_app.task(bind=True, base=base, after_return=after_return, **options)
+        # shared=False: this task belongs to this app and this queue only, never to other apps
+        # that the process finalizes later.
+        decorator = self.celery_app.task(
+            bind=True, base=base, after_return=after_return, shared=False, **options
+        )
         celery_task: Task = decorator(run)  # type: ignore[type-arg, no-untyped-call]
         return celery_task
 
@@ -280,7 +284,9 @@ class VTRRQueue(FairQueue):
         def reclaim_and_dispatch() -> int:
             return self.reclaim_and_dispatch()
 
-        self.celery_app.task(name=self.reclaim_task_name, ignore_result=True)(reclaim_and_dispatch)
+        self.celery_app.task(name=self.reclaim_task_name, ignore_result=True, shared=False)(
+            reclaim_and_dispatch
+        )
         schedule = dict(self.celery_app.conf.beat_schedule or {})
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
 
