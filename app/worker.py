@@ -1,0 +1,73 @@
+"""One fairgpu worker, pinned to one GPU (or the CPU): `uv run worker.py` or `python -m app.worker`.
+
+CUDA_VISIBLE_DEVICES names the worker's one device (none, or "-1", for a CPU worker); naming more
+than one is refused. WORKER_QUEUES picks `short`, `long` or both (the default). The worker runs one
+job at a time in its own process (Celery's solo pool): CUDA does not survive a fork, and a
+SIGKILL then takes the job down with the worker, whose lease the fair queue reclaims.
+
+The module also exposes the Celery app as `app` for `celery -A worker beat` and Flower.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from app import gpu
+from app.auth import Accounts
+from app.celery_app import RECLAIM_QUEUE
+from app.settings import KINDS, get_settings
+from app.tasks import build, worker_name
+
+
+def _device() -> gpu.Device:
+    try:
+        return gpu.choose_device(os.environ, gpu.torch_cuda_count)
+    except gpu.DeviceError as exc:
+        sys.exit(f"fairgpu worker refuses to start: {exc}")
+
+
+settings = get_settings()
+device = _device()
+service = build(settings, Accounts.load(settings.users_file), device)
+app = service.celery
+
+
+def queues_to_consume(raw: str) -> list[str]:
+    """The Celery queues named by WORKER_QUEUES ("short", "long", "short,long")."""
+    names = [q.strip() for q in raw.split(",") if q.strip()]
+    unknown = [q for q in names if q not in (*KINDS, RECLAIM_QUEUE)]
+    if not names or unknown:
+        sys.exit(f"fairgpu worker: WORKER_QUEUES={raw!r}; use short, long or short,long")
+    return names
+
+
+def main() -> None:
+    """Run the worker until it is stopped."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    queues = queues_to_consume(settings.worker_queues)
+    name = worker_name(settings, device)
+    app.worker_main(
+        [
+            "worker",
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "--prefetch-multiplier",
+            "1",
+            "--queues",
+            ",".join(queues),
+            "--hostname",
+            name,
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
