@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Kind = Literal["short", "long"]
@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: str = Field("short,long", description="queues a worker takes jobs from")
     worker_name: str = Field("", description="worker name; default <gpuN|cpu>@<host>")
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        if self.heartbeat_seconds >= self.lease_seconds:
+            raise ValueError("HEARTBEAT_SECONDS must be below LEASE_SECONDS, or leases lapse")
+        return self
 
     def price_per_s(self, kind: Kind) -> float:
         """The price of one GPU-second of a job of this kind."""

@@ -1,0 +1,46 @@
+"""Settings: defaults, validation, and the README's table kept true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_every_setting_is_in_the_readme_table_and_nothing_else() -> None:
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", README.read_text(), flags=re.M))
+    settings = {name.upper() for name in Settings.model_fields}
+    assert settings <= documented
+    assert documented - settings == {"CUDA_VISIBLE_DEVICES"}
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEASE_SECONDS", "12.5")
+    monkeypatch.setenv("MAX_ATTEMPTS", "5")
+    settings = Settings()
+    assert (settings.lease_seconds, settings.max_attempts) == (12.5, 5)
+
+
+def test_heartbeat_must_be_shorter_than_the_lease() -> None:
+    with pytest.raises(ValidationError, match="HEARTBEAT_SECONDS"):
+        Settings(lease_seconds=5, heartbeat_seconds=5)
+
+
+@pytest.mark.parametrize("field", ["lease_seconds", "max_attempts", "max_concurrency"])
+def test_counts_and_durations_must_be_positive(field: str) -> None:
+    with pytest.raises(ValidationError):
+        Settings(**{field: 0})  # type: ignore[arg-type]
+
+
+def test_kind_limits_and_prices() -> None:
+    settings = Settings()
+    assert settings.max_duration_s("short") == 60
+    assert settings.max_duration_s("long") == 3000
+    assert settings.price_per_s("short") == 0.5
+    assert settings.price_per_s("long") == 0.25
