@@ -73,9 +73,8 @@ class JobRunner:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.workload = device, worker, workload
 
-    def run(self, task: Task, kind: Kind, job_id: str) -> str:  # type: ignore[type-arg]
-        """Run the job; returns what happened (for the worker's log)."""
-        token: str = vars(task.request)["vtrr_token"]
+    def run(self, kind: Kind, job_id: str, token: str) -> str:
+        """Run the job under the lease token; returns what happened (for the worker's log)."""
         job = self.recorder.get(job_id)
         if job is None:
             return "gone"
@@ -122,6 +121,12 @@ class Service:
         return self.tasks[kind].item(spec)
 
 
+def lease_token(task: Task) -> str:  # type: ignore[type-arg]
+    """The token of the lease the fair queue gave this run (self.request.vtrr_token)."""
+    token: str = vars(task.request)["vtrr_token"]
+    return token
+
+
 def worker_name(settings: Settings, device: gpu.Device) -> str:
     """`gpu<N>@host` or `cpu@host`, unless the settings name the worker."""
     return settings.worker_name or f"{device.label}@{socket.gethostname()}"
@@ -143,12 +148,12 @@ def build(
     @queues["short"].task(acks_late=True, reject_on_worker_lost=True)
     def run_short_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
         """Run one short job."""
-        return runner.run(self, "short", job_id)
+        return runner.run("short", job_id, lease_token(self))
 
     @queues["long"].task(acks_late=True, reject_on_worker_lost=True)
     def run_long_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
         """Run one long job."""
-        return runner.run(self, "long", job_id)
+        return runner.run("long", job_id, lease_token(self))
 
     tasks: dict[Kind, VTRRTask] = {"short": run_short_job, "long": run_long_job}
     return Service(celery_app, queues, tasks, recorder, runner)

@@ -1,0 +1,111 @@
+"""The job runner, in process, on a real Redis: how runs start, end, fail and are billed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from app import gpu
+from app.auth import Accounts
+from app.billing import price
+from app.models import Status
+from app.settings import Settings
+from app.store import JobRecorder, billing_key, job_key
+from app.tasks import Service, build, job_weight
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"
+OWNER = "11111111-1111-1111-1111-111111111111"
+
+
+def service_for(redis_url: str, workload: Callable[..., gpu.Outcome] = gpu.run) -> Service:
+    settings = Settings(redis_url=redis_url, users_file=FIXTURES, max_attempts=2)
+    return build(settings, Accounts.load(FIXTURES), workload=workload)
+
+
+def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0.01) -> str:
+    """A PENDING job as the API writes it, queued and leased as a worker's trigger would."""
+    r.hset(
+        job_key(job_id),
+        mapping={
+            "task_id": job_id,
+            "owner": OWNER,
+            "kind": "short",
+            "duration_s": repr(duration_s),
+            "status": "PENDING",
+            "attempts": 0,
+            "enqueued_at": 1.0,
+        },
+    )
+    queue = service.queues["short"]
+    queue.enqueue(OWNER, [service.job_item("short", job_id, duration_s)])
+    lease = queue.dequeue()
+    assert lease is not None
+    return lease.token
+
+
+def test_a_job_runs_and_is_billed_once(redis_url: str, r: redis.Redis) -> None:
+    service = service_for(redis_url)
+    token = new_job(service, r, "job-1")
+    assert service.runner.run("short", "job-1", token) == "done"
+    job = service.recorder.get("job-1")
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("SUCCESS", "1")
+    assert r.llen(billing_key(OWNER)) == 1
+    # A second run of the same delivery (a redelivered trigger) finds the job ended.
+    assert service.runner.run("short", "job-1", token) == "ended"
+    assert r.llen(billing_key(OWNER)) == 1
+
+
+def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
+    redis_url: str, r: redis.Redis
+) -> None:
+    def broken(device: gpu.Device, duration_s: float, should_stop: object) -> gpu.Outcome:
+        raise RuntimeError("CUDA error: out of memory")
+
+    service = service_for(redis_url, workload=broken)
+    token = new_job(service, r, "job-2")
+    assert service.runner.run("short", "job-2", token) == "failed"
+    job = service.recorder.get("job-2")
+    assert job is not None
+    assert job["status"] == "FAILURE"
+    assert job["error"] == "RuntimeError: CUDA error: out of memory"
+    assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
+    redis_url: str, r: redis.Redis
+) -> None:
+    service = service_for(redis_url)
+    new_job(service, r, "job-3")
+    recorder: JobRecorder = service.recorder
+    assert recorder.start("job-3", "run-1", "cpu1@h", None).attempt == 1  # this run dies
+    assert recorder.start("job-3", "run-2", "cpu2@h", None).attempt == 2  # and this one
+    third = recorder.start("job-3", "run-3", "cpu3@h", None)
+    assert (third.run, third.reason) == (False, "exhausted")
+    job = recorder.get("job-3")
+    assert job is not None
+    assert job["status"] == "FAILURE"
+    assert "lost 2 times" in job["error"]
+    assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_a_stale_run_cannot_finish_or_bill(redis_url: str, r: redis.Redis) -> None:
+    service = service_for(redis_url)
+    new_job(service, r, "job-4")
+    recorder = service.recorder
+    recorder.start("job-4", "stale", "cpu1@h", None)
+    recorder.start("job-4", "fresh", "cpu2@h", None)  # the job was reclaimed and restarted
+    bill = price(service.runner.settings, "short", 1.0)
+    assert not recorder.finish("job-4", "stale", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert r.llen(billing_key(OWNER)) == 0
+    assert recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert not recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert r.llen(billing_key(OWNER)) == 1
+
+
+@pytest.mark.parametrize(("duration", "weight"), [(0.2, 1), (1.0, 1), (1.5, 2), (3000, 3000)])
+def test_job_weight_is_its_gpu_seconds_rounded_up(duration: float, weight: int) -> None:
+    assert job_weight(duration) == weight
