@@ -43,7 +43,12 @@ class Settings(BaseSettings):
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: str = Field("short,long", description="queues a worker takes jobs from")
-    worker_name: str = Field("", description="worker name; default <gpuN|cpu>@<host>")
+    worker_name: str = Field(
+        "", description="worker name (%h: the host); default <gpuN|cpu>@<host>"
+    )
+    host_gpu_id: int | None = Field(
+        None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
+    )
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

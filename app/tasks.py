@@ -128,8 +128,9 @@ def lease_token(task: Task) -> str:  # type: ignore[type-arg]
 
 
 def worker_name(settings: Settings, device: gpu.Device) -> str:
-    """`gpu<N>@host` or `cpu@host`, unless the settings name the worker."""
-    return settings.worker_name or f"{device.label}@{socket.gethostname()}"
+    """`gpu<N>@host` or `cpu@host`, unless the settings name the worker (`%h` is the host)."""
+    name = settings.worker_name or f"{device.label}@%h"
+    return name.replace("%h", socket.gethostname())
 
 
 def build(

@@ -23,9 +23,12 @@ from app.tasks import build, worker_name
 
 def _device() -> gpu.Device:
     try:
-        return gpu.choose_device(os.environ, gpu.torch_cuda_count)
+        device = gpu.choose_device(os.environ, gpu.torch_cuda_count)
     except gpu.DeviceError as exc:
         sys.exit(f"fairgpu worker refuses to start: {exc}")
+    if device.gpu_id is not None and settings.host_gpu_id is not None:
+        return gpu.Device(gpu_id=settings.host_gpu_id)  # a container numbers its one card 0
+    return device
 
 
 settings = get_settings()

@@ -1,0 +1,482 @@
+"""The deployment files, checked by reading them: docker-compose.yml and the Dockerfile.
+
+Nothing here runs Docker. The compose file is parsed with PyYAML (anchors and `<<:` merge keys
+resolve as Compose resolves them); the Dockerfile is split into its instructions. Where the
+meaning of a value depends on our own code (which device a worker picks), the test asks that
+code rather than restating it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import stat
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from app import gpu
+from app.celery_app import RECLAIM_QUEUE
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+PROFILES = {
+    "cpu": {"redis", "api", "worker-cpu", "beat"},
+    "gpu": {"redis", "api", "worker-gpu0", "worker-gpu1", "beat"},
+    "monitoring": {"redis", "flower"},
+}
+GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
+APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "flower")
+
+# Paths inside the containers, which the files may name.
+IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home")
+
+# A host name of the public internet: what a package index or an image registry would show as.
+# (A pattern, so that this file names no registry either.)
+PUBLIC_HOST = re.compile(r"\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:org|io|com|net|dev|sh|aws|ai|cloud)\b")
+INDEX_SETTINGS = ("index-url", "index_url", "UV_INDEX", "PIP_INDEX", "--find-links", "trusted-host")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def profile_services(services: dict[str, dict[str, Any]], profile: str) -> set[str]:
+    return {name for name, svc in services.items() if profile in svc.get("profiles", [])}
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):  # the `- KEY=value` form
+        env = dict(item.split("=", 1) for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def command(service: dict[str, Any]) -> list[str]:
+    cmd = service["command"]
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(arg) for arg in cmd]
+
+
+def card_of(name: str) -> str:
+    """The host's index of the card a GPU worker is named after: worker-gpu1 -> "1"."""
+    match = re.fullmatch(r"worker-gpu(\d+)", name)
+    assert match, name
+    return match.group(1)
+
+
+def reserved_devices(service: dict[str, Any]) -> list[dict[str, Any]]:
+    return service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+
+
+def cards_cuda_sees(service: dict[str, Any]) -> int:
+    """How many devices torch would count inside this service's container.
+
+    The NVIDIA runtime exposes only the reserved cards, numbered from 0 in the container, and
+    CUDA_VISIBLE_DEVICES then selects among those container indexes.
+    """
+    reserved = sum(len(d.get("device_ids", [])) for d in reserved_devices(service))
+    visible = gpu.visible_devices(environment(service))
+    if visible is None:
+        return reserved
+    return sum(1 for d in visible if d.isdigit() and int(d) < reserved)
+
+
+def parse_volume(spec: str) -> tuple[str, str, str]:
+    """(source, target, mode) of a short-syntax volume; the source may hold `${VAR:-default}`."""
+    match = re.fullmatch(r"(.+):(/[^:]*)(?::([a-z,]+))?", spec)
+    assert match, spec
+    return match.group(1), match.group(2), match.group(3) or "rw"
+
+
+def build_extras(service: dict[str, Any]) -> list[str]:
+    args = service.get("build", {}).get("args", {}) or {}
+    return str(args.get("EXTRAS", "") or "").split()
+
+
+def dockerfile_instructions() -> list[tuple[int, str, str]]:
+    """(stage index, INSTRUCTION, arguments) for each instruction, continuations joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result: list[tuple[int, str, str]] = []
+    stage = -1
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, args = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stage += 1
+        result.append((stage, keyword, " ".join(args.split())))
+    return result
+
+
+def stage_of(instructions: list[tuple[int, str, str]], name: str) -> int:
+    for stage, keyword, args in instructions:
+        if keyword == "FROM" and args.lower().endswith(f" as {name}"):
+            return stage
+    raise AssertionError(f"no stage {name!r} in the Dockerfile")
+
+
+# --- profiles --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_each_profile_starts_exactly_its_services(services, profile):
+    assert profile_services(services, profile) == PROFILES[profile]
+
+
+def test_no_service_starts_without_a_profile(services):
+    assert all(svc.get("profiles") for svc in services.values())
+
+
+def test_every_dependency_is_enabled_by_the_profiles_of_its_dependant(services):
+    for name, svc in services.items():
+        for dependency in svc.get("depends_on", {}):
+            missing = set(svc["profiles"]) - set(services[dependency]["profiles"])
+            assert not missing, f"{name} needs {dependency} in profiles {missing}"
+
+
+def test_every_service_restarts_unless_stopped(services):
+    assert {name: svc.get("restart") for name, svc in services.items()} == dict.fromkeys(
+        services, "unless-stopped"
+    )
+
+
+# --- redis -----------------------------------------------------------------------------------
+
+
+def test_redis_publishes_no_port(services):
+    assert "ports" not in services["redis"]
+    assert "network_mode" not in services["redis"]
+
+
+def test_redis_keeps_an_append_only_file_flushed_every_second_on_a_named_volume(compose, services):
+    redis_svc = services["redis"]
+    args = command(redis_svc)
+    assert args[0] == "redis-server"
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--appendfsync") + 1] == "everysec"
+    volume, target, _ = parse_volume(redis_svc["volumes"][0])
+    assert target == "/data"
+    assert volume in compose["volumes"]
+    assert redis_svc["image"].split(":")[0] == "redis"
+    assert redis_svc["image"].split(":")[1].split(".")[0] == "7"
+
+
+def test_redis_is_healthy_when_it_answers_ping(services):
+    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+
+
+def test_every_app_service_waits_for_a_healthy_redis(services):
+    for name in APP_SERVICES:
+        assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}, name
+
+
+def test_every_service_points_redis_url_at_the_redis_service(services):
+    for name in APP_SERVICES:
+        url = urlparse(environment(services[name])["REDIS_URL"])
+        assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379), name
+
+
+# --- api -------------------------------------------------------------------------------------
+
+
+def test_api_listens_on_all_interfaces_and_publishes_port_8000(services):
+    api = services["api"]
+    env = environment(api)
+    assert (env["HOST"], env["PORT"]) == ("0.0.0.0", "8000")
+    assert api["ports"] == ["8000:8000"]
+    assert command(api) == ["python", "main.py"]
+
+
+def test_api_is_healthy_when_its_health_endpoint_answers(services):
+    test = services["api"]["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    assert any("http://127.0.0.1:8000/health" in part for part in test)
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+
+def test_each_gpu_worker_reserves_exactly_its_own_card(services):
+    for name in GPU_WORKERS:
+        devices = reserved_devices(services[name])
+        assert devices == [
+            {"driver": "nvidia", "device_ids": [card_of(name)], "capabilities": ["gpu"]}
+        ], name
+
+
+def test_no_two_gpu_workers_share_a_card(services):
+    cards = [
+        d for name in GPU_WORKERS for r in reserved_devices(services[name]) for d in r["device_ids"]
+    ]
+    assert len(cards) == len(set(cards)) == len(GPU_WORKERS)
+
+
+def test_each_gpu_worker_drives_the_one_card_its_container_sees(services):
+    for name in GPU_WORKERS:
+        svc = services[name]
+        env = environment(svc)
+        assert gpu.visible_devices(env) is not None, f"{name}: set CUDA_VISIBLE_DEVICES"
+        assert cards_cuda_sees(svc) == 1, f"{name}: CUDA_VISIBLE_DEVICES selects no reserved card"
+        device = gpu.choose_device(env, lambda svc=svc: cards_cuda_sees(svc))
+        assert device.gpu_id is not None, name
+
+
+def test_each_gpu_worker_is_named_after_its_card(services):
+    for name in GPU_WORKERS:
+        svc = services[name]
+        assert environment(svc)["WORKER_NAME"] == f"gpu{card_of(name)}@{svc['hostname']}"
+
+
+def test_gpu_workers_get_torch_and_the_cpu_services_do_not(services):
+    for name in GPU_WORKERS:
+        assert "torch" in build_extras(services[name]), name
+    for name in set(APP_SERVICES) - set(GPU_WORKERS):
+        assert "torch" not in build_extras(services[name]), name
+
+
+def test_services_that_need_no_gpu_hide_every_gpu(services):
+    for name in ("worker-cpu", "beat", "flower"):
+        env = environment(services[name])
+        assert gpu.choose_device(env, lambda: 2) == gpu.CPU, name
+        assert not reserved_devices(services[name]), name
+
+
+def test_workers_take_jobs_from_both_queues_one_at_a_time(services):
+    for name in ("worker-cpu", *GPU_WORKERS):
+        svc = services[name]
+        assert command(svc) == ["python", "worker.py"], name
+        assert environment(svc)["WORKER_QUEUES"] == "short,long", name
+
+
+def test_no_two_workers_share_a_celery_name(services):
+    beat = command(services["beat"])
+    names = [environment(services[n])["WORKER_NAME"] for n in GPU_WORKERS]
+    names.append(beat[beat.index("-n") + 1].replace("%h", services["beat"]["hostname"]))
+    assert len(names) == len(set(names))
+
+
+def test_cpu_workers_can_be_scaled_without_sharing_a_name(services):
+    # Without a fixed hostname or WORKER_NAME each replica is named cpu@<its container id>.
+    worker = services["worker-cpu"]
+    assert "hostname" not in worker
+    assert "container_name" not in worker
+    assert "WORKER_NAME" not in environment(worker)
+
+
+def test_beat_runs_the_reclaims_in_one_process_that_takes_nothing_else(services):
+    args = command(services["beat"])
+    assert args[:4] == ["celery", "-A", "worker", "worker"]
+    assert "-B" in args
+    assert args[args.index("-Q") + 1] == RECLAIM_QUEUE
+    assert args[args.index("-c") + 1] == "1"
+    assert args[args.index("--pool") + 1] == "solo"
+    assert args[args.index("-n") + 1].startswith("beat@")
+    # The schedule file must be writable by the image's non-root user.
+    assert args[args.index("--schedule") + 1].startswith("/tmp/")
+
+
+def test_accounts_are_mounted_read_only_where_users_file_points(services):
+    for name in APP_SERVICES:
+        svc = services[name]
+        users_file = environment(svc)["USERS_FILE"]
+        mounts = [parse_volume(v) for v in svc["volumes"]]
+        matching = [m for m in mounts if users_file.startswith(m[1].rstrip("/") + "/")]
+        assert len(matching) == 1, name
+        source, _, mode = matching[0]
+        assert mode == "ro", name
+        default_source = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", source)
+        assert (ROOT / default_source / Path(users_file).name).is_file(), name
+
+
+# --- flower ----------------------------------------------------------------------------------
+
+
+def test_flower_publishes_port_5555(services):
+    assert services["flower"]["ports"] == ["5555:5555"]
+
+
+def test_flower_credentials_come_from_the_environment_never_from_the_file(services):
+    value = environment(services["flower"])["FLOWER_BASIC_AUTH"]
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH(:?-)?\}", value), value
+    assert "basic-auth=" not in " ".join(command(services["flower"]))
+
+
+def run_flower_command(services, tmp_path: Path, basic_auth: str | None):
+    """Run flower's command with a stand-in `celery` that records its arguments."""
+    fake = tmp_path / "celery"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    script = command(services["flower"])
+    assert script[:2] == ["sh", "-c"]
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    if basic_auth is not None:
+        env["FLOWER_BASIC_AUTH"] = basic_auth
+    body = script[2].replace("$$", "$")  # Compose's escape for a literal dollar sign
+    done = subprocess.run(["sh", "-c", body], env=env, capture_output=True, text=True, check=False)
+    args = tmp_path / "celery.args"
+    return done, args.read_text().split() if args.exists() else None
+
+
+@pytest.mark.parametrize("basic_auth", [None, "", "admin", ":secret", "admin:"])
+def test_flower_refuses_to_start_without_user_and_password(services, tmp_path, basic_auth):
+    done, celery_args = run_flower_command(services, tmp_path, basic_auth)
+    assert done.returncode != 0
+    assert "FLOWER_BASIC_AUTH" in done.stderr
+    assert celery_args is None
+
+
+def test_flower_starts_on_port_5555_with_credentials(services, tmp_path):
+    done, celery_args = run_flower_command(services, tmp_path, "admin:s3cret")
+    assert done.returncode == 0, done.stderr
+    assert celery_args == ["-A", "worker", "flower", "--port=5555"]
+
+
+# --- images ----------------------------------------------------------------------------------
+
+
+def test_compose_asks_only_for_extras_the_project_defines(services):
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    defined = set(project.get("optional-dependencies", {}))
+    wanted = {extra: name for name, svc in services.items() for extra in build_extras(svc)}
+    missing = {extra: name for extra, name in wanted.items() if extra not in defined}
+    assert not missing, f"pyproject.toml has no optional extra for {missing}"
+
+
+def test_services_sharing_an_image_tag_build_it_the_same_way(services):
+    builds: dict[str, Any] = {}
+    for name, svc in services.items():
+        if "build" in svc:
+            assert builds.setdefault(svc["image"], svc["build"]) == svc["build"], name
+
+
+def test_dockerfile_final_stage_runs_as_a_non_root_user():
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    users = [args for stage, keyword, args in instructions if stage == final and keyword == "USER"]
+    assert users, "the final stage sets no USER"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+
+
+def test_dockerfile_installs_the_locked_dependencies_before_copying_the_source():
+    instructions = dockerfile_instructions()
+    builder = stage_of(instructions, "builder")
+    steps = [(kw, args) for stage, kw, args in instructions if stage == builder]
+    copy_lock = steps.index(("COPY", "pyproject.toml uv.lock ./"))
+    syncs = [i for i, (kw, args) in enumerate(steps) if kw == "RUN" and "uv sync" in args]
+    copy_source = next(i for i, (kw, args) in enumerate(steps) if kw == "COPY" and "app" in args)
+    assert len(syncs) == 2
+    assert copy_lock < syncs[0] < copy_source < syncs[1]
+    first, second = (steps[i][1] for i in syncs)
+    for flag in ("--frozen", "--no-dev", "${extras}"):
+        assert flag in first and flag in second
+    assert "--no-install-project" in first
+    assert "--no-install-project" not in second
+
+
+@pytest.mark.parametrize(
+    ("extras", "flags"),
+    [
+        ("", ""),
+        ("torch", " --extra torch"),
+        ("torch monitoring", " --extra torch --extra monitoring"),
+    ],
+)
+def test_dockerfile_turns_each_extra_into_an_extra_flag(extras, flags):
+    instructions = dockerfile_instructions()
+    assert ("ARG", 'EXTRAS=""') in [(kw, args) for _, kw, args in instructions]
+    run = next(args for _, kw, args in instructions if kw == "RUN" and "uv sync" in args)
+    assignment = re.search(r'extras="\$\(.*?\)"', run)
+    assert assignment, run
+    script = f'{assignment.group(0)}; printf "%s" "$extras"'
+    done = subprocess.run(
+        ["sh", "-c", script], env={"EXTRAS": extras}, capture_output=True, text=True, check=True
+    )
+    assert done.stdout == flags
+
+
+def test_dockerfile_runtime_is_slim_python_311_serving_the_api():
+    instructions = dockerfile_instructions()
+    runtime = instructions[-1][0]
+    in_runtime = [(kw, args) for stage, kw, args in instructions if stage == runtime]
+    assert ("ARG", "PYTHON_IMAGE=python:3.11-slim") in [(kw, a) for _, kw, a in instructions]
+    assert in_runtime[0] == ("FROM", "${PYTHON_IMAGE} AS runtime")
+    env = " ".join(args for kw, args in in_runtime if kw == "ENV")
+    assert 'PATH="/app/.venv/bin:${PATH}"' in env
+    assert "HOST=0.0.0.0" in env
+    assert ("CMD", '["python", "main.py"]') in in_runtime
+    assert ("COPY", "--from=builder /app/.venv /app/.venv") in in_runtime
+
+
+def test_everything_the_dockerfile_copies_is_in_the_build_context():
+    ignored = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for _, keyword, args in dockerfile_instructions():
+        if keyword != "COPY" or args.startswith("--from"):
+            continue
+        for source in args.split()[:-1]:
+            assert (ROOT / source).exists(), source
+            prefixes = [
+                "/".join(Path(source).parts[: i + 1]) for i in range(len(Path(source).parts))
+            ]
+            hits = [p for p in ignored for s in prefixes if fnmatch.fnmatch(s, p.strip("/"))]
+            assert not hits, f"{source} is excluded by .dockerignore {hits}"
+
+
+def test_dockerignore_keeps_secrets_and_local_state_out_of_the_image():
+    ignored = set(DOCKERIGNORE.read_text().split())
+    assert {".git", ".venv", ".env", "*.rdb", "*.aof"} <= ignored
+
+
+# --- what the files must not contain ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE], ids=lambda p: p.name)
+def test_deployment_files_name_no_registry_or_package_index(path):
+    text = path.read_text().lower()
+    assert not PUBLIC_HOST.search(text), f"{path.name} names a host: {PUBLIC_HOST.findall(text)}"
+    for setting in INDEX_SETTINGS:
+        assert setting.lower() not in text, f"{path.name} sets {setting}"
+    assert not re.search(r"https?://(?!127\.0\.0\.1[:/])", text), f"{path.name} has a URL"
+
+
+def test_images_are_named_without_a_registry_host(services):
+    refs = [svc["image"] for svc in services.values()]
+    refs += [
+        a.split("=", 1)[1] for _, kw, a in dockerfile_instructions() if kw == "ARG" and "IMAGE" in a
+    ]
+    for ref in refs:
+        first = ref.split("/")[0]
+        assert "/" not in ref or not ("." in first or ":" in first or first == "localhost"), ref
+
+
+@pytest.mark.parametrize("path", [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE], ids=lambda p: p.name)
+def test_deployment_files_hold_no_absolute_path_of_this_machine(path):
+    text = path.read_text()
+    # Paths inside the image are fine, even where a checkout happens to live at one of them.
+    local = {str(ROOT), str(ROOT.parent), str(Path.home())} - {"/", *IMAGE_PATHS}
+    for prefix in local:
+        assert not re.search(re.escape(prefix) + r"(/|\b)", text), f"{path.name} names {prefix}"
