@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
@@ -38,11 +39,20 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RedisError, _redis_unavailable)
     app.add_exception_handler(OSError, _redis_unavailable)
     for module in (jobs, bills, health):
         app.include_router(module.router)
     return app
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 listing what is wrong, without echoing the input back: it may be huge, or not even
+    representable in JSON (NaN, Infinity)."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 async def _redis_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -7,12 +7,12 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class BodyTooLargeError(Exception):
-    """A streamed body went past the limit."""
-
-
 class BodyLimit:
-    """ASGI middleware: 413 for a Content-Length over the limit, or a body that streams past it."""
+    """ASGI middleware: 413 for a Content-Length over the limit, or a body that streams past it.
+
+    A streamed body that goes past the limit is answered at once; the app then sees the client
+    disconnect, and whatever it still tries to send is dropped.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -27,27 +27,22 @@ class BodyLimit:
             await self._refuse(send)
             return
         seen = 0
+        refused = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise BodyTooLargeError
-            return message
-
-        started = False
-
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking)
-        except BodyTooLargeError:
-            if not started:
+            if seen > self.max_bytes and not refused:
+                refused = True
                 await self._refuse(send)
+            return {"type": "http.disconnect"} if refused else message
+
+        async def guarded(message: Message) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, limited, guarded)
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"request body over {self.max_bytes} bytes"}).encode()
