@@ -62,26 +62,13 @@ local function count(stat, n)
   redis.call('HINCRBY', K.stats, stat, n)
 end
 
--- One more (delta 1) or one fewer (delta -1) item of a partition queued. A partition with none
--- queued keeps its virtual time in idle_partitions until the queue's virtual time passes it.
-local function partition_queued(p, delta)
-  local n = redis.call('HINCRBY', K.pqueued, p, delta)
-  if n <= 0 then
-    redis.call('HDEL', K.pqueued, p)
-    local vt = redis.call('HGET', K.pvt, p)
-    if vt then redis.call('ZADD', K.idle, vt, p) end
-  elseif n == 1 and delta > 0 then
-    redis.call('ZREM', K.idle, p)
-  end
-end
-
 -- Forget idle partitions that the virtual time has passed: max(cvt, their vt) is cvt anyway.
 -- The virtual time stands still while every item served is a newcomer's, so idle partitions are
 -- also capped at IDLE_SLACK more than the partitions queued: those nearest the clock go first,
 -- each forgiven less than the cost of its last item.
 local IDLE_SLACK = 64
 local function prune_idle(limit)
-  local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', current_vt(), 'LIMIT', 0, limit)
+  local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', current_vt(), 'LIMIT', '0', limit)
   if #gone > 0 then
     redis.call('HDEL', K.pvt, unpack(gone))
     redis.call('ZREM', K.idle, unpack(gone))
@@ -93,11 +80,28 @@ local function prune_idle(limit)
   end
 end
 
--- Once nothing is queued, the virtual clock starts again from zero.
+-- One more (delta 1) or one fewer (delta -1) item of a partition queued. A partition with none
+-- queued keeps its virtual time in idle_partitions until the queue's virtual time passes it;
+-- idle partitions are pruned here, the only place where their number grows.
+local function partition_queued(p, delta)
+  local n = redis.call('HINCRBY', K.pqueued, p, delta > 0 and '1' or '-1')
+  if n <= 0 then
+    redis.call('HDEL', K.pqueued, p)
+    local vt = redis.call('HGET', K.pvt, p)
+    if vt then redis.call('ZADD', K.idle, vt, p) end
+    prune_idle(16)
+  elseif n == 1 and delta > 0 then
+    redis.call('ZREM', K.idle, p)
+  end
+end
+
+-- Once nothing is queued, the virtual clock starts again from zero. Returns how many are queued.
 local function reset_if_drained()
-  if redis.call('ZCARD', K.queue) == 0 then
+  local queued = redis.call('ZCARD', K.queue)
+  if queued == 0 then
     redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued)
   end
+  return queued
 end
 
 -- Put an item into the queue. Fair placement starts it at max(queue vt, its partition's vt) and
@@ -119,20 +123,21 @@ local function place(id, info, front)
   return score
 end
 
--- Take a leased item out of flight (ack, release and reclaim all start here).
-local function unlease(id)
+-- Take a leased item out of flight (ack, release and reclaim all start here); returns its
+-- payload when asked for it.
+local function unlease(id, want_payload)
   redis.call('ZREM', K.inflight, id)
   redis.call('HDEL', K.lease, id)
-  local payload = redis.call('HGET', K.inflight_task, id)
+  local payload = want_payload and redis.call('HGET', K.inflight_task, id)
   redis.call('HDEL', K.inflight_task, id)
   return payload
 end
 
 -- Put leased items whose lease has expired back into the queue, at most limit of them.
 local function reclaim(t, limit, front)
-  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, limit)
+  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
   for _, id in ipairs(expired) do
-    local payload = unlease(id)
+    local payload = unlease(id, true)
     local info = cjson.decode(redis.call('HGET', K.meta, id))
     redis.call('HSET', K.task, id, payload)
     place(id, info, front)
@@ -143,10 +148,10 @@ local function reclaim(t, limit, front)
 end
 
 -- How many more triggers to publish so that min(cap, queued) are waiting; counts them as sent.
--- A negative cap means this queue uses no triggers.
-local function top_up_triggers(cap)
+-- A negative cap means this queue uses no triggers. queued may be given when already known.
+local function top_up_triggers(cap, queued)
   if cap < 0 then return 0 end
-  local want = math.min(cap, redis.call('ZCARD', K.queue))
+  local want = math.min(cap, queued or redis.call('ZCARD', K.queue))
   local have = tonumber(redis.call('GET', K.triggers) or '0')
   if want <= have then return 0 end
   redis.call('INCRBY', K.triggers, want - have)

@@ -7,5 +7,5 @@ if not holds_lease(id, token) then return 0 end
 unlease(id)
 redis.call('HDEL', K.meta, id)
 redis.call('HDEL', K.timeouts, id)
-count('acked', 1)
+count('acked', '1')
 return 1

@@ -21,7 +21,6 @@ if raw then
   redis.call('HSET', K.pvt, info.p, pvt)
 end
 partition_queued(info.p, -1)
-prune_idle(2)
 count('cancelled', 1)
 reset_if_drained()
 return 1

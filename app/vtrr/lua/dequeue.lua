@@ -16,30 +16,26 @@ end
 
 local head
 if from_rear then
-  head = redis.call('ZRANGE', K.queue, -1, -1, 'WITHSCORES')
+  head = redis.call('ZPOPMAX', K.queue)
 else
-  head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  head = redis.call('ZPOPMIN', K.queue)
 end
 if not head[1] then
-  return {top_up_triggers(cap)}
+  return {top_up_triggers(cap, 0)}
 end
-local member = head[1]
-local id = task_id_of(member)
-redis.call('ZREM', K.queue, member)
+local id = task_id_of(head[1])
 if not from_rear then
   redis.call('SET', K.cvt, head[2])
 end
-local info = cjson.decode(redis.call('HGET', K.meta, id))
-partition_queued(info.p, -1)
-prune_idle(16)
+partition_queued(cjson.decode(redis.call('HGET', K.meta, id)).p, -1)
 
 local payload = redis.call('HGET', K.task, id)
 redis.call('HDEL', K.task, id)
 redis.call('HSET', K.inflight_task, id, payload)
 redis.call('HSET', K.lease, id, token)
-local expiry = t + lease_s
+local expiry = string.format('%.6f', t + lease_s)
 redis.call('ZADD', K.inflight, expiry, id)
-count('dequeued', 1)
-reset_if_drained()
+count('dequeued', '1')
+local queued = reset_if_drained()
 local timeouts = redis.call('HGET', K.timeouts, id) or '0'
-return {top_up_triggers(cap), id, payload, timeouts, tostring(expiry)}
+return {top_up_triggers(cap, queued), id, payload, timeouts, expiry}

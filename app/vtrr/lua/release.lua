@@ -6,7 +6,7 @@
 -- Reply: {1, triggers to publish} when released, {0, 0} when the token is stale or unknown.
 local id, token, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not holds_lease(id, token) then return {0, 0} end
-local payload = unlease(id)
+local payload = unlease(id, true)
 redis.call('HSET', K.task, id, payload)
 place(id, cjson.decode(redis.call('HGET', K.meta, id)), true)
 count('released', 1)
