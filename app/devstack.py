@@ -179,4 +179,8 @@ class Stack:
 
 def as_environment(settings: Settings) -> dict[str, str]:
     """The settings as the environment variables that make a child process read them back."""
-    return {name.upper(): str(value) for name, value in settings.model_dump().items()}
+    return {
+        name.upper(): str(value)
+        for name, value in settings.model_dump().items()
+        if value is not None  # unset stays unset: "None" would not parse back
+    }

@@ -93,6 +93,7 @@ class Health(BaseModel):
 
     redis: str
     queues: dict[str, int]
+    detail: str | None = Field(None, description="what is wrong, on a 503")
 
 
 class ErrorBody(BaseModel):

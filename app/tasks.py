@@ -115,6 +115,11 @@ class Service:
     recorder: JobRecorder
     runner: JobRunner
 
+    def close(self) -> None:
+        """Release the broker's and Redis's connections."""
+        self.celery.close()
+        self.recorder.redis.close()
+
     def job_item(self, kind: Kind, job_id: str, duration_s: float) -> Item:
         """The fair-queue item of a job: its id, the job id as the task's argument, its weight."""
         spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}

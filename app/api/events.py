@@ -36,11 +36,14 @@ class EventHub:
         self._task = asyncio.create_task(self._listen(), name="event-hub")
 
     async def stop(self) -> None:
-        """Stop listening."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Stop listening, and close the subscription's connection."""
+        task = self._task
+        # Cancel until it takes: on Python 3.11 a cancel that lands as an inner wait_for
+        # completes (redis-py's connect) can be swallowed, and the task would listen on.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.1)
+        await self._client.aclose()
 
     @contextlib.asynccontextmanager
     async def subscribe(self, job_id: str) -> AsyncIterator[asyncio.Event]:

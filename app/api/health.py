@@ -15,6 +15,7 @@ router = APIRouter(tags=["health"])
 @router.get(
     "/health",
     response_model=Health,
+    response_model_exclude_none=True,
     responses={503: {"model": Health, "description": "Redis is unreachable"}},
 )
 async def health(runtime: RuntimeDep) -> Health | JSONResponse:
@@ -23,6 +24,10 @@ async def health(runtime: RuntimeDep) -> Health | JSONResponse:
         await runtime.redis.ping()
         queues = {kind: await q.length() for kind, q in runtime.queues.items()}
     except (RedisError, OSError) as exc:
-        body = {"redis": f"unreachable: {type(exc).__name__}", "queues": {}}
+        body = {
+            "redis": f"unreachable: {type(exc).__name__}",
+            "queues": {},
+            "detail": "Redis does not answer; the service recovers by itself once it does",
+        }
         return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
     return Health(redis="ok", queues=queues)

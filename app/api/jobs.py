@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, status
+from fastapi import APIRouter, Header, HTTPException, Response, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import NOT_FOUND, AccountDep, RuntimeDep, TaskIdDep
@@ -18,7 +18,8 @@ from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskS
 from app.store import status_of
 
 router = APIRouter(tags=["jobs"])
-EVENT_ID = re.compile(r"\d{1,20}-\d{1,20}")
+EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+MAX_PART = 2**64 - 1
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
     503: {"model": ErrorBody, "description": "Redis is unreachable; retry later"},
@@ -92,6 +93,7 @@ async def task_status(task_id: TaskIdDep, account: AccountDep, runtime: RuntimeD
             "terminal status",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
+        204: {"description": "the job has ended and Last-Event-ID names its last event"},
     },
 )
 async def task_stream(
@@ -99,13 +101,28 @@ async def task_stream(
     account: AccountDep,
     runtime: RuntimeDep,
     last_event_id: Annotated[str | None, Header()] = None,
-) -> EventSourceResponse:
+) -> Response:
     """Server-sent events of the job's changes; resume with Last-Event-ID."""
-    await _owned_job(runtime, account, task_id)
-    after = last_event_id if last_event_id and EVENT_ID.fullmatch(last_event_id) else "0"
+    job = await _owned_job(runtime, account, task_id)
+    after = resume_point(last_event_id)
+    if Status(job["status"]).terminal and not await runtime.store.events_after(task_id, after):
+        # The client has seen the end already: 204 tells an EventSource to stop reconnecting.
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
     return EventSourceResponse(
         _events(runtime, task_id, after), ping=runtime.settings.sse_keepalive_s
     )
+
+
+def resume_point(last_event_id: str | None) -> str:
+    """The event id to resume after: a valid Redis stream id below the largest, else "0" (from
+    the start), so a garbage or out-of-range Last-Event-ID never reaches Redis."""
+    match = EVENT_ID.fullmatch(last_event_id or "")
+    if match is None:
+        return "0"
+    ms, seq = (int(part) for part in match.groups())
+    if ms > MAX_PART or seq > MAX_PART or (ms, seq) == (MAX_PART, MAX_PART):
+        return "0"
+    return f"{ms}-{seq}"
 
 
 async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
@@ -118,4 +135,7 @@ async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[S
                 yield ServerSentEvent(data=state.model_dump_json(), id=event_id)
                 if state.status.terminal:
                     return
+            job = await runtime.store.get(task_id)
+            if job is None or Status(job["status"]).terminal:
+                return  # expired, or its end was before `after`
             await changed.wait()

@@ -59,3 +59,4 @@ class Runtime:
         """Stop the hub and close the connections."""
         await self.hub.stop()
         await self.redis.aclose()
+        self.service.close()

@@ -1,0 +1,119 @@
+"""/openapi.json: every endpoint, with the errors it answers, as the contract describes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Api
+
+pytestmark = pytest.mark.anyio
+
+ERROR = {"$ref": "#/components/schemas/ErrorBody"}
+#: What each endpoint can answer, and the schema of each error's JSON body.
+CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/enqueue-task"): {"401": ERROR, "413": ERROR, "422": ERROR, "503": ERROR},
+    ("get", "/task-status/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
+    ("get", "/task-status/stream/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
+    ("get", "/billing-records"): {
+        "401": ERROR,
+        "422": {"$ref": "#/components/schemas/HTTPValidationError"},
+        "503": ERROR,
+    },
+    ("get", "/health"): {"503": {"$ref": "#/components/schemas/Health"}},
+}
+
+
+async def schema(api: Api) -> dict[str, Any]:
+    response = await api.client.get("/openapi.json")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def json_schema(response: dict[str, Any]) -> Any:
+    return response["content"]["application/json"]["schema"]
+
+
+async def test_every_endpoint_is_described(api: Api) -> None:
+    paths = (await schema(api))["paths"]
+
+    described = {(method, path) for path, ops in paths.items() for method in ops}
+    assert described == set(CONTRACT)
+
+
+@pytest.mark.parametrize(("method", "path"), CONTRACT.keys(), ids=lambda x: str(x))
+async def test_each_error_an_endpoint_answers_is_documented_with_its_body(
+    api: Api, method: str, path: str
+) -> None:
+    responses = (await schema(api))["paths"][path][method]["responses"]
+
+    for code, body in CONTRACT[method, path].items():
+        assert code in responses, f"{method.upper()} {path} does not document {code}"
+        assert json_schema(responses[code]) == body
+
+
+@pytest.mark.parametrize(("method", "path"), CONTRACT.keys(), ids=lambda x: str(x))
+async def test_no_endpoint_documents_an_error_it_cannot_answer(
+    api: Api, method: str, path: str
+) -> None:
+    """The task ids are plain strings (a malformed one is the 404), so FastAPI's automatic 422
+    on the two status endpoints describes an answer that never comes."""
+    responses = (await schema(api))["paths"][path][method]["responses"]
+
+    # A stream may also answer 204: its job has ended and Last-Event-ID names the last event.
+    no_content = {"204"} if path == "/task-status/stream/{task_id}" else set()
+    assert set(responses) == {"200", *no_content, *CONTRACT[method, path]}
+
+
+async def test_the_success_bodies_are_described(api: Api) -> None:
+    paths = (await schema(api))["paths"]
+
+    def ok(method: str, path: str) -> dict[str, Any]:
+        response: dict[str, Any] = paths[path][method]["responses"]["200"]
+        return response
+
+    assert json_schema(ok("post", "/enqueue-task")) == {
+        "$ref": "#/components/schemas/EnqueueResponse"
+    }
+    assert json_schema(ok("get", "/task-status/{task_id}")) == {
+        "$ref": "#/components/schemas/TaskStatus"
+    }
+    assert set(ok("get", "/task-status/stream/{task_id}")["content"]) == {"text/event-stream"}
+    assert json_schema(ok("get", "/billing-records"))["items"] == {
+        "$ref": "#/components/schemas/BillingRecord"
+    }
+    assert json_schema(ok("get", "/health")) == {"$ref": "#/components/schemas/Health"}
+
+
+async def test_the_request_body_refuses_unknown_fields_and_non_positive_durations(
+    api: Api,
+) -> None:
+    request = (await schema(api))["components"]["schemas"]["EnqueueRequest"]
+
+    assert request["additionalProperties"] is False
+    assert set(request["required"]) == {"kind", "duration_s"}
+    assert request["properties"]["kind"]["enum"] == ["short", "long"]
+    assert request["properties"]["duration_s"]["exclusiveMinimum"] == 0
+
+
+async def test_the_keyed_endpoints_declare_the_api_key_header(api: Api) -> None:
+    body = await schema(api)
+
+    assert body["components"]["securitySchemes"]["APIKeyHeader"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-Key",
+        "description": "An API key from the accounts file",
+    }
+    for method, path in CONTRACT:
+        security = body["paths"][path][method].get("security")
+        expected = None if path == "/health" else [{"APIKeyHeader": []}]
+        assert security == expected, f"{method.upper()} {path}"
+
+
+async def test_error_bodies_have_a_detail(api: Api) -> None:
+    error = (await schema(api))["components"]["schemas"]["ErrorBody"]
+
+    assert error["required"] == ["detail"]
