@@ -19,8 +19,11 @@ class Charge:
     gpu_seconds: float
 
 
-def price(settings: Settings, kind: Kind, gpu_seconds: float) -> Charge:
-    """The charge for gpu_seconds of a job of this kind: the kind's rate per second, in cents
-    rounded to the nearest."""
+def price(settings: Settings, kind: Kind, gpu_seconds: float, *, cancelled: bool = False) -> Charge:
+    """The charge for gpu_seconds of a job of this kind: the kind's rate per second, rounded to
+    the cent. A job cancelled while running pays for the seconds it ran."""
     cost = round(settings.price_per_s(kind) * gpu_seconds, 2)
-    return Charge(cost=cost, description=DESCRIPTIONS[kind], gpu_seconds=round(gpu_seconds, 3))
+    description = DESCRIPTIONS[kind] + (
+        f", cancelled after {gpu_seconds:.1f} s" if cancelled else ""
+    )
+    return Charge(cost=cost, description=description, gpu_seconds=round(gpu_seconds, 3))

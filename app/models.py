@@ -74,6 +74,7 @@ class TaskStatus(BaseModel):
     attempts: int = Field(description="runs started so far")
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
     error: str | None = Field(None, description="why a FAILURE failed")
+    cancel_requested: bool = Field(False, description="its owner asked a running job to stop")
 
 
 class BillingRecord(BaseModel):

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from app.billing import Charge
 from app.models import JobResult, Status, TaskStatus
 from app.settings import Kind, Settings
+from app.vtrr.queue import as_text
 from app.vtrr.scripts import source
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -50,13 +51,9 @@ def billed_key(job_id: str) -> str:
     return f"fairgpu:billed:{job_id}"
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def decode(fields: Mapping[Any, Any]) -> dict[str, str]:
     """A Redis hash (or stream entry) as str -> str."""
-    return {_text(k): _text(v) for k, v in fields.items()}
+    return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
 def _number(job: Mapping[str, str], field: str) -> float | None:
@@ -87,6 +84,7 @@ def status_of(job: Mapping[str, str], position: int | None = None) -> TaskStatus
         attempts=int(job.get("attempts", "0")),
         position=position if status is Status.PENDING else None,
         error=job.get("error"),
+        cancel_requested="cancel" in job and status is Status.STARTED,
     )
 
 
@@ -106,12 +104,19 @@ class JobStore:
         self.redis = client
         self._ttl = settings.job_ttl_s
         self._create = client.register_script(source("create", LUA_DIR))
+        self._revoke = client.register_script(source("revoke", LUA_DIR))
 
     async def create(self, job_id: str, owner: str, kind: Kind, duration_s: float) -> float:
         """Write a new PENDING job owned by owner; returns its enqueued_at."""
         keys = [job_key(job_id), events_key(job_id)]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
         return float(await self._create(keys=keys, args=args))
+
+    async def revoke(self, job_id: str) -> str:
+        """Cancel a job: 'revoked' (it was queued), 'stopping' (its worker is asked to stop),
+        its final status when it had already ended, or 'gone'."""
+        keys = [job_key(job_id), events_key(job_id)]
+        return as_text(await self._revoke(keys=keys, args=[job_id, CHANNEL, self._ttl]))
 
     async def get(self, job_id: str) -> dict[str, str] | None:
         """The job's hash, or None when it does not exist (or has expired)."""
@@ -126,11 +131,13 @@ class JobStore:
         """The job's events after the event id `after` ("0" for all), oldest first."""
         start = f"({after}" if after != "0" else "-"
         entries = await self.redis.xrange(events_key(job_id), min=start) or []
-        return [(_text(event_id), decode(fields or {})) for event_id, fields in entries if event_id]
+        return [
+            (as_text(event_id), decode(fields or {})) for event_id, fields in entries if event_id
+        ]
 
     async def billing(self, user_id: str, limit: int) -> list[str]:
         """The account's billing records as JSON texts, newest first."""
-        return [_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]
+        return [as_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]
 
 
 class JobRecorder:
@@ -147,12 +154,16 @@ class JobRecorder:
         """The job's hash, or None."""
         return decode(self.redis.hgetall(job_key(job_id))) or None
 
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether the job's owner has asked for it to stop."""
+        return bool(self.redis.hexists(job_key(job_id), "cancel"))
+
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
         keys = [job_key(job_id), events_key(job_id)]
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
-        reply = [_text(x) if isinstance(x, bytes | str) else x for x in self._start(keys, args)]
+        reply = [as_text(x) if isinstance(x, bytes | str) else x for x in self._start(keys, args)]
         if reply[0] == "run":
             return Started(run=True, attempt=int(reply[1]))
         return Started(run=False, reason=reply[0])

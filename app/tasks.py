@@ -87,8 +87,12 @@ class JobRunner:
         duration = float(job["duration_s"])
         every = self.settings.heartbeat_seconds
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
+
+            def should_stop() -> bool:
+                return beat.lost or self.recorder.cancel_requested(job_id)
+
             try:
-                outcome = self.workload(self.device, duration, lambda: beat.lost)
+                outcome = self.workload(self.device, duration, should_stop)
             except Exception as exc:
                 log.exception("job %s failed", job_id)
                 error = f"{type(exc).__name__}: {exc}"
@@ -96,8 +100,12 @@ class JobRunner:
                     job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=job["owner"], error=error
                 )
                 return "failed"
-        if outcome.stopped:
+        if outcome.stopped and beat.lost:
             return "lease lost"  # another run owns the job now; leave its end to that run
+        if outcome.stopped:  # its owner cancelled it: REVOKED, billed for the time it ran
+            charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
+            self.recorder.finish(job_id, token, Status.REVOKED, charge=charge, owner=job["owner"])
+            return "cancelled"
         charge = billing.price(self.settings, kind, duration)
         finished = self.recorder.finish(
             job_id, token, Status.SUCCESS, charge=charge, owner=job["owner"], tflops=outcome.tflops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,3 +110,35 @@ def test_a_stale_run_cannot_finish_or_bill(redis_url: str, r: redis.Redis) -> No
 @pytest.mark.parametrize(("duration", "weight"), [(0.2, 1), (1.0, 1), (1.5, 2), (3000, 3000)])
 def test_job_weight_is_its_gpu_seconds_rounded_up(duration: float, weight: int) -> None:
     assert job_weight(duration) == weight
+
+
+def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time(
+    redis_url: str, r: redis.Redis
+) -> None:
+    def cancelled_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
+        r.hset(job_key("job-5"), "cancel", 1)  # the owner's DELETE, as revoke.lua writes it
+        assert should_stop()
+        return gpu.Outcome(seconds=2.0, tflops=None, stopped=True)
+
+    service = service_for(redis_url, workload=cancelled_midway)
+    token = new_job(service, r, "job-5", duration_s=30)
+    assert service.runner.run("short", "job-5", token) == "cancelled"
+    job = service.recorder.get("job-5")
+    assert job is not None
+    assert job["status"] == "REVOKED"
+    records = [json.loads(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    assert [(x["task_id"], x["gpu_seconds"], x["cost"]) for x in records] == [("job-5", 2.0, 1.0)]
+    assert "cancelled after 2.0 s" in records[0]["description"]
+
+
+def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
+    redis_url: str, r: redis.Redis
+) -> None:
+    service = service_for(redis_url)
+    token = new_job(service, r, "job-6")
+    r.hset(job_key("job-6"), mapping={"status": "STARTED", "cancel": 1})  # the lost run's state
+    assert service.runner.run("short", "job-6", token) == "ended"
+    job = service.recorder.get("job-6")
+    assert job is not None
+    assert job["status"] == "REVOKED"
+    assert r.llen(billing_key(OWNER)) == 0

@@ -82,6 +82,43 @@ async def task_status(task_id: TaskIdDep, account: AccountDep, runtime: RuntimeD
     return await _status(runtime, await _owned_job(runtime, account, task_id))
 
 
+@router.delete(
+    "/tasks/{task_id}",
+    response_model=TaskStatus,
+    status_code=status.HTTP_200_OK,
+    responses={
+        **ERRORS,
+        **NOT_YOURS,
+        200: {"description": "the job was queued and is now REVOKED, unbilled"},
+        202: {
+            "model": TaskStatus,
+            "description": "the job is running and was asked to stop; it ends REVOKED, billed "
+            "for the time it ran",
+        },
+        409: {"model": ErrorBody, "description": "the job has already ended"},
+    },
+)
+async def cancel_task(
+    task_id: TaskIdDep, account: AccountDep, runtime: RuntimeDep, response: Response
+) -> TaskStatus:
+    """Cancel one of the caller's jobs."""
+    job = await _owned_job(runtime, account, task_id)
+    outcome = await runtime.store.revoke(task_id)
+    if outcome == "revoked":
+        # It is REVOKED already; if a worker leases it meanwhile, start.lua will not run it.
+        await runtime.queues[job["kind"]].cancel(task_id)  # type: ignore[index]
+    elif outcome == "stopping":
+        response.status_code = status.HTTP_202_ACCEPTED
+    elif outcome == "gone":
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NOT_FOUND)
+    else:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, detail=f"the task has already ended: {outcome}"
+        )
+    fresh = await runtime.store.get(task_id)
+    return await _status(runtime, fresh or job)
+
+
 @router.get(
     "/task-status/stream/{task_id}",
     response_class=EventSourceResponse,

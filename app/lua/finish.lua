@@ -1,7 +1,9 @@
--- finish.lua: record how a run ended and, for a success, charge the owner once. Only the run
--- that holds the job's current lease token may finish it: a stale worker is refused.
+-- finish.lua: record how a run ended and charge the owner once (a success, or a run stopped by
+-- its owner's cancel, for the time it used). Only the run that holds the job's current lease
+-- token may finish it: a stale worker is refused.
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] owner's billing list  KEYS[4] billed marker
--- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE)  ARGV[4] error ('' none)
+-- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE|REVOKED)
+-- ARGV[4] error ('' none)
 -- ARGV[5] tflops ('' none)  ARGV[6] cost  ARGV[7] description  ARGV[8] gpu-seconds
 -- ARGV[9] channel  ARGV[10] ttl
 -- Reply: 1 when recorded, 0 when refused (stale token, or the job is not running).
@@ -13,7 +15,8 @@ redis.call('HSET', JOB, 'status', ARGV[3], 'finished_at', t)
 if ARGV[4] ~= '' then redis.call('HSET', JOB, 'error', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', JOB, 'tflops', ARGV[5]) end
 local ttl = tonumber(ARGV[10])
-if ARGV[3] == 'SUCCESS' and redis.call('SET', KEYS[4], 1, 'NX', 'EX', ttl) then
+local billable = ARGV[3] == 'SUCCESS' or (ARGV[3] == 'REVOKED' and tonumber(ARGV[6]) > 0)
+if billable and redis.call('SET', KEYS[4], 1, 'NX', 'EX', ttl) then
   local fields = redis.call('HMGET', JOB, 'owner', 'kind')
   redis.call('LPUSH', KEYS[3], cjson.encode({
     user_id = fields[1], task_id = ARGV[1], kind = fields[2], cost = tonumber(ARGV[6]),

@@ -3,9 +3,16 @@
 -- KEYS[1] job hash  KEYS[2] event stream
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] worker  ARGV[4] gpu id ('' for none)
 -- ARGV[5] max attempts  ARGV[6] channel  ARGV[7] ttl
--- Reply: {'run', attempt} | {'ended'} (gone or already ended) | {'exhausted'} (now FAILURE)
+-- Reply: {'run', attempt} | {'ended'} (gone, ended, or cancelled: now REVOKED)
+--        | {'exhausted'} (now FAILURE)
 local status = redis.call('HGET', JOB, 'status')
 if not status or TERMINAL[status] then return {'ended'} end
+if redis.call('HGET', JOB, 'cancel') then
+  -- cancelled while its last run was being lost: end it without running it again
+  redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now())
+  emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
+  return {'ended'}
+end
 local attempts = tonumber(redis.call('HGET', JOB, 'attempts') or '0')
 local t = now()
 if attempts >= tonumber(ARGV[5]) then

@@ -16,6 +16,7 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/enqueue-task"): {"401": ERROR, "413": ERROR, "422": ERROR, "503": ERROR},
     ("get", "/task-status/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
     ("get", "/task-status/stream/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
+    ("delete", "/tasks/{task_id}"): {"401": ERROR, "404": ERROR, "409": ERROR, "503": ERROR},
     ("get", "/billing-records"): {
         "401": ERROR,
         "422": {"$ref": "#/components/schemas/HTTPValidationError"},
@@ -62,9 +63,13 @@ async def test_no_endpoint_documents_an_error_it_cannot_answer(
     on the two status endpoints describes an answer that never comes."""
     responses = (await schema(api))["paths"][path][method]["responses"]
 
-    # A stream may also answer 204: its job has ended and Last-Event-ID names the last event.
-    no_content = {"204"} if path == "/task-status/stream/{task_id}" else set()
-    assert set(responses) == {"200", *no_content, *CONTRACT[method, path]}
+    # Successes other than 200: a stream's 204 (its job has ended and Last-Event-ID names the
+    # last event), and a cancel's 202 (a running job was asked to stop).
+    other_success = {
+        ("get", "/task-status/stream/{task_id}"): {"204"},
+        ("delete", "/tasks/{task_id}"): {"202"},
+    }.get((method, path), set())
+    assert set(responses) == {"200", *other_success, *CONTRACT[method, path]}
 
 
 async def test_the_success_bodies_are_described(api: Api) -> None:

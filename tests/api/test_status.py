@@ -60,6 +60,7 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "attempts": 0,
         "position": 0,
         "error": None,
+        "cancel_requested": False,
     }
 
 

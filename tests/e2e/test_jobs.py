@@ -121,3 +121,21 @@ def test_killed_worker_s_job_succeeds_on_another_with_one_bill(
     # Reported, not asserted (timing on a shared machine): lease 2 s + a reclaim round of 0.5 s.
     print(f"job back on a worker {result['started_at'] - killed_at:.2f} s after the kill")
     assert [r["task_id"] for r in bills(stack, DEMO_KEY)] == [task_id]
+
+
+def test_cancelling_a_running_job_stops_it_and_bills_the_time_it_ran(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(workers=1)
+    task_id = submit(stack, DEMO_KEY, duration_s=30)
+    wait_for(lambda: status(stack, DEMO_KEY, task_id)["status"] == "STARTED", what="the start")
+    reply = httpx.delete(f"{stack.url}/tasks/{task_id}", headers={"X-API-Key": DEMO_KEY})
+    assert reply.status_code == 202, reply.text
+    done = wait_for(lambda: finished(stack, DEMO_KEY, task_id), what="the cancelled job to end")
+    assert done["status"] == "REVOKED"
+    [record] = bills(stack, DEMO_KEY)
+    assert record["task_id"] == task_id
+    assert 0 < float(record["gpu_seconds"]) < 30  # type: ignore[arg-type]
+    # The worker is free again: the next job runs.
+    next_id = submit(stack, DEMO_KEY, duration_s=0.1)
+    assert wait_for(lambda: finished(stack, DEMO_KEY, next_id))["status"] == "SUCCESS"
