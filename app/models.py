@@ -43,6 +43,10 @@ class EnqueueRequest(BaseModel):
             raise ValueError("duration_s must be finite")
         return float(value)
 
+    def fingerprint(self) -> str:
+        """What identifies this request for an Idempotency-Key."""
+        return f"{self.kind}:{self.duration_s!r}"
+
 
 class EnqueueResponse(BaseModel):
     """The answer to an accepted job."""

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     max_short_s: float = Field(60, gt=0, description="longest duration_s of a short job")
     max_long_s: float = Field(3000, gt=0, description="longest duration_s of a long job")
     job_ttl_s: int = Field(7 * 86400, gt=0, description="how long a finished job's record is kept")
+    idempotency_ttl_s: int = Field(
+        86400, gt=0, description="how long an Idempotency-Key is remembered"
+    )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: str = Field("short,long", description="queues a worker takes jobs from")

@@ -5,6 +5,8 @@
     fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash
     fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
     fairgpu:billed:<id>       string  "already billed" marker, set with the record
+    fairgpu:idem:<account>:<sha256 of key>
+                              string  "<job id> <request fingerprint>" for an Idempotency-Key
     fairgpu:events            channel a job id is published on it at every change
 
 Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
@@ -13,6 +15,7 @@ scripts in app/lua/, each writing the new state, its event and its notification 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from app.billing import Charge
 from app.models import JobResult, Status, TaskStatus
@@ -31,9 +35,17 @@ LUA_DIR = Path(__file__).with_name("lua")
 CHANNEL = "fairgpu:events"
 
 
+JOB_PREFIX = "fairgpu:job:"
+
+
 def job_key(job_id: str) -> str:
     """The hash that holds one job."""
-    return f"fairgpu:job:{job_id}"
+    return f"{JOB_PREFIX}{job_id}"
+
+
+def idempotency_key(user_id: str, key: str) -> str:
+    """The record of one Idempotency-Key of one account (the key itself is not stored)."""
+    return f"fairgpu:idem:{user_id}:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def events_key(job_id: str) -> str:
@@ -88,6 +100,10 @@ def status_of(job: Mapping[str, str], position: int | None = None) -> TaskStatus
     )
 
 
+class IdempotencyMismatchError(Exception):
+    """An Idempotency-Key was used again with a different request."""
+
+
 @dataclass(frozen=True)
 class Started:
     """What start() decided: run (with the attempt number), or do not run."""
@@ -103,14 +119,36 @@ class JobStore:
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.redis = client
         self._ttl = settings.job_ttl_s
+        self._idempotency_ttl = settings.idempotency_ttl_s
         self._create = client.register_script(source("create", LUA_DIR))
         self._revoke = client.register_script(source("revoke", LUA_DIR))
 
-    async def create(self, job_id: str, owner: str, kind: Kind, duration_s: float) -> float:
-        """Write a new PENDING job owned by owner; returns its enqueued_at."""
+    async def create(
+        self,
+        job_id: str,
+        owner: str,
+        kind: Kind,
+        duration_s: float,
+        once: tuple[str, str] | None = None,
+    ) -> tuple[str, bool]:
+        """Write a new PENDING job owned by owner; returns (its id, True).
+
+        With once = (Idempotency-Key, request fingerprint), a key already used by this account
+        for the same request returns (the first job's id, False) and writes nothing; used for
+        another request, it raises IdempotencyMismatchError.
+        """
         keys = [job_key(job_id), events_key(job_id)]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
-        return float(await self._create(keys=keys, args=args))
+        if once is not None:
+            keys.append(idempotency_key(owner, once[0]))
+            args += [once[1], self._idempotency_ttl, JOB_PREFIX]
+        try:
+            outcome, value = await self._create(keys=keys, args=args)
+        except ResponseError as exc:
+            if str(exc).startswith("IDEMPOTENCY_MISMATCH"):
+                raise IdempotencyMismatchError(str(exc).split()[-1]) from None
+            raise
+        return (job_id, True) if as_text(outcome) == "created" else (as_text(value), False)
 
     async def revoke(self, job_id: str) -> str:
         """Cancel a job: 'revoked' (it was queued), 'stopping' (its worker is asked to stop),

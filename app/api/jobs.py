@@ -15,9 +15,20 @@ from app.api.deps import NOT_FOUND, AccountDep, RuntimeDep, TaskIdDep
 from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskStatus
-from app.store import status_of
+from app.store import IdempotencyMismatchError, status_of
+from app.vtrr import DuplicateTaskError
 
 router = APIRouter(tags=["jobs"])
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[!-~]+$",
+        description="any printable ASCII text up to 255 characters, chosen by the client",
+    ),
+]
 EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -39,27 +50,57 @@ NOT_YOURS: dict[int | str, dict[str, Any]] = {
     },
 )
 async def enqueue_task(
-    body: EnqueueRequest, account: AccountDep, runtime: RuntimeDep
+    body: EnqueueRequest,
+    account: AccountDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> EnqueueResponse:
-    """Queue a job for the caller's account in the short or long fair queue."""
+    """Queue a job for the caller's account in the short or long fair queue.
+
+    With an Idempotency-Key, repeating the request returns the first request's task instead of
+    queueing another; the same key with a different body is a 422.
+    """
     limit = runtime.settings.max_duration_s(body.kind)
     if body.duration_s > limit:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
         )
-    job_id = str(uuid.uuid4())
-    await runtime.store.create(job_id, account.user_id, body.kind, body.duration_s)
+    once = None if idempotency_key is None else (idempotency_key, body.fingerprint())
+    try:
+        job_id, created = await runtime.store.create(
+            str(uuid.uuid4()), account.user_id, body.kind, body.duration_s, once
+        )
+    except IdempotencyMismatchError:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail="this Idempotency-Key was used with a different request",
+        ) from None
+    if created:
+        await _enqueue(runtime, account.user_id, body, job_id, forget_on_failure=True)
+    else:
+        job = await runtime.store.get(job_id)
+        if job is not None and job["status"] == Status.PENDING:
+            # The first request may have died between its two steps: make sure it is queued.
+            await _enqueue(runtime, account.user_id, body, job_id, forget_on_failure=False)
+    return EnqueueResponse(task_id=job_id)
+
+
+async def _enqueue(
+    runtime: Runtime, user_id: str, body: EnqueueRequest, job_id: str, *, forget_on_failure: bool
+) -> None:
     item = runtime.service.job_item(body.kind, job_id, body.duration_s)
     try:
-        _, triggers = await runtime.queues[body.kind].enqueue(account.user_id, [item])
+        _, triggers = await runtime.queues[body.kind].enqueue(user_id, [item])
+    except DuplicateTaskError:
+        return  # a concurrent request with the same Idempotency-Key queued it already
     except BaseException:
-        await runtime.store.delete(job_id)  # nothing half-written: the caller never saw this id
+        if forget_on_failure:
+            await runtime.store.delete(job_id)  # nothing half-written: no one saw this id
         raise
     if triggers:
         publish = runtime.service.queues[body.kind].publish_triggers
         await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop
-    return EnqueueResponse(task_id=job_id)
 
 
 async def _owned_job(runtime: Runtime, account: Account, task_id: str) -> dict[str, str]:

@@ -1,0 +1,83 @@
+"""Idempotency-Key on POST /enqueue-task: submit once, however often the request is sent."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from app.store import job_key
+from tests.api.conftest import Api
+from tests.api.helpers import KEY, SECOND_KEY, Untouched, contents
+
+pytestmark = pytest.mark.anyio
+BODY = {"kind": "short", "duration_s": 5}
+
+
+async def post(api: Api, key: str, body: object = BODY, who: dict[str, str] = KEY) -> object:
+    return await api.client.post(
+        "/enqueue-task", json=body, headers={**who, "Idempotency-Key": key}
+    )
+
+
+async def test_the_same_key_and_body_return_the_same_task(api: Api, r: redis.Redis) -> None:
+    first = await post(api, "order-1")
+    again = await post(api, "order-1")
+    assert first.status_code == again.status_code == 200  # type: ignore[attr-defined]
+    assert first.json() == again.json()  # type: ignore[attr-defined]
+    assert r.zcard("vtrr:{short}:queue") == 1
+
+
+async def test_the_same_key_with_another_body_is_a_422_that_writes_nothing(
+    api: Api, r: redis.Redis
+) -> None:
+    await post(api, "order-2")
+    before = contents(r)
+    response = await post(api, "order-2", body={"kind": "short", "duration_s": 6})
+    assert contents(r) == before
+    assert response.status_code == 422  # type: ignore[attr-defined]
+    assert response.json() == {  # type: ignore[attr-defined]
+        "detail": "this Idempotency-Key was used with a different request"
+    }
+
+
+async def test_keys_belong_to_an_account(api: Api) -> None:
+    mine = await post(api, "shared-name")
+    theirs = await post(api, "shared-name", who=SECOND_KEY)
+    assert mine.json()["task_id"] != theirs.json()["task_id"]  # type: ignore[attr-defined]
+
+
+async def test_concurrent_requests_with_one_key_create_one_task(api: Api, r: redis.Redis) -> None:
+    replies = await asyncio.gather(*(post(api, "burst") for _ in range(10)))
+    assert {reply.status_code for reply in replies} == {200}  # type: ignore[attr-defined]
+    assert len({reply.json()["task_id"] for reply in replies}) == 1  # type: ignore[attr-defined]
+    assert r.zcard("vtrr:{short}:queue") == 1
+    assert len(r.keys("fairgpu:job:*")) == 1
+
+
+async def test_a_key_whose_job_is_gone_creates_a_new_one(api: Api, r: redis.Redis) -> None:
+    first = (await post(api, "order-3")).json()["task_id"]  # type: ignore[attr-defined]
+    r.delete(job_key(first))  # expired, or never queued
+    second = (await post(api, "order-3")).json()["task_id"]  # type: ignore[attr-defined]
+    assert second != first
+
+
+async def test_a_replay_queues_a_job_that_its_first_request_left_unqueued(
+    api: Api, r: redis.Redis
+) -> None:
+    task_id = (await post(api, "order-4")).json()["task_id"]  # type: ignore[attr-defined]
+    r.delete("vtrr:{short}:queue", "vtrr:{short}:task", "vtrr:{short}:meta")  # as if lost
+    assert (await post(api, "order-4")).json()["task_id"] == task_id  # type: ignore[attr-defined]
+    assert r.zcard("vtrr:{short}:queue") == 1
+
+
+@pytest.mark.parametrize("key", [b"", b"x" * 256, b"has space", b"tab\there", "é".encode()])
+async def test_a_malformed_key_is_a_422(api: Api, r: redis.Redis, key: bytes) -> None:
+    with Untouched(r):
+        response = await api.client.post(
+            "/enqueue-task",
+            json=BODY,
+            headers=[(b"X-API-Key", b"default_api_key"), (b"Idempotency-Key", key)],
+        )
+    assert response.status_code == 422, response.text
