@@ -132,18 +132,21 @@ class Stack:
     def _reclaim_loop(self) -> None:
         """The dev stack's own timer in place of Celery Beat: reclaim_and_dispatch per queue."""
         settings = self.settings
-        queues = build(settings, Accounts.load(settings.users_file)).queues
-        while not self._stop.wait(settings.reclaim_interval_s):
-            for queue in queues.values():
-                try:
-                    queue.reclaim_and_dispatch()
-                except (redis.RedisError, OSError):
-                    log.warning(
-                        "reclaim of %s failed; next round in %s s",
-                        queue.name,
-                        settings.reclaim_interval_s,
-                        exc_info=True,
-                    )
+        service = build(settings, Accounts.load(settings.users_file))
+        try:
+            while not self._stop.wait(settings.reclaim_interval_s):
+                for queue in service.queues.values():
+                    try:
+                        queue.reclaim_and_dispatch()
+                    except (redis.RedisError, OSError):
+                        log.warning(
+                            "reclaim of %s failed; next round in %s s",
+                            queue.name,
+                            settings.reclaim_interval_s,
+                            exc_info=True,
+                        )
+        finally:
+            service.close()
 
     def stop(self) -> None:
         """Stop the timer, the workers, the API, and the Redis this stack started."""

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     idempotency_ttl_s: int = Field(
         86400, gt=0, description="how long an Idempotency-Key is remembered"
     )
+    rate_limit_per_s: int = Field(
+        100, ge=0, description="requests a second one API key may make (0: no limit)"
+    )
+    max_queued_per_account: int = Field(
+        1000, ge=1, description="jobs one account may have queued in each queue"
+    )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: str = Field("short,long", description="queues a worker takes jobs from")

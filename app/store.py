@@ -7,6 +7,8 @@
     fairgpu:billed:<id>       string  "already billed" marker, set with the record
     fairgpu:idem:<account>:<sha256 of key>
                               string  "<job id> <request fingerprint>" for an Idempotency-Key
+    fairgpu:rate:<key digest>:<second>
+                              string  requests made with one API key in one second
     fairgpu:events            channel a job id is published on it at every change
 
 Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
@@ -51,6 +53,11 @@ def idempotency_key(user_id: str, key: str) -> str:
 def events_key(job_id: str) -> str:
     """The stream of one job's changes."""
     return f"fairgpu:events:{job_id}"
+
+
+def rate_key(key_digest: str, second: int) -> str:
+    """The counter of one API key's requests in one second."""
+    return f"fairgpu:rate:{key_digest}:{second}"
 
 
 def billing_key(user_id: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,19 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"
 OWNER = "11111111-1111-1111-1111-111111111111"
 
 
-def service_for(redis_url: str, workload: Callable[..., gpu.Outcome] = gpu.run) -> Service:
-    settings = Settings(redis_url=redis_url, users_file=FIXTURES, max_attempts=2)
-    return build(settings, Accounts.load(FIXTURES), workload=workload)
+@pytest.fixture
+def make_service(redis_url: str) -> Iterator[Callable[..., Service]]:
+    """Build the service's worker side on the test Redis; closed after the test."""
+    built: list[Service] = []
+
+    def make(workload: Callable[..., gpu.Outcome] = gpu.run) -> Service:
+        settings = Settings(redis_url=redis_url, users_file=FIXTURES, max_attempts=2)
+        built.append(build(settings, Accounts.load(FIXTURES), workload=workload))
+        return built[-1]
+
+    yield make
+    for service in built:
+        service.close()
 
 
 def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0.01) -> str:
@@ -47,8 +57,10 @@ def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0
     return lease.token
 
 
-def test_a_job_runs_and_is_billed_once(redis_url: str, r: redis.Redis) -> None:
-    service = service_for(redis_url)
+def test_a_job_runs_and_is_billed_once(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
     token = new_job(service, r, "job-1")
     assert service.runner.run("short", "job-1", token) == "done"
     job = service.recorder.get("job-1")
@@ -61,12 +73,12 @@ def test_a_job_runs_and_is_billed_once(redis_url: str, r: redis.Redis) -> None:
 
 
 def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
-    redis_url: str, r: redis.Redis
+    make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
     def broken(device: gpu.Device, duration_s: float, should_stop: object) -> gpu.Outcome:
         raise RuntimeError("CUDA error: out of memory")
 
-    service = service_for(redis_url, workload=broken)
+    service = make_service(workload=broken)
     token = new_job(service, r, "job-2")
     assert service.runner.run("short", "job-2", token) == "failed"
     job = service.recorder.get("job-2")
@@ -77,9 +89,9 @@ def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
 
 
 def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
-    redis_url: str, r: redis.Redis
+    make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
-    service = service_for(redis_url)
+    service = make_service()
     new_job(service, r, "job-3")
     recorder: JobRecorder = service.recorder
     assert recorder.start("job-3", "run-1", "cpu1@h", None).attempt == 1  # this run dies
@@ -93,8 +105,10 @@ def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
     assert r.llen(billing_key(OWNER)) == 0
 
 
-def test_a_stale_run_cannot_finish_or_bill(redis_url: str, r: redis.Redis) -> None:
-    service = service_for(redis_url)
+def test_a_stale_run_cannot_finish_or_bill(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
     new_job(service, r, "job-4")
     recorder = service.recorder
     recorder.start("job-4", "stale", "cpu1@h", None)
@@ -113,14 +127,14 @@ def test_job_weight_is_its_gpu_seconds_rounded_up(duration: float, weight: int) 
 
 
 def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time(
-    redis_url: str, r: redis.Redis
+    make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
     def cancelled_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
         r.hset(job_key("job-5"), "cancel", 1)  # the owner's DELETE, as revoke.lua writes it
         assert should_stop()
         return gpu.Outcome(seconds=2.0, tflops=None, stopped=True)
 
-    service = service_for(redis_url, workload=cancelled_midway)
+    service = make_service(workload=cancelled_midway)
     token = new_job(service, r, "job-5", duration_s=30)
     assert service.runner.run("short", "job-5", token) == "cancelled"
     job = service.recorder.get("job-5")
@@ -132,9 +146,9 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
 
 
 def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
-    redis_url: str, r: redis.Redis
+    make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
-    service = service_for(redis_url)
+    service = make_service()
     token = new_job(service, r, "job-6")
     r.hset(job_key("job-6"), mapping={"status": "STARTED", "cancel": 1})  # the lost run's state
     assert service.runner.run("short", "job-6", token) == "ended"

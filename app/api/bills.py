@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import AccountDep, RuntimeDep
+from app.api.deps import CallerDep, RuntimeDep
 from app.api.jobs import ERRORS
 from app.models import BillingRecord
 
@@ -15,10 +15,11 @@ router = APIRouter(tags=["billing"])
 
 @router.get("/billing-records", response_model=list[BillingRecord], responses=ERRORS)
 async def billing_records(
-    account: AccountDep,
+    caller: CallerDep,
     runtime: RuntimeDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="most records to return")] = 100,
 ) -> list[BillingRecord]:
     """The caller's billing records, newest first."""
-    texts = await runtime.store.billing(account.user_id, limit)
+    await caller.spend(runtime)
+    texts = await runtime.store.billing(caller.account.user_id, limit)
     return [BillingRecord.model_validate_json(text) for text in texts]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import APIKeyHeader
 
 from app.api.runtime import Runtime
-from app.auth import Account
+from app.auth import Account, digest
 
 api_key_header = APIKeyHeader(
     name="X-API-Key", auto_error=False, description="An API key from the accounts file"
@@ -26,9 +27,31 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def current_account(
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the account, and which of its keys (by digest) was used."""
+
+    account: Account
+    key_digest: str
+
+    async def spend(self, runtime: Runtime) -> None:
+        """Count one request against this key's rate; 429 with Retry-After past the limit.
+
+        Handlers call it once the request has passed validation, so a rejected request writes
+        nothing to Redis.
+        """
+        retry_after = await runtime.limiter.spend(self.key_digest)
+        if retry_after is not None:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=f"more than {runtime.limiter.per_second} requests a second with this key",
+                headers={"Retry-After": str(retry_after)},
+            )
+
+
+def current_caller(
     runtime: RuntimeDep, key: Annotated[str | None, Security(api_key_header)]
-) -> Account:
+) -> Caller:
     """The account whose key came in X-API-Key; 401 when it is missing or unknown."""
     account = runtime.accounts.authenticate(key)
     if account is None:
@@ -37,10 +60,10 @@ def current_account(
             detail="missing or invalid API key (header X-API-Key)",
             headers={"WWW-Authenticate": "ApiKey"},
         )
-    return account
+    return Caller(account, digest(key or ""))
 
 
-AccountDep = Annotated[Account, Depends(current_account)]
+CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
 def valid_task_id(task_id: str) -> str:

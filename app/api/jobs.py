@@ -11,12 +11,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Response, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import NOT_FOUND, AccountDep, RuntimeDep, TaskIdDep
+from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
 from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskStatus
 from app.store import IdempotencyMismatchError, status_of
-from app.vtrr import DuplicateTaskError
+from app.vtrr import DuplicateTaskError, QueueFullError
 
 router = APIRouter(tags=["jobs"])
 IdempotencyKeyHeader = Annotated[
@@ -31,8 +31,10 @@ IdempotencyKeyHeader = Annotated[
 ]
 EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
+QUEUE_FULL_RETRY_S = 30  # a guess at when some of the account's jobs will have started
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
+    429: {"model": ErrorBody, "description": "too many requests with this key; see Retry-After"},
     503: {"model": ErrorBody, "description": "Redis is unreachable; retry later"},
 }
 NOT_YOURS: dict[int | str, dict[str, Any]] = {
@@ -51,7 +53,7 @@ NOT_YOURS: dict[int | str, dict[str, Any]] = {
 )
 async def enqueue_task(
     body: EnqueueRequest,
-    account: AccountDep,
+    caller: CallerDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> EnqueueResponse:
@@ -66,6 +68,8 @@ async def enqueue_task(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
         )
+    await caller.spend(runtime)
+    account = caller.account
     once = None if idempotency_key is None else (idempotency_key, body.fingerprint())
     try:
         job_id, created = await runtime.store.create(
@@ -90,13 +94,20 @@ async def _enqueue(
     runtime: Runtime, user_id: str, body: EnqueueRequest, job_id: str, *, forget_on_failure: bool
 ) -> None:
     item = runtime.service.job_item(body.kind, job_id, body.duration_s)
+    most = runtime.settings.max_queued_per_account
     try:
-        _, triggers = await runtime.queues[body.kind].enqueue(user_id, [item])
+        _, triggers = await runtime.queues[body.kind].enqueue(user_id, [item], max_queued=most)
     except DuplicateTaskError:
         return  # a concurrent request with the same Idempotency-Key queued it already
-    except BaseException:
+    except BaseException as exc:
         if forget_on_failure:
             await runtime.store.delete(job_id)  # nothing half-written: no one saw this id
+        if isinstance(exc, QueueFullError):
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=f"this account already has {most} jobs queued in {body.kind}",
+                headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
+            ) from None
         raise
     if triggers:
         publish = runtime.service.queues[body.kind].publish_triggers
@@ -118,9 +129,10 @@ async def _status(runtime: Runtime, job: dict[str, str]) -> TaskStatus:
 
 
 @router.get("/task-status/{task_id}", response_model=TaskStatus, responses={**ERRORS, **NOT_YOURS})
-async def task_status(task_id: TaskIdDep, account: AccountDep, runtime: RuntimeDep) -> TaskStatus:
+async def task_status(task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep) -> TaskStatus:
     """The job's status, result, attempts, and its place in line while queued."""
-    return await _status(runtime, await _owned_job(runtime, account, task_id))
+    await caller.spend(runtime)
+    return await _status(runtime, await _owned_job(runtime, caller.account, task_id))
 
 
 @router.delete(
@@ -140,10 +152,11 @@ async def task_status(task_id: TaskIdDep, account: AccountDep, runtime: RuntimeD
     },
 )
 async def cancel_task(
-    task_id: TaskIdDep, account: AccountDep, runtime: RuntimeDep, response: Response
+    task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep, response: Response
 ) -> TaskStatus:
     """Cancel one of the caller's jobs."""
-    job = await _owned_job(runtime, account, task_id)
+    await caller.spend(runtime)
+    job = await _owned_job(runtime, caller.account, task_id)
     outcome = await runtime.store.revoke(task_id)
     if outcome == "revoked":
         # It is REVOKED already; if a worker leases it meanwhile, start.lua will not run it.
@@ -176,12 +189,13 @@ async def cancel_task(
 )
 async def task_stream(
     task_id: TaskIdDep,
-    account: AccountDep,
+    caller: CallerDep,
     runtime: RuntimeDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Server-sent events of the job's changes; resume with Last-Event-ID."""
-    job = await _owned_job(runtime, account, task_id)
+    await caller.spend(runtime)
+    job = await _owned_job(runtime, caller.account, task_id)
     after = resume_point(last_event_id)
     if Status(job["status"]).terminal and not await runtime.store.events_after(task_id, after):
         # The client has seen the end already: 204 tells an EventSource to stop reconnecting.
@@ -207,13 +221,15 @@ async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[S
     async with runtime.hub.subscribe(task_id) as changed:
         while True:
             changed.clear()
+            # The job before its events: a status read first is never newer than the events
+            # read after it, so an end seen here is among them, or was before `after`.
+            job = await runtime.store.get(task_id)
             for event_id, fields in await runtime.store.events_after(task_id, after):
                 after = event_id
                 state = await _status(runtime, fields)
                 yield ServerSentEvent(data=state.model_dump_json(), id=event_id)
                 if state.status.terminal:
                     return
-            job = await runtime.store.get(task_id)
             if job is None or Status(job["status"]).terminal:
                 return  # expired, or its end was before `after`
             await changed.wait()

@@ -1,10 +1,15 @@
-"""BodyLimit: refuse request bodies over a size with 413 and a JSON body, before they are read."""
+"""Request limits: BodyLimit (413 for bodies over a size, before they are read) and RateLimiter
+(429 for a key that sends too many requests a second)."""
 
 from __future__ import annotations
 
 import json
+import time
 
+from redis.asyncio import Redis as AsyncRedis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.store import rate_key
 
 
 class BodyLimit:
@@ -52,3 +57,27 @@ class BodyLimit:
         ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class RateLimiter:
+    """Requests per second per API key, counted in Redis so that every API process shares them.
+
+    A fixed one-second window: `fairgpu:rate:<key digest>:<second>`, incremented and given a
+    two-second expiry in one round trip.
+    """
+
+    def __init__(self, client: AsyncRedis, per_second: int) -> None:
+        self.client = client
+        self.per_second = per_second
+
+    async def spend(self, key_digest: str) -> int | None:
+        """Count one request; None when it is allowed, else the seconds to wait."""
+        if self.per_second <= 0:
+            return None
+        window = int(time.time())
+        key = rate_key(key_digest, window)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, 2)
+            count, _ = await pipe.execute()
+        return None if int(count) <= self.per_second else 1

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from app.api.events import EventHub
+from app.api.limits import RateLimiter
 from app.auth import Accounts
 from app.settings import Kind, Settings
 from app.store import JobStore
@@ -28,6 +29,7 @@ class Runtime:
     queues: dict[Kind, AsyncFairQueue]
     service: Service
     hub: EventHub
+    limiter: RateLimiter
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
@@ -53,6 +55,7 @@ class Runtime:
             queues,
             service,
             EventHub(hub_client),
+            RateLimiter(client, settings.rate_limit_per_s),
         )
 
     async def close(self) -> None:

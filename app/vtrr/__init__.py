@@ -12,7 +12,7 @@ This package imports redis and celery only; nothing else of fairgpu.
 """
 
 from app.vtrr.celery_queue import Delivery, VTRRQueue, VTRRTask
-from app.vtrr.errors import DropRefusedError, DuplicateTaskError, VTRRError
+from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.queue import FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
@@ -25,6 +25,7 @@ __all__ = [
     "Heartbeat",
     "Item",
     "Lease",
+    "QueueFullError",
     "RedisQueue",
     "Task",
     "VTRRError",

@@ -36,15 +36,24 @@ class AsyncFairQueue:
         self._scripts = AsyncScripts(redis_client, self.keys)
 
     async def enqueue(
-        self, partition_key: str, items: Iterable[Item], *, front: bool = False
+        self,
+        partition_key: str,
+        items: Iterable[Item],
+        *,
+        front: bool = False,
+        max_queued: int | None = None,
     ) -> tuple[list[str], int]:
-        """Queue items of one partition atomically; returns (their ids, triggers to publish)."""
+        """Queue items of one partition atomically; returns (their ids, triggers to publish).
+
+        Raises as FairQueue.enqueue does (DuplicateTaskError, QueueFullError).
+        """
         ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return [], 0
         placement = "front" if front else "fair"
+        limit = -1 if max_queued is None else max_queued
         reply = await self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, 0, *args
+            "enqueue", partition_key, self._trigger_cap, placement, 0, limit, *args
         )
         return ids, int(reply[0])
 

@@ -2,6 +2,7 @@
 
     VTRRError
      ├── DuplicateTaskError   an id that is already queued or in flight (also a ValueError)
+     ├── QueueFullError       a partition would go past its limit of queued items
      └── DropRefusedError     drop() without the queue's name as confirmation (also a ValueError)
 
 Arguments that are wrong in themselves (a weight that is not a positive integer, a Celery option
@@ -26,6 +27,15 @@ class DuplicateTaskError(VTRRError, ValueError):
         self.task_id = task_id
 
 
+class QueueFullError(VTRRError):
+    """The batch would take its partition past the most items it may have queued; nothing of
+    it was written."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the partition may have at most {limit} items queued")
+        self.limit = limit
+
+
 class DropRefusedError(VTRRError, ValueError):
     """drop() was called without the queue's name as confirmation."""
 
@@ -35,4 +45,6 @@ def from_reply(exc: ResponseError) -> Exception:
     code, _, detail = str(exc).partition(" ")
     if code == "DUPLICATE":
         return DuplicateTaskError(detail)
+    if code == "FULL":
+        return QueueFullError(int(detail))
     return exc

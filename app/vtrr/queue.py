@@ -125,18 +125,25 @@ class FairQueue:
         return share_of(self._shares, partition_key)
 
     def enqueue(
-        self, partition_key: str, items: Iterable[Item], *, front: bool = False
+        self,
+        partition_key: str,
+        items: Iterable[Item],
+        *,
+        front: bool = False,
+        max_queued: int | None = None,
     ) -> list[str]:
         """Queue items of one partition in one atomic call; returns their ids.
 
-        Raises DuplicateTaskError (and writes nothing) when an id is already queued or in flight.
+        Raises, writing nothing, DuplicateTaskError when an id is already queued or in flight,
+        and QueueFullError when the partition would have more than max_queued items queued.
         """
         ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return []
         placement = "front" if front else "fair"
+        limit = -1 if max_queued is None else max_queued
         reply = self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), *args
+            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), limit, *args
         )
         self._publish(int(reply[0]))
         return ids

@@ -13,13 +13,31 @@ pytestmark = pytest.mark.anyio
 ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 #: What each endpoint can answer, and the schema of each error's JSON body.
 CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
-    ("post", "/enqueue-task"): {"401": ERROR, "413": ERROR, "422": ERROR, "503": ERROR},
-    ("get", "/task-status/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
-    ("get", "/task-status/stream/{task_id}"): {"401": ERROR, "404": ERROR, "503": ERROR},
-    ("delete", "/tasks/{task_id}"): {"401": ERROR, "404": ERROR, "409": ERROR, "503": ERROR},
+    ("post", "/enqueue-task"): {
+        "401": ERROR,
+        "413": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("get", "/task-status/{task_id}"): {"401": ERROR, "404": ERROR, "429": ERROR, "503": ERROR},
+    ("get", "/task-status/stream/{task_id}"): {
+        "401": ERROR,
+        "404": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("delete", "/tasks/{task_id}"): {
+        "401": ERROR,
+        "404": ERROR,
+        "409": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
     ("get", "/billing-records"): {
         "401": ERROR,
         "422": {"$ref": "#/components/schemas/HTTPValidationError"},
+        "429": ERROR,
         "503": ERROR,
     },
     ("get", "/health"): {"503": {"$ref": "#/components/schemas/Health"}},

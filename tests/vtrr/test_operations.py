@@ -6,7 +6,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from app.vtrr import DropRefusedError, FairQueue, Item
+from app.vtrr import DropRefusedError, FairQueue, Item, QueueFullError
 from tests.vtrr.helpers import drain, fill, take
 
 
@@ -144,3 +144,16 @@ def test_every_key_shares_one_cluster_slot(r: redis.Redis) -> None:
     assert q.keys.queue == "vtrr:{files}:queue"
     assert q.keys.inflight == "vtrr:{files}:inflight"
     assert {key_slot(key.encode()) for key in q.keys.all()} == {key_slot(b"files")}
+
+
+def test_a_partition_may_be_capped_and_a_refused_batch_writes_nothing(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    fill(q, "A", 2)
+    with pytest.raises(QueueFullError, match="at most 3"):
+        q.enqueue("A", [Item("x"), Item("y")], max_queued=3)
+    assert q.length() == 2
+    assert q.enqueue("A", [Item("z")], max_queued=3)
+    assert q.enqueue("B", [Item("b")], max_queued=1)  # the cap is per partition
+    lease = take(q)  # once one leaves the queue there is room again
+    assert q.ack(lease.task_id, lease.token)
+    assert q.enqueue("A", [Item("w")], max_queued=3)

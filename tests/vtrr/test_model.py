@@ -1,0 +1,312 @@
+"""FairQueue against its pure-Python model (tests/vtrr/model.py), under random operations.
+
+Every answer is compared: the leases handed out (and so the dispatch order), booleans, positions,
+lengths, stats. After every step the Redis state is compared with the model's too: the queue's
+members and scores, the virtual clock, the per-partition bookkeeping, and that nothing is left
+behind for an item once it is gone. Leases expire without sleeping: extending one by a
+microsecond makes it expired by the next call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease
+from app.vtrr.queue import Placement
+from tests.vtrr.model import QueueModel, Taken
+
+LEASE_SECONDS = 3600  # nothing expires unless a rule expires it
+EXPIRE_NOW = 1e-6  # a lease extended by this much has expired by the next call
+PARTITIONS = ("ann", "bob", "cy", "dee")
+ID_POOL = ("t1", "t2", "t3", "t4")  # ids that callers choose, so that some collide
+SHARES = (1, 2, 0.5, 3, 0.1)
+# A longer bug hunt: FAIRGPU_MODEL_EXAMPLES=2000 uv run pytest tests/vtrr/test_model.py
+EXAMPLES = int(os.environ.get("FAIRGPU_MODEL_EXAMPLES", "100"))
+
+
+@dataclass(frozen=True)
+class Config:
+    """One example's queue: how many partitions, their shares, and where reclaims go."""
+
+    partitions: int
+    shares: dict[str, float] | None
+    reclaim_to: Placement
+    reclaim_on_dequeue: bool
+
+
+configs = st.builds(
+    Config,
+    partitions=st.integers(2, 4),
+    shares=st.none()
+    | st.lists(st.sampled_from(SHARES), min_size=4, max_size=4).map(
+        lambda shares: dict(zip(PARTITIONS, shares, strict=True))
+    ),
+    reclaim_to=st.sampled_from(("fair", "front")),
+    reclaim_on_dequeue=st.booleans(),
+)
+items = st.builds(
+    Item,
+    payload=st.text(st.characters(codec="utf-8"), max_size=3),
+    id=st.sampled_from((*ID_POOL, *[None] * 12)),  # mostly fresh ids, some duplicates
+    weight=st.integers(1, 5),
+)
+newest = st.integers(0, 3)  # which lease a rule takes: 0 the newest, 3 (or the oldest) the 4th
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply as text (the client returns bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def as_taken(lease: Lease | None) -> Taken | None:
+    """What of a lease the model predicts: its item and timeouts, not its token or expiry."""
+    return None if lease is None else Taken(lease.task_id, lease.payload, lease.timeouts)
+
+
+class FairQueueMachine(RuleBasedStateMachine):
+    """Drives one FairQueue and one QueueModel with the same operations."""
+
+    task_ids = Bundle("task_ids")
+    # Whom cancel, promote and position name: an int is a rank in the queue (clamped to the
+    # last), a str an id that may be queued, in flight, finished or never seen.
+    someone = st.integers(0, 5) | task_ids | st.sampled_from(ID_POOL)
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__()
+        client.flushdb()
+        self.redis = client
+        self.partitions: tuple[str, ...] = PARTITIONS
+        self.live: list[Lease] = []  # leases not yet seen to be finished or stale, newest last
+        self.done: list[Lease] = []  # leases that are finished or stale, newest last
+
+    @initialize(
+        target=task_ids,
+        config=configs,
+        seeds=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5)), max_size=6),
+    )
+    def build_queue(self, config: Config, seeds: list[tuple[int, int]]) -> object:
+        """Make the queue and its model, and queue a few items so that later rules have work."""
+        self.partitions = PARTITIONS[: config.partitions]
+        self.queue = FairQueue(
+            self.redis,
+            "model",
+            lease_seconds=LEASE_SECONDS,
+            shares=config.shares,
+            reclaim_to=config.reclaim_to,
+            reclaim_on_dequeue=config.reclaim_on_dequeue,
+        )
+        self.model = QueueModel(
+            shares=config.shares,
+            reclaim_to_front=config.reclaim_to == "front",
+            reclaim_on_dequeue=config.reclaim_on_dequeue,
+        )
+        ids: list[str] = []
+        for n, (partition, weight) in enumerate(seeds):
+            key = self.partitions[partition % len(self.partitions)]
+            chosen = ID_POOL[n] if n < len(ID_POOL) else None  # so that the pool's ids are taken
+            ids += self.queue.enqueue(key, [Item(f"seed{n}", id=chosen, weight=weight)])
+            self.model.enqueue(key, [(ids[-1], weight, f"seed{n}")], front=False)
+        return multiple(*ids)
+
+    def lease(self, ago: int) -> Lease:
+        """One of the newest live leases (it may have gone stale through a reclaim)."""
+        return self.live[-1 - min(ago, len(self.live) - 1)]
+
+    def retire_if_done(self, lease: Lease) -> None:
+        """Move a lease that is no longer current from the live list to the done list."""
+        if not self.model.holds_lease(lease.task_id, lease.token):
+            self.live.remove(lease)
+            self.done.append(lease)
+
+    def assert_fresh_expiry(self, lease: Lease) -> None:
+        """A lease just handed out or renewed in full expires lease_seconds from Redis's now."""
+        seconds, micros = self.redis.time()
+        assert abs(lease.expires_at - (seconds + micros / 1e6 + LEASE_SECONDS)) < 60
+
+    def task_id(self, who: int | str) -> str:
+        """The id that someone stands for: a rank in the model's queue, or an id as it is."""
+        if isinstance(who, str):
+            return who
+        order = self.model.order()
+        return order[min(who, len(order) - 1)] if order else ID_POOL[0]
+
+    # -- the job's life ---------------------------------------------------------------------------
+    @rule(
+        target=task_ids,
+        partition=st.integers(0, 3),
+        batch=st.lists(items, min_size=1, max_size=4),
+        front=st.booleans(),
+    )
+    def enqueue(self, partition: int, batch: list[Item], front: bool) -> object:
+        key = self.partitions[partition % len(self.partitions)]
+        duplicate = self.model.first_duplicate([item.id for item in batch])
+        if duplicate is not None:
+            with pytest.raises(DuplicateTaskError) as refused:
+                self.queue.enqueue(key, batch, front=front)
+            assert refused.value.task_id == duplicate
+            return multiple()
+        ids = self.queue.enqueue(key, batch, front=front)
+        assert all(item.id in (None, task_id) for item, task_id in zip(batch, ids, strict=True))
+        entries = [(i, item.weight, item.payload) for i, item in zip(ids, batch, strict=True)]
+        self.model.enqueue(key, entries, front)
+        return multiple(*ids)
+
+    @rule(from_rear=st.booleans())
+    def dequeue(self, from_rear: bool) -> None:
+        lease = self.queue.dequeue(from_rear=from_rear)
+        token = "" if lease is None else lease.token
+        assert as_taken(lease) == self.model.dequeue(token, from_rear=from_rear)
+        if lease is not None:
+            self.assert_fresh_expiry(lease)
+            self.live.append(lease)
+
+    @precondition(lambda self: self.live)
+    @rule(ago=newest)
+    def ack(self, ago: int) -> None:
+        lease = self.lease(ago)
+        expected = self.model.ack(lease.task_id, lease.token)
+        assert self.queue.ack(lease.task_id, lease.token) == expected
+        self.retire_if_done(lease)
+
+    @precondition(lambda self: self.live)
+    @rule(ago=newest, seconds=st.sampled_from((EXPIRE_NOW, LEASE_SECONDS)))
+    def extend(self, ago: int, seconds: float) -> None:
+        lease = self.lease(ago)
+        expected = self.model.extend(lease.task_id, lease.token, expire=seconds == EXPIRE_NOW)
+        assert self.queue.extend(lease.task_id, lease.token, seconds) == expected
+        self.retire_if_done(lease)
+
+    @precondition(lambda self: self.live)
+    @rule(count=st.integers(1, 4))
+    def worker_dies(self, count: int) -> None:
+        """The newest count leases all expire, the newest first (so reclaim order is visible)."""
+        for lease in reversed(self.live[-count:]):
+            expected = self.model.extend(lease.task_id, lease.token, expire=True)
+            assert self.queue.extend(lease.task_id, lease.token, EXPIRE_NOW) == expected
+            self.retire_if_done(lease)
+
+    @precondition(lambda self: self.live)
+    @rule(ago=newest)
+    def resume(self, ago: int) -> None:
+        lease = self.lease(ago)
+        expected = self.model.resume(lease.task_id, lease.token)
+        resumed = self.queue.resume(lease.task_id, lease.token)
+        assert as_taken(resumed) == expected
+        if resumed is not None:
+            assert resumed.token == lease.token
+            self.assert_fresh_expiry(resumed)
+        self.retire_if_done(lease)
+
+    @precondition(lambda self: self.live)
+    @rule(ago=newest)
+    def release(self, ago: int) -> None:
+        lease = self.lease(ago)
+        expected = self.model.release(lease.task_id, lease.token)
+        assert self.queue.release(lease.task_id, lease.token) == expected
+        self.retire_if_done(lease)
+
+    @precondition(lambda self: self.done)
+    @rule(ago=newest)
+    def stale_lease_is_refused(self, ago: int) -> None:
+        lease = self.done[-1 - min(ago, len(self.done) - 1)]
+        assert not self.model.holds_lease(lease.task_id, lease.token)
+        assert not self.queue.ack(lease.task_id, lease.token)
+        assert not self.queue.extend(lease.task_id, lease.token, EXPIRE_NOW)
+        assert not self.queue.release(lease.task_id, lease.token)
+        assert self.queue.resume(lease.task_id, lease.token) is None
+
+    @rule()
+    def reclaim(self) -> None:
+        assert self.queue.reclaim() == self.model.reclaim()
+
+    # -- the redq operations ----------------------------------------------------------------------
+    @rule(who=someone)
+    def cancel(self, who: int | str) -> None:
+        task_id = self.task_id(who)
+        assert self.queue.cancel(task_id) == self.model.cancel(task_id)
+
+    @rule(who=someone)
+    def promote(self, who: int | str) -> None:
+        task_id = self.task_id(who)
+        assert self.queue.promote(task_id) == self.model.promote(task_id)
+
+    @rule(who=someone)
+    def position(self, who: int | str) -> None:
+        task_id = self.task_id(who)
+        assert self.queue.position(task_id) == self.model.position(task_id)
+
+    # -- after every step -------------------------------------------------------------------------
+    @invariant()
+    def counts_match(self) -> None:
+        assert self.queue.length() == self.model.length()
+        assert self.queue.pending() == self.model.pending()
+        assert self.queue.stats() == self.model.stats
+
+    @invariant()
+    def redis_state_matches(self) -> None:
+        k, model = self.queue.keys, self.model
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zrange(k.queue, 0, -1, withscores=True)
+        pipe.get(k.current_virtual_time)
+        pipe.hgetall(k.partition_virtual_time)
+        pipe.hgetall(k.partition_queued)
+        pipe.zrange(k.idle_partitions, 0, -1, withscores=True)
+        pipe.hkeys(k.meta)
+        pipe.hkeys(k.task)
+        pipe.hkeys(k.inflight_task)
+        pipe.hkeys(k.lease)
+        pipe.hgetall(k.timeouts)
+        queue, cvt, pvt, queued, idle, meta, task, inflight, lease, timeouts = pipe.execute()
+        assert [(text(member), score) for member, score in queue] == model.queue()
+        assert float(cvt or 0) == model.cvt
+        assert {text(p): float(vt) for p, vt in pvt.items()} == model.pvt
+        per_partition = {p: model.queued_in(p) for p in self.partitions}
+        assert {text(p): int(n) for p, n in queued.items()} == {
+            p: n for p, n in per_partition.items() if n
+        }
+        assert {text(p): vt for p, vt in idle} == model.idle_partitions()
+        assert set(map(text, meta)) == set(model.entries)
+        assert set(map(text, task)) == set(model.order())
+        leased = {i for i, entry in model.entries.items() if entry.token is not None}
+        assert set(map(text, inflight)) == set(map(text, lease)) == leased
+        assert {text(i): int(n) for i, n in timeouts.items()} == {
+            i: entry.timeouts for i, entry in model.entries.items() if entry.timeouts
+        }
+
+    @invariant()
+    def drained_queue_keeps_no_clock(self) -> None:
+        k = self.queue.keys
+        if self.model.length() == 0:
+            clock = (k.current_virtual_time, k.partition_virtual_time, k.partition_queued)
+            assert self.redis.exists(*clock, k.idle_partitions) == 0
+        if not self.model.entries:
+            assert {text(key) for key in self.redis.keys("*")} <= {k.seq, k.stats}
+
+
+def test_fair_queue_matches_its_model(r: redis.Redis) -> None:
+    # Any zero-argument factory will do (Hypothesis's annotation says a class).
+    run_state_machine_as_test(
+        lambda: FairQueueMachine(r),  # type: ignore[arg-type]
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=60,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
