@@ -7,6 +7,7 @@ import signal
 import threading
 from types import FrameType
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
@@ -45,8 +46,10 @@ def dev(
             f"[bold green]fairgpu is up[/] at [bold]{stack.url}[/]  (docs: {stack.url}/docs)"
         )
         console.print(
-            f"Redis: {stack.redis_url} ({where}); {workers} CPU worker(s); logs in {stack.log_dir}"
+            f"Redis: {without_password(stack.redis_url)} ({where}); {workers} CPU worker(s); "
+            f"logs in {stack.log_dir}"
         )
+
         demo = next((a for a in accounts.all() if "default_api_key" in a.api_keys), None)
         if demo is not None:
             console.print(f"Demo key: [bold]default_api_key[/] (account {demo.user_id})")
@@ -60,6 +63,15 @@ def dev(
         with console.status("stopping..."):
             stack.stop()
         console.print("stopped.")
+
+
+def without_password(url: str) -> str:
+    """A Redis URL fit to print: its password, if any, replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _wait_for_signal() -> None:

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.jobs import ERRORS
+from app.api.routing import KeyedRoute
 from app.models import BillingRecord
 
-router = APIRouter(tags=["billing"])
+router = APIRouter(tags=["billing"], route_class=KeyedRoute)
 
 
 @router.get("/billing-records", response_model=list[BillingRecord], responses=ERRORS)

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import APIKeyHeader
 
+from app.api.routing import unauthorized
 from app.api.runtime import Runtime
 from app.auth import Account, digest
 
@@ -55,11 +56,7 @@ def current_caller(
     """The account whose key came in X-API-Key; 401 when it is missing or unknown."""
     account = runtime.accounts.authenticate(key)
     if account is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="missing or invalid API key (header X-API-Key)",
-            headers={"WWW-Authenticate": "ApiKey"},
-        )
+        raise unauthorized()
     return Caller(account, digest(key or ""))
 
 

@@ -12,13 +12,14 @@ from fastapi import APIRouter, Header, HTTPException, Response, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
+from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskStatus
 from app.store import IdempotencyMismatchError, status_of
 from app.vtrr import DuplicateTaskError, QueueFullError
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
@@ -182,7 +183,22 @@ async def cancel_task(
         200: {
             "description": "one event per change, `data:` as in GET /task-status; ends after a "
             "terminal status",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "description": "one event: its id, and data holding a TaskStatus",
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "data": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": {"$ref": "#/components/schemas/TaskStatus"},
+                            },
+                        },
+                    }
+                }
+            },
         },
         204: {"description": "the job has ended and Last-Event-ID names its last event"},
     },

@@ -1,0 +1,232 @@
+"""Schemathesis against the real app on the suite's Redis: generated requests, valid and invalid,
+for every operation of the OpenAPI schema. No answer may be a 5xx, every answer must be one the
+schema documents (status, content type, body), and every operation but /health must answer 401
+to a missing or wrong key, whatever else the request holds.
+
+Schemathesis calls the app in-process (ASGI) from its own event-loop thread and runs the app's
+lifespan there. The schema is the one the app serves (checked below); the app behind it is made
+per test, on that test's empty Redis, through `LiveApp`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import hypothesis
+import pytest
+import redis
+import schemathesis
+from fastapi import FastAPI
+from schemathesis import checks
+from schemathesis.python import asgi
+from starlette.types import Receive, Scope, Send
+
+from app.api import create_app
+from app.settings import Settings
+from tests.api.conftest import Api
+from tests.api.helpers import KEY, UNAUTHORIZED, USERS_FILE
+
+#: Generated cases per operation and phase; the whole file runs in about half a minute.
+MAX_EXAMPLES = 80
+#: The longest one request may take: a stream that does not end is cut off here, not hung on.
+REQUEST_TIMEOUT_S = 5.0
+#: Sequences of calls in the stateful test.
+STATEFUL_EXAMPLES = 50
+WRONG_KEY = {"X-API-Key": "wrong_key"}
+#: Checks whose premise an operation does not meet, and why.
+NOT_APPLICABLE = {
+    # "Valid data is accepted" assumes the schema says all a valid job is. It cannot say the limit
+    # that depends on the kind (a short job of 100 s is a 422), nor that an Idempotency-Key sent
+    # again with another body is a 422; both are documented answers, and checked as such.
+    "POST /enqueue-task": [checks.positive_data_acceptance],
+}
+
+
+class LiveApp:
+    """The ASGI app Schemathesis calls: it forwards to the app the current test opened."""
+
+    def __init__(self) -> None:
+        self.app: FastAPI | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.app is not None, "no app is open: use the `live` fixture"
+        await self.app(scope, receive, send)
+
+
+LIVE = LiveApp()
+SERVED = create_app(Settings(users_file=USERS_FILE)).openapi()
+
+
+def load(document: dict[str, Any]) -> Any:
+    """A Schemathesis schema of `document` that calls LIVE, bounded and deterministic."""
+    schema = schemathesis.openapi.from_dict(copy.deepcopy(document))
+    schema.app = LIVE
+    schema.config.update(request_timeout=REQUEST_TIMEOUT_S)
+    schema.config.generation.update(
+        max_examples=MAX_EXAMPLES,
+        deterministic=True,  # the same cases on every run: a failure in CI fails locally too
+        database="none",  # and nothing remembered between runs
+        # The key is the test's to give (or withhold), not a generated value's.
+        with_security_parameters=False,
+    )
+    return schema
+
+
+schema = load(SERVED)
+#: The app lives for a whole test, across its generated cases (each case empties Redis first, so
+#: that a case replayed while shrinking meets the state it met the first time): Hypothesis is
+#: told that this function-scoped fixture is shared on purpose.
+SHARED_APP = hypothesis.settings(
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.fixture
+def live(settings: Settings, r: redis.Redis) -> Iterator[redis.Redis]:
+    """The real app on this test's Redis, behind LIVE, and a client on that Redis; the app's
+    lifespan is ended afterwards.
+
+    One key fires hundreds of requests a second here, so the per-key rate limit is lifted: it
+    would answer most of them 429 and leave the handlers untried (tests/api/test_limits.py
+    covers it)."""
+    LIVE.app = create_app(settings.model_copy(update={"rate_limit_per_s": 0}))
+    try:
+        yield r
+    finally:
+        asgi.shutdown_lifespans()
+        LIVE.app = None
+
+
+def is_keyed(case: schemathesis.Case) -> bool:
+    return bool(case.operation.definition.raw.get("security"))
+
+
+@pytest.mark.anyio
+async def test_the_fuzzed_schema_is_the_one_the_app_serves(api: Api) -> None:
+    response = await api.client.get("/openapi.json")
+
+    assert response.status_code == 200
+    assert response.json() == SERVED
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/health", "/openapi.json", "/docs"])
+async def test_the_public_paths_answer_without_a_key(api: Api, path: str) -> None:
+    response = await api.client.get(path)
+
+    assert response.status_code == 200
+
+
+def test_only_health_is_public_in_the_schema() -> None:
+    """The 401 test below takes every operation with a security requirement as keyed: one added
+    without a requirement would be left out of it, so it must be added here on purpose."""
+    public = [
+        (method, path)
+        for path, operations in SERVED["paths"].items()
+        for method, operation in operations.items()
+        if not operation.get("security")
+    ]
+    assert public == [("get", "/health")]
+
+
+@schema.parametrize()
+@SHARED_APP
+def test_with_the_key_no_answer_is_a_5xx_or_undocumented(
+    case: schemathesis.Case, live: redis.Redis
+) -> None:
+    """Every built-in check: no 5xx; the status, content type, headers and body as documented;
+    invalid input refused with a 4xx, valid input accepted; other methods 405; and, for an
+    answer in 2xx, the same request without the key or with a wrong one refused."""
+    live.flushdb()  # each case on an empty Redis: a replayed case meets the same state
+    case.call_and_validate(headers=KEY, excluded_checks=NOT_APPLICABLE.get(case.operation.label))
+
+
+@schema.parametrize()
+@SHARED_APP
+def test_without_a_valid_key_every_keyed_operation_is_401(
+    case: schemathesis.Case, live: redis.Redis
+) -> None:
+    if case.method.upper() != case.operation.method.upper():
+        return  # a method the path does not serve: 405, whoever asks (the test above checks it)
+    for headers in ({}, WRONG_KEY):
+        response = case.call(headers=headers)
+
+        case.validate_response(
+            response,
+            checks=[
+                checks.not_a_server_error,
+                checks.status_code_conformance,
+                checks.content_type_conformance,
+                checks.response_schema_conformance,
+            ],
+            headers=headers,
+        )
+        if not is_keyed(case):
+            assert response.status_code == 200, response.text  # /health is public
+            continue
+        assert response.status_code == 401, (headers, response.status_code, response.text)
+        assert response.json() == UNAUTHORIZED
+
+
+# -- stateful: the jobs the requests create ------------------------------------------------------
+def with_links(document: dict[str, Any]) -> dict[str, Any]:
+    """The document, with OpenAPI links from an accepted job to every operation on its id, so
+    that Schemathesis follows a created job through status, stream and cancel (random ids only
+    ever meet the 404)."""
+    linked = copy.deepcopy(document)
+    to_task = {
+        f"{method}-{path}": {
+            "operationId": operation["operationId"],
+            "parameters": {"task_id": "$response.body#/task_id"},
+        }
+        for path, operations in linked["paths"].items()
+        if "{task_id}" in path
+        for method, operation in operations.items()
+    }
+    linked["paths"]["/enqueue-task"]["post"]["responses"]["200"]["links"] = to_task
+    return linked
+
+
+def test_jobs_followed_from_enqueue_get_documented_answers(live: redis.Redis) -> None:
+    """Sequences of calls: enqueue, then status, stream and cancel of the job it made, each
+    answer checked as above (including that it is refused without the key)."""
+    stateful = load(with_links(SERVED))
+    # A queued job's stream stays open: its first event is enough to check it.
+    stateful.config.max_stream_events = 1
+
+    class Keyed(stateful.as_state_machine()):
+        """Every call carries the key, and the checks know it is the caller's own."""
+
+        def setup(self) -> None:
+            live.flushdb()  # each sequence on an empty Redis: a replayed one meets the same state
+
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            return {"headers": KEY}
+
+        def validate_response(
+            self,
+            response: schemathesis.Response,
+            case: schemathesis.Case,
+            additional_checks: Any = None,
+            **kwargs: Any,
+        ) -> None:
+            case.validate_response(
+                response,
+                headers=KEY,
+                additional_checks=additional_checks,
+                excluded_checks=NOT_APPLICABLE.get(case.operation.label),
+                transport_kwargs=kwargs,
+                recorder=self.recorder,
+            )
+
+    Keyed.run(
+        settings=hypothesis.settings(
+            max_examples=STATEFUL_EXAMPLES,
+            stateful_step_count=10,
+            derandomize=True,
+            database=None,
+            deadline=None,
+        )
+    )
