@@ -115,19 +115,31 @@ def _sleep(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
 
 
 def _matmul(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
+    return matmul("cuda", MATRIX_N, duration_s, should_stop)
+
+
+def matmul(device: str, n: int, duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
+    """Multiply two n x n bf16 matrices on device (a torch device name) again and again until
+    duration_s has passed or should_stop() says so; the TFLOP/s counts finished products only."""
     import torch
 
     torch_any: Any = torch
-    a = torch_any.randn(MATRIX_N, MATRIX_N, device="cuda", dtype=torch_any.bfloat16)
-    b = torch_any.randn(MATRIX_N, MATRIX_N, device="cuda", dtype=torch_any.bfloat16)
-    torch_any.cuda.synchronize()
+    on_gpu = device.startswith("cuda")
+
+    def synchronize() -> None:
+        if on_gpu:  # GPU work is queued: wait for it, so the clock measures finished work
+            torch_any.cuda.synchronize()
+
+    a = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
+    b = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
+    synchronize()
     start = time.monotonic()
     end, next_check, products, stopped = start + duration_s, start + CHECK_EVERY_S, 0, False
     while True:
         a @ b
         products += 1
-        if products % 8 == 0:  # synchronise now and then, so the clock measures finished work
-            torch_any.cuda.synchronize()
+        if products % 8 == 0:
+            synchronize()
             now = time.monotonic()
             if now >= end:
                 break
@@ -136,6 +148,6 @@ def _matmul(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
                 if should_stop():
                     stopped = True
                     break
-    torch_any.cuda.synchronize()
+    synchronize()
     seconds = time.monotonic() - start
-    return Outcome(seconds, 2 * MATRIX_N**3 * products / seconds / 1e12, stopped)
+    return Outcome(seconds, 2 * n**3 * products / seconds / 1e12, stopped)

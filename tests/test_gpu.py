@@ -68,3 +68,20 @@ def test_cpu_workload_stops_when_asked() -> None:
 
 def test_torch_cuda_count_is_zero_without_torch_or_gpu() -> None:
     assert gpu.torch_cuda_count() >= 0
+
+
+def test_matmul_workload_runs_for_its_duration_and_reports_tflops() -> None:
+    """The GPU workload's loop, run on torch's CPU device (skipped where torch is absent)."""
+    pytest.importorskip("torch")
+    outcome = gpu.matmul("cpu", 64, 0.2, should_stop=lambda: False)
+    assert outcome.seconds >= 0.2
+    assert outcome.tflops is not None
+    assert outcome.tflops > 0
+    assert not outcome.stopped
+
+
+def test_matmul_workload_stops_when_asked() -> None:
+    pytest.importorskip("torch")
+    outcome = gpu.matmul("cpu", 64, 30, should_stop=lambda: True)
+    assert outcome.stopped
+    assert outcome.seconds < 30
