@@ -43,3 +43,19 @@ def create_celery(settings: Settings) -> Celery:
         },
     )
     return app
+
+
+def worker_argv(queues: list[str], hostname: str) -> list[str]:
+    """The command line of one fairgpu worker: one job at a time in the worker's own process
+    (the solo pool: CUDA does not survive a fork, and a SIGKILL then stops the job too)."""
+    return [
+        "worker",
+        "--pool", "solo",
+        "--concurrency", "1",
+        "--prefetch-multiplier", "1",
+        "--queues", ",".join(queues),
+        "--hostname", hostname,
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel", "INFO",
+    ]  # fmt: skip

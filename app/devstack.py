@@ -135,6 +135,10 @@ class Stack:
         service = build(settings, Accounts.load(settings.users_file))
         try:
             while not self._stop.wait(settings.reclaim_interval_s):
+                try:
+                    service.sweep()
+                except (redis.RedisError, OSError):
+                    log.warning("sweep of unqueued jobs failed", exc_info=True)
                 for queue in service.queues.values():
                     try:
                         queue.reclaim_and_dispatch()

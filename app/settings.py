@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     max_queued_per_account: int = Field(
         1000, ge=1, description="jobs one account may have queued in each queue"
     )
+    unqueued_grace_s: float = Field(
+        60, gt=0, description="after this, a job created but never queued is swept away"
+    )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: str = Field("short,long", description="queues a worker takes jobs from")

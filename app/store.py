@@ -10,6 +10,7 @@
     fairgpu:rate:<key digest>:<second>
                               string  requests made with one API key in one second
     fairgpu:events            channel a job id is published on it at every change
+    fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
 
 Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
 scripts in app/lua/, each writing the new state, its event and its notification atomically.
@@ -18,7 +19,7 @@ scripts in app/lua/, each writing the new state, its event and its notification 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from app.vtrr.scripts import source
 
 LUA_DIR = Path(__file__).with_name("lua")
 CHANNEL = "fairgpu:events"
+UNQUEUED = "fairgpu:unqueued"
+SWEEP_BATCH = 100
 
 
 JOB_PREFIX = "fairgpu:job:"
@@ -144,7 +147,7 @@ class JobStore:
         for the same request returns (the first job's id, False) and writes nothing; used for
         another request, it raises IdempotencyMismatchError.
         """
-        keys = [job_key(job_id), events_key(job_id)]
+        keys = [job_key(job_id), events_key(job_id), UNQUEUED]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
         if once is not None:
             keys.append(idempotency_key(owner, once[0]))
@@ -168,9 +171,14 @@ class JobStore:
         fields = await self.redis.hgetall(job_key(job_id))  # a fixed, small set of fields
         return decode(fields) or None
 
+    async def queued(self, job_id: str) -> None:
+        """Note that the job is in its fair queue now: the sweep need not look at it."""
+        await self.redis.zrem(UNQUEUED, job_id)
+
     async def delete(self, job_id: str) -> None:
         """Forget a job that could not be queued."""
         await self.redis.delete(job_key(job_id), events_key(job_id))
+        await self.redis.zrem(UNQUEUED, job_id)
 
     async def events_after(self, job_id: str, after: str) -> list[tuple[str, dict[str, str]]]:
         """The job's events after the event id `after` ("0" for all), oldest first."""
@@ -198,6 +206,26 @@ class JobRecorder:
     def get(self, job_id: str) -> dict[str, str] | None:
         """The job's hash, or None."""
         return decode(self.redis.hgetall(job_key(job_id))) or None
+
+    def sweep_unqueued(self, is_known: Callable[[str, str], bool], grace_s: float) -> int:
+        """Delete PENDING jobs that the API created more than grace_s ago but never queued (it
+        lost Redis, or died, between its two writes); returns how many. is_known(kind, id)
+        says whether a job's fair queue has it, queued or in flight. Their clients got an
+        error, not a task id, so nobody waits for them."""
+        seconds, micros = self.redis.time()
+        cutoff = seconds + micros / 1e6 - grace_s
+        removed = 0
+        due: list[bytes] = self.redis.zrangebyscore(  # type: ignore[assignment]
+            UNQUEUED, "-inf", cutoff, start=0, num=SWEEP_BATCH
+        )
+        for raw in due:
+            job_id = as_text(raw)
+            job = self.get(job_id)
+            if job is not None and job["status"] == "PENDING" and not is_known(job["kind"], job_id):
+                self.redis.delete(job_key(job_id), events_key(job_id))
+                removed += 1
+            self.redis.zrem(UNQUEUED, job_id)
+        return removed
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's owner has asked for it to stop."""

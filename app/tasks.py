@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 Workload = Callable[[gpu.Device, float, Callable[[], bool]], gpu.Outcome]
 NO_CHARGE = Charge(cost=0.0, description="", gpu_seconds=0.0)
+SWEEP_TASK = "fairgpu.sweep_unqueued"
 
 
 def job_weight(duration_s: float) -> int:
@@ -123,6 +124,13 @@ class Service:
     recorder: JobRecorder
     runner: JobRunner
 
+    def sweep(self) -> int:
+        """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued)."""
+        return self.recorder.sweep_unqueued(
+            lambda kind, job_id: self.queues[kind].has(job_id),  # type: ignore[index]
+            grace_s=self.runner.settings.unqueued_grace_s,
+        )
+
     def close(self) -> None:
         """Release the broker's and Redis's connections."""
         self.celery.close()
@@ -170,4 +178,19 @@ def build(
         return runner.run("long", job_id, lease_token(self))
 
     tasks: dict[Kind, VTRRTask] = {"short": run_short_job, "long": run_long_job}
-    return Service(celery_app, queues, tasks, recorder, runner)
+    service = Service(celery_app, queues, tasks, recorder, runner)
+
+    @celery_app.task(name=SWEEP_TASK, ignore_result=True, shared=False)
+    def sweep_unqueued() -> int:
+        """Remove jobs that were created but never queued."""
+        return service.sweep()
+
+    celery_app.conf.beat_schedule = {
+        **(celery_app.conf.beat_schedule or {}),
+        SWEEP_TASK: {
+            "task": SWEEP_TASK,
+            "schedule": settings.unqueued_grace_s,
+            "options": {"queue": RECLAIM_QUEUE},
+        },
+    }
+    return service

@@ -16,7 +16,7 @@ import sys
 
 from app import gpu
 from app.auth import Accounts
-from app.celery_app import RECLAIM_QUEUE
+from app.celery_app import RECLAIM_QUEUE, worker_argv
 from app.settings import KINDS, get_settings
 from app.tasks import build, worker_name
 
@@ -51,25 +51,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     queues = queues_to_consume(settings.worker_queues)
     name = worker_name(settings, device)
-    app.worker_main(
-        [
-            "worker",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "--prefetch-multiplier",
-            "1",
-            "--queues",
-            ",".join(queues),
-            "--hostname",
-            name,
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
-        ]
-    )
+    app.worker_main(worker_argv(queues, name))
 
 
 if __name__ == "__main__":

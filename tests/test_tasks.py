@@ -14,7 +14,7 @@ from app.auth import Accounts
 from app.billing import price
 from app.models import Status
 from app.settings import Settings
-from app.store import JobRecorder, billing_key, job_key
+from app.store import UNQUEUED, JobRecorder, billing_key, job_key
 from app.tasks import Service, build, job_weight
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"
@@ -156,3 +156,23 @@ def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
     assert job is not None
     assert job["status"] == "REVOKED"
     assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_the_sweep_removes_a_job_written_but_never_queued(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    seconds, _ = r.time()
+    long_ago = seconds - 120  # past UNQUEUED_GRACE_S (60 s)
+    for job_id in ("orphan", "queued"):
+        r.hset(
+            job_key(job_id),
+            mapping={"task_id": job_id, "owner": OWNER, "kind": "short", "status": "PENDING"},
+        )
+        r.zadd(UNQUEUED, {job_id: long_ago})
+    service.queues["short"].enqueue(OWNER, [service.job_item("short", "queued", 1.0)])
+    r.zadd(UNQUEUED, {"recent": seconds})  # inside the grace: left alone
+    assert service.sweep() == 1
+    assert not r.exists(job_key("orphan"))
+    assert r.exists(job_key("queued"))
+    assert r.zrange(UNQUEUED, 0, -1) == [b"recent"]

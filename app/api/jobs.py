@@ -110,6 +110,7 @@ async def _enqueue(
                 headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
             ) from None
         raise
+    await runtime.store.queued(job_id)
     if triggers:
         publish = runtime.service.queues[body.kind].publish_triggers
         await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop

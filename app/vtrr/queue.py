@@ -225,6 +225,10 @@ class FairQueue:
         """Move a queued item ahead of every other; False when it is not queued."""
         return bool(self._scripts.run("promote", task_id))
 
+    def has(self, task_id: str) -> bool:
+        """Whether the item is here: queued or in flight."""
+        return bool(self.redis.hexists(self.keys.meta, task_id))
+
     def length(self) -> int:
         """How many items are queued (not counting those in flight)."""
         return int(self.redis.zcard(self.keys.queue))

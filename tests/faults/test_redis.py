@@ -1,0 +1,182 @@
+"""Redis killed, down, or cut off in the middle of a submit: accepted jobs survive, refused ones
+leave nothing behind, and every process recovers without a restart."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from app.store import LUA_DIR as STORE_LUA
+from app.vtrr.scripts import source
+from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, script_sha, wait_for
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
+
+ENQUEUE_SHA = script_sha(source("enqueue"))
+CREATE_SHA = script_sha(source("create", STORE_LUA))
+SERVICE_SCRIPTS = {
+    "create": CREATE_SHA,
+    "enqueue": ENQUEUE_SHA,
+    "dequeue": script_sha(source("dequeue")),
+    "ack": script_sha(source("ack")),
+    "start": script_sha(source("start", STORE_LUA)),
+    "finish": script_sha(source("finish", STORE_LUA)),
+}
+
+
+def assert_unavailable(reply: httpx.Response) -> None:
+    """A 503 that a client can act on: JSON body with a detail, and Retry-After."""
+    assert reply.status_code == 503, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    assert int(reply.headers["retry-after"]) > 0
+    assert reply.json()["detail"]
+
+
+def test_redis_sigkilled_and_restarted_from_its_aof_loses_no_accepted_job(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults = make_faults(workers=2)
+    accepted = {
+        key: [faults.submit(key, duration_s=1.0) for _ in range(3)] for key in (DEMO_KEY, OTHER_KEY)
+    }
+    wait_for(
+        lambda: any(faults.started(DEMO_KEY, t) for t in accepted[DEMO_KEY]),
+        what="a job to be running at the kill",
+    )
+    pids = faults.worker_pids()
+    api_pid = faults.stack.api.pid  # type: ignore[union-attr]
+    run_id = faults.r.info("server")["run_id"]
+
+    faults.redis_server.kill()  # SIGKILL: no shutdown, no final fsync
+    wait_for(lambda: faults.health() == 503, timeout=20, what="/health to say Redis is down")
+    faults.redis_server.start()  # same port, same directory: replays appendonlydir
+    assert faults.r.info("server")["run_id"] != run_id  # a new process: its script cache is empty
+
+    for key, task_ids in accepted.items():
+        states = faults.wait_all(key, task_ids, timeout=60)
+        assert {s["status"] for s in states.values()} == {"SUCCESS"}, states
+        assert sorted(faults.billed_ids(key)) == sorted(task_ids)  # each billed exactly once
+        attempts = [s["attempts"] for s in states.values()]
+        print(f"\nattempts of {key}'s jobs across the Redis restart: {attempts}")
+
+    late = faults.submit(TEAM_KEY, duration_s=0.2)
+    assert wait_for(lambda: faults.finished(TEAM_KEY, late), timeout=30)["status"] == "SUCCESS"
+    # Every script the job's path runs was loaded again by the service itself (NOSCRIPT).
+    loaded = faults.r.script_exists(*SERVICE_SCRIPTS.values())
+    assert dict(zip(SERVICE_SCRIPTS, loaded, strict=True)) == dict.fromkeys(SERVICE_SCRIPTS, True)
+    # Nobody was restarted.
+    assert faults.worker_pids() == pids
+    assert all(p.poll() is None for p in faults.stack.workers.values())
+    assert faults.stack.api.pid == api_pid and faults.stack.api.poll() is None  # type: ignore[union-attr]
+    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
+
+
+def test_submit_while_redis_is_down_is_a_503_that_writes_nothing_and_all_recover(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults = make_faults(workers=1)
+    first = faults.submit(DEMO_KEY)
+    assert wait_for(lambda: faults.finished(DEMO_KEY, first), timeout=30)["status"] == "SUCCESS"
+    records = faults.job_ids()
+
+    faults.redis_server.kill()
+    began = time.monotonic()
+    reply = faults.post(DEMO_KEY)
+    print(f"\n503 after {time.monotonic() - began:.2f} s with Redis down")
+    assert_unavailable(reply)
+    wait_for(lambda: faults.health() == 503, timeout=20, what="/health to say Redis is down")
+    faults.redis_server.start()
+
+    assert faults.job_ids() == records  # no record of the refused request
+    assert faults.drained()  # and no queue item
+    wait_for(lambda: faults.health() == 200, timeout=20, what="/health 200 again")
+    again = faults.submit(DEMO_KEY)
+    assert wait_for(lambda: faults.finished(DEMO_KEY, again), timeout=30)["status"] == "SUCCESS"
+    assert faults.job_ids() == {*records, again}
+    assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, again])
+
+
+def proxied_stack_with_one_job_done(make_faults: Callable[..., Faults]) -> tuple[Faults, str]:
+    """A stack whose processes reach Redis through a proxy, after one job has run through it
+    (so every script is loaded and the next EVALSHA is the real thing)."""
+    faults = make_faults(workers=1, proxied=True)
+    first = faults.submit(DEMO_KEY)
+    assert wait_for(lambda: faults.finished(DEMO_KEY, first), timeout=30)["status"] == "SUCCESS"
+    return faults, first
+
+
+def refuse_between_record_and_item(faults: Faults, idempotency_key: str | None) -> None:
+    """Submit while Redis "goes down" after create.lua and before enqueue.lua: a 503; then
+    Redis comes back."""
+    assert faults.proxy is not None
+    faults.proxy.cut_before(ENQUEUE_SHA.encode())
+    reply = faults.post(DEMO_KEY, idempotency_key=idempotency_key)
+    assert faults.proxy.fired.is_set()
+    assert_unavailable(reply)
+    faults.proxy.heal()
+    wait_for(lambda: faults.health() == 200, timeout=20, what="/health 200 again")
+
+
+def test_redis_lost_between_the_job_record_and_its_queue_item_leaves_no_record(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults, first = proxied_stack_with_one_job_done(make_faults)
+    records = faults.job_ids()
+    assert first in records
+    refuse_between_record_and_item(faults, idempotency_key=None)
+
+    again = faults.submit(DEMO_KEY)  # the service recovered by itself
+    assert wait_for(lambda: faults.finished(DEMO_KEY, again), timeout=30)["status"] == "SUCCESS"
+    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
+    # The half-written job is swept once UNQUEUED_GRACE_S (2 s here) has passed.
+    wait_for(
+        lambda: not (faults.job_ids() - records - {again}),
+        timeout=20,
+        what="the job that was never queued to be swept",
+    )
+
+
+def test_submit_refused_mid_write_then_replayed_with_its_idempotency_key_runs_once(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults, first = proxied_stack_with_one_job_done(make_faults)
+    records = faults.job_ids()
+    refuse_between_record_and_item(faults, idempotency_key="fault-replay-1")
+
+    replay = faults.post(DEMO_KEY, idempotency_key="fault-replay-1")
+    assert replay.status_code == 200, replay.text
+    task_id = replay.json()["task_id"]
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the replay")
+    assert (done["status"], done["attempts"]) == ("SUCCESS", 1)
+    assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
+    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
+    assert faults.job_ids() == {*records, task_id}
+
+
+@pytest.mark.parametrize("script", ["create", "enqueue"])
+def test_submit_whose_redis_reply_is_lost_is_answered_200_or_503_never_half_done(
+    make_faults: Callable[..., Faults], script: str
+) -> None:
+    faults, first = proxied_stack_with_one_job_done(make_faults)
+    assert faults.proxy is not None
+    records = faults.job_ids()
+
+    # The script runs in Redis, then the connection drops before its reply arrives.
+    faults.proxy.drop_reply(SERVICE_SCRIPTS[script].encode())
+    reply = faults.post(DEMO_KEY)
+    assert faults.proxy.fired.is_set()
+    assert reply.status_code in (200, 503), f"{reply.status_code} {reply.text}"
+    if reply.status_code == 200:
+        task_id = reply.json()["task_id"]
+        done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30)
+        assert done["status"] == "SUCCESS"
+        assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
+        records.add(task_id)
+    else:
+        assert_unavailable(reply)
+    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
+    # A job written but never queued is swept once UNQUEUED_GRACE_S (2 s here) has passed.
+    wait_for(lambda: not (faults.job_ids() - records), timeout=20, what="no half-written job")
