@@ -20,23 +20,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import redis
 
 from app.devstack import Stack
-from app.redis_server import RedisServer, free_port
+from app.redis_server import RedisServer
 from app.settings import KINDS, Settings
 from app.store import billed_key, billing_key, job_key
 from app.vtrr.keys import Keys
 from tests.faults.worker_app import RUNS_KEY
+from tests.support import DEMO_KEY, OTHER_KEY, TEAM_KEY, fast_settings, wait_for
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
-DEMO_KEY = "default_api_key"
-OTHER_KEY = "second_api_key"
-TEAM_KEY = "team_api_key"
 USER_OF = {
     DEMO_KEY: "11111111-1111-1111-1111-111111111111",
     OTHER_KEY: "22222222-2222-2222-2222-222222222222",
@@ -45,32 +42,11 @@ USER_OF = {
 TERMINAL = ("SUCCESS", "FAILURE", "REVOKED")
 APP_WORKER = "app.worker"
 FAULT_WORKER = "tests.faults.worker_app"
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
-    """Poll check() until it returns something truthy, or fail after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
 
 
 def fault_settings(**overrides: object) -> Settings:
-    """Short leases and a fast reclaim, so recovery takes seconds."""
-    base: dict[str, object] = {
-        "users_file": FIXTURES,
-        "port": free_port(),
-        "lease_seconds": 2.0,
-        "heartbeat_seconds": 0.5,
-        "reclaim_interval_s": 0.5,
-        "unqueued_grace_s": 2.0,
-        "max_attempts": 3,
-    }
-    return Settings(**{**base, **overrides})  # type: ignore[arg-type]
+    """The fast settings of tests/support.py, with an attempt limit the poison test relies on."""
+    return fast_settings(**{"max_attempts": 3, **overrides})
 
 
 class FaultStack(Stack):
