@@ -215,17 +215,18 @@ class JobRecorder:
         seconds, micros = self.redis.time()
         cutoff = seconds + micros / 1e6 - grace_s
         removed = 0
-        due: list[bytes] = self.redis.zrangebyscore(  # type: ignore[assignment]
-            UNQUEUED, "-inf", cutoff, start=0, num=SWEEP_BATCH
-        )
-        for raw in due:
-            job_id = as_text(raw)
-            job = self.get(job_id)
-            if job is not None and job["status"] == "PENDING" and not is_known(job["kind"], job_id):
-                self.redis.delete(job_key(job_id), events_key(job_id))
-                removed += 1
-            self.redis.zrem(UNQUEUED, job_id)
-        return removed
+        while True:  # in batches, each taking what it looked at off the list
+            due: list[bytes] = self.redis.zrangebyscore(  # type: ignore[assignment]
+                UNQUEUED, "-inf", cutoff, start=0, num=SWEEP_BATCH
+            )
+            for job_id in map(as_text, due):
+                job = self.get(job_id)
+                if job and job["status"] == "PENDING" and not is_known(job["kind"], job_id):
+                    self.redis.delete(job_key(job_id), events_key(job_id))
+                    removed += 1
+                self.redis.zrem(UNQUEUED, job_id)
+            if len(due) < SWEEP_BATCH:
+                return removed
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's owner has asked for it to stop."""
