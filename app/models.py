@@ -76,9 +76,34 @@ class TaskStatus(BaseModel):
     result: JobResult | None = None
     kind: Kind
     attempts: int = Field(description="runs started so far")
+    enqueued_at: float | None = Field(None, description="when it was submitted (Unix seconds)")
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
+    estimated_start_at: float | None = Field(
+        None,
+        description="while PENDING: when it should start (Unix seconds), from the jobs ahead of "
+        "it, the workers serving its queue and their recent run times; null when no worker "
+        "serves the queue",
+    )
     error: str | None = Field(None, description="why a FAILURE failed")
     cancel_requested: bool = Field(False, description="its owner asked a running job to stop")
+
+
+class TaskPage(BaseModel):
+    """GET /tasks: one page of the caller's jobs, newest first."""
+
+    tasks: list[TaskStatus]
+    next_cursor: str | None = Field(
+        None, description="pass as `cursor` for the next page; null on the last page"
+    )
+
+
+class AccountView(BaseModel):
+    """GET /account: who the key belongs to."""
+
+    user_id: str
+    description: str
+    share: float
+    admin: bool
 
 
 class BillingRecord(BaseModel):
@@ -99,6 +124,49 @@ class Health(BaseModel):
     redis: str
     queues: dict[str, int]
     detail: str | None = Field(None, description="what is wrong, on a 503")
+
+
+class AccountQueued(BaseModel):
+    """One account's jobs queued in one queue."""
+
+    user_id: str
+    queued: int
+
+
+class QueueView(BaseModel):
+    """One queue, as an operator sees it."""
+
+    name: Kind
+    queued: int
+    in_flight: int
+    workers: int = Field(description="live workers that take jobs from this queue")
+    fairness_lag_s: float = Field(
+        description="GPU-seconds that the least-served account with queued jobs is behind the "
+        "most-served one (see docs/operations.md)"
+    )
+    top_accounts: list[AccountQueued] = Field(description="the accounts with most jobs queued")
+    stats: dict[str, int] = Field(description="the fair queue's counters since it was created")
+
+
+class QueuesView(BaseModel):
+    """GET /admin/queues."""
+
+    queues: list[QueueView]
+
+
+class DropRequest(BaseModel):
+    """POST /admin/queues/{name}/drop: the queue's name again, so that no slip drops a queue."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    confirm: str = Field(max_length=64, description="the queue's name, repeated")
+
+
+class DropResult(BaseModel):
+    """What dropping a queue removed."""
+
+    queue: Kind
+    dropped: int = Field(description="jobs that were queued and are now REVOKED")
 
 
 class ErrorBody(BaseModel):

@@ -9,7 +9,12 @@
                               string  "<job id> <request fingerprint>" for an Idempotency-Key
     fairgpu:rate:<key digest>:<second>
                               string  requests made with one API key in one second
+    fairgpu:owned:<user>      zset    the account's jobs by submission time (the newest
+                                      LISTED_PER_ACCOUNT), for GET /tasks
+    fairgpu:metrics           hash    counters and histogram buckets (see app/metrics.py)
+    fairgpu:workers           hash    worker name -> its last heartbeat (see app/presence.py)
     fairgpu:events            channel a job id is published on it at every change
+    fairgpu:events:moves      channel a queue's name, whenever its order changes
     fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
 
 Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
@@ -36,6 +41,10 @@ from app.vtrr.scripts import source
 
 LUA_DIR = Path(__file__).with_name("lua")
 CHANNEL = "fairgpu:events"
+MOVES = f"{CHANNEL}:moves"  # published by the scripts as channel .. ':moves'
+METRICS = "fairgpu:metrics"
+WORKERS = "fairgpu:workers"
+LISTED_PER_ACCOUNT = 10_000
 UNQUEUED = "fairgpu:unqueued"
 SWEEP_BATCH = 100
 
@@ -68,6 +77,11 @@ def billing_key(user_id: str) -> str:
     return f"fairgpu:billing:{user_id}"
 
 
+def owned_key(user_id: str) -> str:
+    """The index of one account's jobs, by submission time."""
+    return f"fairgpu:owned:{user_id}"
+
+
 def billed_key(job_id: str) -> str:
     """The marker that says a job has been billed."""
     return f"fairgpu:billed:{job_id}"
@@ -83,7 +97,9 @@ def _number(job: Mapping[str, str], field: str) -> float | None:
     return float(value) if value else None
 
 
-def status_of(job: Mapping[str, str], position: int | None = None) -> TaskStatus:
+def status_of(
+    job: Mapping[str, str], position: int | None = None, estimated_start_at: float | None = None
+) -> TaskStatus:
     """The status a client sees, from a job's hash (or a copy of it in an event)."""
     status = Status(job["status"])
     result = None
@@ -101,10 +117,12 @@ def status_of(job: Mapping[str, str], position: int | None = None) -> TaskStatus
     return TaskStatus(
         task_id=job["task_id"],
         status=status,
+        enqueued_at=_number(job, "enqueued_at"),
         result=result,
         kind=job["kind"],  # written by create.lua from a Kind
         attempts=int(job.get("attempts", "0")),
         position=position if status is Status.PENDING else None,
+        estimated_start_at=estimated_start_at if status is Status.PENDING else None,
         error=job.get("error"),
         cancel_requested="cancel" in job and status is Status.STARTED,
     )
@@ -147,8 +165,9 @@ class JobStore:
         for the same request returns (the first job's id, False) and writes nothing; used for
         another request, it raises IdempotencyMismatchError.
         """
-        keys = [job_key(job_id), events_key(job_id), UNQUEUED]
+        keys = [job_key(job_id), events_key(job_id), UNQUEUED, owned_key(owner)]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
+        args.append(LISTED_PER_ACCOUNT)
         if once is not None:
             keys.append(idempotency_key(owner, once[0]))
             args += [once[1], self._idempotency_ttl, JOB_PREFIX]
@@ -163,7 +182,7 @@ class JobStore:
     async def revoke(self, job_id: str) -> str:
         """Cancel a job: 'revoked' (it was queued), 'stopping' (its worker is asked to stop),
         its final status when it had already ended, or 'gone'."""
-        keys = [job_key(job_id), events_key(job_id)]
+        keys = [job_key(job_id), events_key(job_id), METRICS]
         return as_text(await self._revoke(keys=keys, args=[job_id, CHANNEL, self._ttl]))
 
     async def get(self, job_id: str) -> dict[str, str] | None:
@@ -175,10 +194,11 @@ class JobStore:
         """Note that the job is in its fair queue now: the sweep need not look at it."""
         await self.redis.zrem(UNQUEUED, job_id)
 
-    async def delete(self, job_id: str) -> None:
+    async def delete(self, job_id: str, owner: str) -> None:
         """Forget a job that could not be queued."""
         await self.redis.delete(job_key(job_id), events_key(job_id))
         await self.redis.zrem(UNQUEUED, job_id)
+        await self.redis.zrem(owned_key(owner), job_id)
 
     async def events_after(self, job_id: str, after: str) -> list[tuple[str, dict[str, str]]]:
         """The job's events after the event id `after` ("0" for all), oldest first."""
@@ -223,6 +243,7 @@ class JobRecorder:
                 job = self.get(job_id)
                 if job and job["status"] == "PENDING" and not is_known(job["kind"], job_id):
                     self.redis.delete(job_key(job_id), events_key(job_id))
+                    self.redis.zrem(owned_key(job["owner"]), job_id)
                     removed += 1
                 self.redis.zrem(UNQUEUED, job_id)
             if len(due) < SWEEP_BATCH:
@@ -234,7 +255,7 @@ class JobRecorder:
 
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
-        keys = [job_key(job_id), events_key(job_id)]
+        keys = [job_key(job_id), events_key(job_id), METRICS]
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
         reply = [as_text(x) if isinstance(x, bytes | str) else x for x in self._start(keys, args)]
@@ -255,7 +276,13 @@ class JobRecorder:
     ) -> bool:
         """Record the run's end (and bill a success once); False when this run no longer holds
         the job (its lease was reclaimed and another run took over)."""
-        keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
+        keys = [
+            job_key(job_id),
+            events_key(job_id),
+            billing_key(owner),
+            billed_key(job_id),
+            METRICS,
+        ]
         args = [
             job_id,
             token,

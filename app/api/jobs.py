@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -16,6 +18,7 @@ from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Status, TaskStatus
+from app.settings import Kind
 from app.store import IdempotencyMismatchError, status_of
 from app.vtrr import DuplicateTaskError, QueueFullError
 
@@ -32,7 +35,9 @@ IdempotencyKeyHeader = Annotated[
 ]
 EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
-QUEUE_FULL_RETRY_S = 30  # a guess at when some of the account's jobs will have started
+QUEUE_FULL_RETRY_S = 30
+MOVE_PACE_S = 1.0
+ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
     429: {"model": ErrorBody, "description": "too many requests with this key; see Retry-After"},
@@ -102,7 +107,7 @@ async def _enqueue(
         return  # a concurrent request with the same Idempotency-Key queued it already
     except BaseException as exc:
         if forget_on_failure:
-            await runtime.store.delete(job_id)  # nothing half-written: no one saw this id
+            await runtime.store.delete(job_id, user_id)  # nothing half-written: no one saw this id
         if isinstance(exc, QueueFullError):
             raise HTTPException(
                 status.HTTP_429_TOO_MANY_REQUESTS,
@@ -123,18 +128,22 @@ async def _owned_job(runtime: Runtime, account: Account, task_id: str) -> dict[s
     return job
 
 
-async def _status(runtime: Runtime, job: dict[str, str]) -> TaskStatus:
-    position = None
+async def job_status(runtime: Runtime, job: dict[str, str]) -> TaskStatus:
+    """The job's status, with its place in line and estimated start while it is queued."""
+    position = start_at = None
     if job["status"] == Status.PENDING:
-        position = await runtime.queues[job["kind"]].position(job["task_id"])  # type: ignore[index]
-    return status_of(job, position)
+        kind: Kind = job["kind"]  # type: ignore[assignment]
+        position = await runtime.queues[kind].position(job["task_id"])
+        if position is not None:
+            start_at = await runtime.estimator.start_at(kind, position, float(job["duration_s"]))
+    return status_of(job, position, start_at)
 
 
 @router.get("/task-status/{task_id}", response_model=TaskStatus, responses={**ERRORS, **NOT_YOURS})
 async def task_status(task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep) -> TaskStatus:
     """The job's status, result, attempts, and its place in line while queued."""
     await caller.spend(runtime)
-    return await _status(runtime, await _owned_job(runtime, caller.account, task_id))
+    return await job_status(runtime, await _owned_job(runtime, caller.account, task_id))
 
 
 @router.delete(
@@ -172,7 +181,7 @@ async def cancel_task(
             status.HTTP_409_CONFLICT, detail=f"the task has already ended: {outcome}"
         )
     fresh = await runtime.store.get(task_id)
-    return await _status(runtime, fresh or job)
+    return await job_status(runtime, fresh or job)
 
 
 @router.get(
@@ -235,18 +244,54 @@ def resume_point(last_event_id: str | None) -> str:
 
 
 async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
-    async with runtime.hub.subscribe(task_id) as changed:
+    job = await runtime.store.get(task_id)
+    kind = job["kind"] if job else "short"
+    async with runtime.hub.subscribe(task_id) as changed, runtime.hub.moves(kind) as moved:
+        shown: TaskStatus | None = None
         while True:
             changed.clear()
+            moved.clear()
             # The job before its events: a status read first is never newer than the events
             # read after it, so an end seen here is among them, or was before `after`.
             job = await runtime.store.get(task_id)
             for event_id, fields in await runtime.store.events_after(task_id, after):
                 after = event_id
-                state = await _status(runtime, fields)
-                yield ServerSentEvent(data=state.model_dump_json(), id=event_id)
-                if state.status.terminal:
+                shown = await job_status(runtime, fields)
+                yield ServerSentEvent(data=shown.model_dump_json(), id=event_id)
+                if shown.status.terminal:
                     return
             if job is None or Status(job["status"]).terminal:
                 return  # expired, or its end was before `after`
-            await changed.wait()
+            if job["status"] == Status.PENDING:
+                now = await job_status(runtime, job)
+                if shown is not None and moved_on(shown, now):
+                    # no id: a client resuming with Last-Event-ID still gets every change
+                    yield ServerSentEvent(data=now.model_dump_json())
+                    shown = now
+            await _next_wake(changed, moved)
+
+
+def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
+    """Whether a queued job's place or estimated start changed enough to tell its client: a new
+    position, or a start estimate off by more than ETA_SLACK_S or a tenth of the wait."""
+    if now.position != shown.position:
+        return True
+    before, after = shown.estimated_start_at, now.estimated_start_at
+    if before is None or after is None:
+        return before != after
+    wait = max(0.0, after - time.time())
+    return abs(after - before) > max(ETA_SLACK_S, wait / 10)
+
+
+async def _next_wake(changed: asyncio.Event, moved: asyncio.Event) -> None:
+    """Wait for a change of the job (at once) or of its queue's order (at most once every
+    MOVE_PACE_S: a busy queue moves far more often than a person needs to be told)."""
+    waits = {asyncio.ensure_future(changed.wait()), asyncio.ensure_future(moved.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()
+    if not changed.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), MOVE_PACE_S)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from prometheus_client.registry import CollectorRegistry
 
+from app.api.estimates import Estimator
 from app.api.events import EventHub
 from app.api.limits import RateLimiter
 from app.auth import Accounts
+from app.metrics import ServiceCollector, registry
 from app.settings import Kind, Settings
 from app.store import JobStore
 from app.tasks import Service, build
@@ -30,6 +33,8 @@ class Runtime:
     service: Service
     hub: EventHub
     limiter: RateLimiter
+    estimator: Estimator
+    metrics: CollectorRegistry
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
@@ -47,6 +52,10 @@ class Runtime:
         )
         service = build(settings, accounts)
         queues = {kind: q.aio(client) for kind, q in service.queues.items()}
+        hub = EventHub(hub_client)
+        collector = ServiceCollector(
+            service.recorder.redis, service.queues, settings.heartbeat_seconds, lambda: hub.streams
+        )
         return cls(
             settings,
             accounts,
@@ -54,8 +63,10 @@ class Runtime:
             JobStore(client, settings),
             queues,
             service,
-            EventHub(hub_client),
+            hub,
             RateLimiter(client, settings.rate_limit_per_s),
+            Estimator(client, queues, settings.heartbeat_seconds),
+            registry(collector),
         )
 
     async def close(self) -> None:

@@ -18,3 +18,24 @@ local function emit(channel, job_id, ttl)
   redis.call('EXPIRE', EVENTS, ttl)
   return id
 end
+
+-- Counters and histograms of the service, all in one hash (see app/metrics.py): a field per
+-- counter, `<name>:<kind>:<le>` per histogram bucket (not cumulative; the reader adds them up).
+local BUCKETS = {0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
+local function bump(metrics, field, by)
+  redis.call('HINCRBYFLOAT', metrics, field, by or 1)
+end
+local function observe(metrics, name, kind, value)
+  local le = '+Inf'
+  for _, bound in ipairs(BUCKETS) do
+    if value <= bound then le = tostring(bound); break end
+  end
+  bump(metrics, name .. ':' .. kind .. ':' .. le)
+  bump(metrics, name .. '_sum:' .. kind, value)
+end
+
+-- Tell the API processes that the order of a queue changed (a job joined, left or started), so
+-- that the streams of queued jobs recompute their position.
+local function moved(channel, kind)
+  redis.call('PUBLISH', channel .. ':moves', kind)
+end

@@ -2,11 +2,13 @@
 -- its owner's cancel, for the time it used). Only the run that holds the job's current lease
 -- token may finish it: a stale worker is refused.
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] owner's billing list  KEYS[4] billed marker
+-- KEYS[5] metrics hash
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE|REVOKED)
 -- ARGV[4] error ('' none)
 -- ARGV[5] tflops ('' none)  ARGV[6] cost  ARGV[7] description  ARGV[8] gpu-seconds
 -- ARGV[9] channel  ARGV[10] ttl
 -- Reply: 1 when recorded, 0 when refused (stale token, or the job is not running).
+local RUN_EWMA_WEIGHT = 0.2
 if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= ARGV[2] then
   return 0
 end
@@ -15,6 +17,15 @@ redis.call('HSET', JOB, 'status', ARGV[3], 'finished_at', t)
 if ARGV[4] ~= '' then redis.call('HSET', JOB, 'error', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', JOB, 'tflops', ARGV[5]) end
 local ttl = tonumber(ARGV[10])
+local kind = redis.call('HGET', JOB, 'kind')
+local ran = t - tonumber(redis.call('HGET', JOB, 'started_at'))
+bump(KEYS[5], 'finished:' .. kind .. ':' .. ARGV[3])
+observe(KEYS[5], 'run', kind, ran)
+if ARGV[3] == 'SUCCESS' then
+  -- recent run time per queue, for the estimated start of queued jobs
+  local mean = tonumber(redis.call('HGET', KEYS[5], 'run_ewma:' .. kind) or ran)
+  redis.call('HSET', KEYS[5], 'run_ewma:' .. kind, mean + RUN_EWMA_WEIGHT * (ran - mean))
+end
 local billable = ARGV[3] == 'SUCCESS' or (ARGV[3] == 'REVOKED' and tonumber(ARGV[6]) > 0)
 if billable and redis.call('SET', KEYS[4], 1, 'NX', 'EX', ttl) then
   local fields = redis.call('HMGET', JOB, 'owner', 'kind')
@@ -22,6 +33,8 @@ if billable and redis.call('SET', KEYS[4], 1, 'NX', 'EX', ttl) then
     user_id = fields[1], task_id = ARGV[1], kind = fields[2], cost = tonumber(ARGV[6]),
     description = ARGV[7], gpu_seconds = tonumber(ARGV[8]), billed_at = t,
   }))
+  bump(KEYS[5], 'billed_cost:' .. kind, tonumber(ARGV[6]))
+  bump(KEYS[5], 'billed_gpu_seconds:' .. kind, tonumber(ARGV[8]))
 end
 emit(ARGV[9], ARGV[1], ttl)
 return 1

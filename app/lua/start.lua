@@ -1,6 +1,6 @@
 -- start.lua: a worker holding the job's lease starts a run, unless the job has ended or has used
 -- up its attempts (then it ends as FAILURE here).
--- KEYS[1] job hash  KEYS[2] event stream
+-- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] worker  ARGV[4] gpu id ('' for none)
 -- ARGV[5] max attempts  ARGV[6] channel  ARGV[7] ttl
 -- Reply: {'run', attempt} | {'ended'} (gone, ended, or cancelled: now REVOKED)
@@ -10,6 +10,7 @@ if not status or TERMINAL[status] then return {'ended'} end
 if redis.call('HGET', JOB, 'cancel') then
   -- cancelled while its last run was being lost: end it without running it again
   redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now())
+  bump(KEYS[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':REVOKED')
   emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
   return {'ended'}
 end
@@ -18,11 +19,18 @@ local t = now()
 if attempts >= tonumber(ARGV[5]) then
   redis.call('HSET', JOB, 'status', 'FAILURE', 'finished_at', t, 'error',
              'the worker running it was lost ' .. attempts .. ' times')
+  bump(KEYS[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':FAILURE')
   emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
   return {'exhausted'}
 end
 redis.call('HSET', JOB, 'status', 'STARTED', 'attempts', attempts + 1, 'started_at', t,
            'worker', ARGV[3], 'token', ARGV[2])
 if ARGV[4] == '' then redis.call('HDEL', JOB, 'gpu_id') else redis.call('HSET', JOB, 'gpu_id', ARGV[4]) end
+local kind = redis.call('HGET', JOB, 'kind')
+bump(KEYS[3], 'attempts:' .. kind)
+if attempts == 0 then
+  observe(KEYS[3], 'wait', kind, t - tonumber(redis.call('HGET', JOB, 'enqueued_at')))
+end
+moved(ARGV[6], kind)
 emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
 return {'run', attempts + 1}

@@ -14,12 +14,13 @@ This package imports redis and celery only; nothing else of fairgpu.
 from app.vtrr.celery_queue import Delivery, VTRRQueue, VTRRTask
 from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
-from app.vtrr.queue import FairQueue, Item, Lease
+from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
 
 __all__ = [
     "Delivery",
     "DropRefusedError",
+    "Dropped",
     "DuplicateTaskError",
     "FairQueue",
     "Heartbeat",

@@ -8,6 +8,8 @@ equal times in arrival order. See docs/vtrr.md for the keys and the guarantees.
 
 from __future__ import annotations
 
+import heapq
+import json
 import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -24,7 +26,17 @@ Shares = Mapping[str, float] | Callable[[str], float]
 Placement = Literal["fair", "front"]
 
 RECLAIM_BATCH = 100
+LAG_WINDOW = 1000
+MEMBER_PREFIX = 17  # "<1|0><15-digit counter>:" before the task id in a queue member
 STAT_NAMES = ("enqueued", "dequeued", "acked", "reclaimed", "cancelled", "released", "promoted")
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """What drop() deleted: the ids that were queued and those that were in flight."""
+
+    queued: list[str]
+    in_flight: list[str]
 
 
 @dataclass(frozen=True)
@@ -243,11 +255,45 @@ class FairQueue:
         counts = {as_text(k): int(v) for k, v in raw.items()}
         return {name: counts.get(name, 0) for name in STAT_NAMES}
 
-    def drop(self, confirm: str) -> None:
-        """Delete every key of this queue; confirm must repeat the queue's name."""
+    def drop(self, confirm: str) -> Dropped:
+        """Delete every key of this queue; confirm must repeat the queue's name. Returns the ids
+        it held, so that whoever waits for them can be told."""
         if confirm != self.name:
             raise DropRefusedError(f"drop({confirm!r}) refused: confirm with the queue's name")
-        self._scripts.run("drop")
+        queued, in_flight = self._scripts.run("drop")
+        return Dropped([as_text(x) for x in queued], [as_text(x) for x in in_flight])
+
+    # -- introspection, for operators (each reads up to a window of the queue) -------------------
+    def fairness_lag(self, window: int = LAG_WINDOW) -> float:
+        """How far ahead the most-served partition with items queued is of the least-served
+        one, in weight units: max over partitions of (virtual start of its next item - the
+        queue's virtual time) x its share, over the first `window` items in fair order (a
+        partition whose next item lies beyond the window counts from the window's end)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.current_virtual_time)
+            pipe.zrange(self.keys.queue, 0, window - 1, withscores=True)
+            clock, head = pipe.execute()
+        if not head:
+            return 0.0
+        metas = self.redis.hmget(self.keys.meta, [task_id_of(m) for m, _ in head])
+        first: dict[str, float] = {}
+        for (_, score), meta in zip(head, metas, strict=True):
+            if meta is not None:
+                first.setdefault(json.loads(meta)["p"], float(score))
+        vt = float(clock or 0)
+        return max((first[p] - vt) * self.share(p) for p in first)
+
+    def top_partitions(self, n: int = 10) -> list[tuple[str, int]]:
+        """The n partitions with most items queued, most first (reads one counter per
+        partition with items queued)."""
+        raw = self.redis.hgetall(self.keys.partition_queued)
+        counts = [(as_text(p), int(c)) for p, c in raw.items()]
+        return heapq.nlargest(n, counts, key=lambda pc: (pc[1], pc[0]))
+
+
+def task_id_of(member: bytes | str) -> str:
+    """The task id in a queue member."""
+    return as_text(member)[MEMBER_PREFIX:]
 
 
 def as_text(value: bytes | str) -> str:

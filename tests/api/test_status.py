@@ -3,6 +3,7 @@ and any id that is not a job's, gets the same 404, the malformed ones without to
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -50,15 +51,19 @@ async def body_of(api: Api, task_id: str, key: dict[str, str] = KEY) -> dict[str
 
 # -- the owner's view -----------------------------------------------------------------------------
 async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Api) -> None:
+    before = time.time()
     task_id = await submit(api, duration_s=7.5)
 
-    assert await body_of(api, task_id) == {
+    body = await body_of(api, task_id)
+    assert before - 1 <= body.pop("enqueued_at") <= time.time() + 1  # Redis's clock, same host
+    assert body == {
         "task_id": task_id,
         "status": "PENDING",
         "result": None,
         "kind": "short",
         "attempts": 0,
         "position": 0,
+        "estimated_start_at": None,  # no worker serves the queue
         "error": None,
         "cancel_requested": False,
     }

@@ -1,0 +1,63 @@
+"""Estimated start times of queued jobs, from a per-queue snapshot read at most once a second.
+
+The snapshot (jobs in flight, live workers, recent mean run time) is shared by every status
+and stream of the API process, so a thousand open streams cost Redis a few reads a second.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from app import eta, presence
+from app.settings import Kind
+from app.store import METRICS, WORKERS
+from app.vtrr.aio import AsyncFairQueue
+
+SNAPSHOT_S = 1.0
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """What an estimate needs to know about one queue, and when it was read."""
+
+    in_flight: int
+    workers: int
+    mean_run_s: float | None
+    read_at: float
+
+
+class Estimator:
+    """Estimates when a queued job starts (Unix seconds)."""
+
+    def __init__(
+        self, client: aioredis.Redis, queues: dict[Kind, AsyncFairQueue], heartbeat_s: float
+    ) -> None:
+        self.client, self.queues, self.heartbeat_s = client, queues, heartbeat_s
+        self._loads: dict[Kind, QueueLoad] = {}
+
+    async def start_at(self, kind: Kind, position: int, duration_s: float) -> float | None:
+        """When the job at `position` in `kind` should start; None when no worker serves it.
+        Before any run is known, the job's own duration stands in for the mean run time."""
+        load = await self.load(kind)
+        mean = duration_s if load.mean_run_s is None else load.mean_run_s
+        wait = eta.wait_s(position, load.in_flight, load.workers, mean)
+        return None if wait is None else load.read_at + wait
+
+    async def load(self, kind: Kind) -> QueueLoad:
+        """The queue's snapshot, read again when older than SNAPSHOT_S."""
+        now = time.time()
+        cached = self._loads.get(kind)
+        if cached is not None and now - cached.read_at < SNAPSHOT_S:
+            return cached
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(WORKERS)  # one field per worker
+            pipe.hget(METRICS, f"run_ewma:{kind}")
+            workers_raw, mean = await pipe.execute()
+        workers = presence.alive(presence.parse(workers_raw), kind, now, self.heartbeat_s)
+        in_flight = await self.queues[kind].pending()
+        load = QueueLoad(in_flight, len(workers), None if mean is None else float(mean), now)
+        self._loads[kind] = load
+        return load
