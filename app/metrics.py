@@ -53,7 +53,7 @@ def histogram_buckets(
 
 def bucket_label(bound: float) -> str:
     """A bucket's bound as the Lua scripts write it (1 -> "1", 0.5 -> "0.5")."""
-    return str(int(bound)) if bound.is_integer() else repr(bound)
+    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
 
 
 class ServiceCollector(Collector):

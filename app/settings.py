@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     worker_name: str = Field(
         "", description="worker name (%h: the host); default <gpuN|cpu>@<host>"
     )
+    log_format: Literal["json", "text"] = Field(
+        "json", description="API and worker logs: one JSON object per line, or plain text"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the least severe log records written"
+    )
     host_gpu_id: int | None = Field(
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )

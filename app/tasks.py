@@ -82,9 +82,8 @@ class JobRunner:
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
         if not started.run:
             return started.reason
-        log.info(
-            "job %s of %s: attempt %d on %s", job_id, job["owner"], started.attempt, self.worker
-        )
+        who = {"task_id": job_id, "account": job["owner"], "queue": kind}
+        log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         duration = float(job["duration_s"])
         every = self.settings.heartbeat_seconds
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
@@ -95,18 +94,20 @@ class JobRunner:
             try:
                 outcome = self.workload(self.device, duration, should_stop)
             except Exception as exc:
-                log.exception("job %s failed", job_id)
+                log.exception("job failed", extra=who)
                 error = f"{type(exc).__name__}: {exc}"
                 self.recorder.finish(
                     job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=job["owner"], error=error
                 )
                 return "failed"
-        if outcome.stopped and beat.lost:
-            return "lease lost"  # another run owns the job now; leave its end to that run
-        if outcome.stopped:  # its owner cancelled it: REVOKED, billed for the time it ran
+        if outcome.stopped and self.recorder.cancel_requested(job_id):
+            # Its owner cancelled it (or an admin dropped its queue, lease and all): REVOKED,
+            # billed for the time it ran. Fenced: if another run holds the job now, it refuses.
             charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
             self.recorder.finish(job_id, token, Status.REVOKED, charge=charge, owner=job["owner"])
             return "cancelled"
+        if outcome.stopped:
+            return "lease lost"  # another run owns the job now; leave its end to that run
         charge = billing.price(self.settings, kind, duration)
         finished = self.recorder.finish(
             job_id, token, Status.SUCCESS, charge=charge, owner=job["owner"], tflops=outcome.tflops

@@ -10,13 +10,15 @@ The module also exposes the Celery app as `app` for `celery -A worker beat` and 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-from app import gpu
+from celery import signals
+
+from app import gpu, logs
 from app.auth import Accounts
 from app.celery_app import RECLAIM_QUEUE, worker_argv
+from app.presence import Presence
 from app.settings import KINDS, get_settings
 from app.tasks import build, worker_name
 
@@ -48,9 +50,12 @@ def queues_to_consume(raw: str) -> list[str]:
 
 def main() -> None:
     """Run the worker until it is stopped."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(settings.log_format, settings.log_level)
     queues = queues_to_consume(settings.worker_queues)
     name = worker_name(settings, device)
+    beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
+    signals.worker_ready.connect(lambda **_: beats.start(), weak=False)
+    signals.worker_shutdown.connect(lambda **_: beats.stop(), weak=False)
     app.worker_main(worker_argv(queues, name))
 
 

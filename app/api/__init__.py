@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from app.api import bills, dashboard, health, jobs
+from app.api import admin, bills, dashboard, health, jobs, metrics, tasks
 from app.api.limits import BodyLimit
 from app.api.runtime import Runtime
 from app.settings import Settings
@@ -44,7 +44,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RedisError, _redis_unavailable)
     app.add_exception_handler(OSError, _redis_unavailable)
-    for module in (jobs, bills, health, dashboard):
+    for module in (jobs, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -4,7 +4,8 @@ Workers and the API publish a job's id on the events channel at every change (th
 is in the job's event stream), and a queue's name on the moves channel whenever its order
 changes (for the positions of queued jobs). The hub wakes the local streams of that job or
 queue, which then read the stream from their last event id; after a lost connection it wakes
-every stream, so a change made meanwhile is read from the stream all the same. No stream polls Redis on its own.
+every stream, so a change made meanwhile is read from the stream all the same. No stream polls
+Redis on its own.
 """
 
 from __future__ import annotations

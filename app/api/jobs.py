@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 import uuid
@@ -22,6 +23,7 @@ from app.settings import Kind
 from app.store import IdempotencyMismatchError, status_of
 from app.vtrr import DuplicateTaskError, QueueFullError
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 IdempotencyKeyHeader = Annotated[
     str | None,
@@ -88,6 +90,10 @@ async def enqueue_task(
         ) from None
     if created:
         await _enqueue(runtime, account.user_id, body, job_id, forget_on_failure=True)
+        log.info(
+            "job queued",
+            extra={"task_id": job_id, "account": account.user_id, "queue": body.kind},
+        )
     else:
         job = await runtime.store.get(job_id)
         if job is not None and job["status"] == Status.PENDING:
@@ -169,6 +175,7 @@ async def cancel_task(
     await caller.spend(runtime)
     job = await _owned_job(runtime, caller.account, task_id)
     outcome = await runtime.store.revoke(task_id)
+    log.info("job cancelled", extra={"task_id": task_id, "account": caller.account.user_id})
     if outcome == "revoked":
         # It is REVOKED already; if a worker leases it meanwhile, start.lua will not run it.
         await runtime.queues[job["kind"]].cancel(task_id)  # type: ignore[index]

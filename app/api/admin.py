@@ -1,0 +1,174 @@
+"""Operators' endpoints under /admin: see the queues, promote a job, return a stale lease, drop a
+queue. Only accounts with the admin flag reach them; to anyone else (no key included) they
+answer the same 404 as a path that does not exist. Every action is logged with who did it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
+from fastapi.routing import APIRoute
+
+from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
+from app.api.jobs import ERRORS, NOT_YOURS, job_status
+from app.api.routing import StrictJSONRequest
+from app.api.runtime import Runtime
+from app.models import (
+    AccountQueued,
+    DropRequest,
+    DropResult,
+    ErrorBody,
+    QueuesView,
+    QueueView,
+    Status,
+    TaskStatus,
+)
+from app.settings import KINDS, Kind
+from app.store import MOVES
+
+log = logging.getLogger(__name__)
+HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
+TOP_ACCOUNTS = 10
+
+
+def _hidden() -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
+
+
+class AdminRoute(APIRoute):
+    """An endpoint for admins only: 404 to anyone else before anything is looked at."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """Wrap FastAPI's handler with the admin check and the strict request."""
+        handle = super().get_route_handler()
+
+        async def admin_only(request: Request) -> Response:
+            account = request.app.state.runtime.accounts.authenticate(
+                request.headers.get("x-api-key")
+            )
+            if account is None or not account.admin:
+                raise _hidden()
+            return await handle(StrictJSONRequest(request.scope, request.receive))
+
+        return admin_only
+
+
+router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)
+HIDDEN_404: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "not an admin key, or no such task or queue"},
+}
+RESPONSES = {**{k: v for k, v in ERRORS.items() if k != 401}, **HIDDEN_404}
+
+
+async def _admin(caller: CallerDep, runtime: RuntimeDep) -> str:
+    await caller.spend(runtime)
+    return caller.account.user_id
+
+
+AdminDep = Annotated[str, Depends(_admin)]
+QueueName = Annotated[Kind, Path(description="short or long")]
+
+
+@router.get("/queues", response_model=QueuesView, responses=RESPONSES)
+async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
+    """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
+    most jobs queued, and the queue's counters."""
+    views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
+    return QueuesView(queues=list(views))
+
+
+async def _view(runtime: Runtime, kind: Kind) -> QueueView:
+    queue = runtime.service.queues[kind]  # the sync queue, in a thread: admin reads are rare
+    top, lag, stats = await asyncio.gather(
+        asyncio.to_thread(queue.top_partitions, TOP_ACCOUNTS),
+        asyncio.to_thread(queue.fairness_lag),
+        asyncio.to_thread(queue.stats),
+    )
+    load = await runtime.estimator.load(kind)
+    return QueueView(
+        name=kind,
+        queued=await runtime.queues[kind].length(),
+        in_flight=load.in_flight,
+        workers=load.workers,
+        fairness_lag_s=lag,
+        top_accounts=[AccountQueued(user_id=p, queued=n) for p, n in top],
+        stats=stats,
+    )
+
+
+async def _job(runtime: Runtime, task_id: str) -> dict[str, str]:
+    job = await runtime.store.get(task_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NOT_FOUND)
+    return job
+
+
+@router.post(
+    "/tasks/{task_id}/promote",
+    response_model=TaskStatus,
+    responses={**RESPONSES, **NOT_YOURS, 409: {"model": ErrorBody, "description": "not queued"}},
+)
+async def promote(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
+    """Move a queued job (anyone's) to the front of its queue."""
+    job = await _job(runtime, task_id)
+    kind: Kind = job["kind"]  # type: ignore[assignment]
+    if not await runtime.queues[kind].promote(task_id):
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"the task is {job['status']}")
+    await runtime.redis.publish(MOVES, kind)
+    log.info("admin promoted a job", extra=_who(admin, job))
+    return await job_status(runtime, job)
+
+
+@router.post(
+    "/tasks/{task_id}/release",
+    response_model=TaskStatus,
+    responses={**RESPONSES, **NOT_YOURS, 409: {"model": ErrorBody, "description": "not running"}},
+)
+async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
+    """Return a running job's lease to the front of its queue now, without waiting for it to
+    expire (its worker is gone or stuck); the next free worker runs it again."""
+    job = await _job(runtime, task_id)
+    kind: Kind = job["kind"]  # type: ignore[assignment]
+    token = job.get("token", "")
+    released = job["status"] == Status.STARTED and await asyncio.to_thread(
+        runtime.service.queues[kind].release, task_id, token
+    )
+    if not released:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"the task is {job['status']}")
+    await runtime.redis.publish(MOVES, kind)
+    log.info("admin released a lease", extra=_who(admin, job))
+    return await job_status(runtime, await _job(runtime, task_id))
+
+
+@router.post(
+    "/queues/{name}/drop",
+    response_model=DropResult,
+    responses={**RESPONSES, 422: {"model": ErrorBody, "description": "confirm is not the name"}},
+)
+async def drop(
+    name: QueueName, body: DropRequest, admin: AdminDep, runtime: RuntimeDep
+) -> DropResult:
+    """Empty a queue: its queued jobs end REVOKED (unbilled), its running jobs are asked to
+    stop. The body must repeat the queue's name."""
+    if body.confirm != name:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f'confirm must repeat the queue\'s name: {{"confirm": "{name}"}}',
+        )
+    dropped = await asyncio.to_thread(runtime.service.queues[name].drop, name)
+    for task_id in [*dropped.queued, *dropped.in_flight]:
+        await runtime.store.revoke(task_id)  # tells each job's owner through its stream
+    await runtime.redis.publish(MOVES, name)
+    log.warning(
+        "admin dropped a queue",
+        extra={"account": admin, "queue": name, "dropped": len(dropped.queued)},
+    )
+    return DropResult(queue=name, dropped=len(dropped.queued))
+
+
+def _who(admin: str, job: dict[str, str]) -> dict[str, str]:
+    return {"account": admin, "task_id": job["task_id"], "owner": job["owner"]}
