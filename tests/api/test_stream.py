@@ -134,6 +134,27 @@ async def test_a_client_that_leaves_frees_its_stream(api: Api) -> None:
     assert api.runtime.hub.streams == 0
 
 
+async def test_a_queued_jobs_stream_tells_its_new_place_when_the_queue_moves(api: Api) -> None:
+    ahead, task_id = await submit(api), await submit(api)
+
+    async with api.stream.stream("GET", f"/task-status/stream/{task_id}", headers=KEY) as resp:
+        events = EventReader(resp)
+        first = await events.next()
+        assert first is not None and first.data["position"] == 1
+
+        cancelled = await api.client.delete(f"/tasks/{ahead}", headers=KEY)
+        assert cancelled.status_code == 200, cancelled.text
+        moved = await events.next()
+
+    assert moved is not None
+    assert moved.data["status"] == "PENDING"
+    assert moved.data["position"] == 0
+    assert moved.data == await current(api, task_id)
+    # Not an event of the job's own history: a client resuming with Last-Event-ID resumes
+    # after the last real change, which it has seen.
+    assert moved.id is None
+
+
 # -- a finished job, and resuming -----------------------------------------------------------------
 async def test_a_finished_jobs_stream_replays_every_change_and_ends(
     api: Api, worker: Worker

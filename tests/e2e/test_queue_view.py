@@ -1,0 +1,73 @@
+"""What users and operators see of the queue through real processes: place in line, estimated
+start, the metrics, and the operator's view of a live worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.devstack import Stack
+from tests.e2e.conftest import DEMO_KEY, OTHER_KEY, wait_for
+from tests.e2e.test_jobs import finished, status, submit
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def metrics(stack: Stack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    reply = httpx.get(f"{stack.url}/metrics", timeout=10)
+    assert reply.status_code == 200, reply.text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(reply.text)
+        for sample in family.samples
+    }
+
+
+def live_workers(stack: Stack) -> float:
+    return metrics(stack)[("fairgpu_workers", (("queue", "short"),))]
+
+
+def test_a_job_behind_a_running_one_is_told_its_place_and_when_it_should_start(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(workers=1)
+    wait_for(lambda: live_workers(stack) == 1, what="the worker's heartbeat")
+    running = submit(stack, DEMO_KEY, duration_s=4)
+    wait_for(lambda: status(stack, DEMO_KEY, running)["status"] == "STARTED", what="a start")
+
+    before = time.time()
+    queued = submit(stack, OTHER_KEY, duration_s=1)
+    state = status(stack, OTHER_KEY, queued)
+
+    assert state["status"] == "PENDING"
+    assert state["position"] == 0
+    estimate = state["estimated_start_at"]
+    assert isinstance(estimate, float)
+    # half of the running job's expected 4 s is taken as left (no run has finished yet, so the
+    # job's own duration stands in for the queue's mean run time)
+    assert before <= estimate <= time.time() + 4
+    wait_for(lambda: finished(stack, OTHER_KEY, queued), what="the queued job to finish")
+    assert status(stack, OTHER_KEY, queued)["estimated_start_at"] is None
+
+
+def test_metrics_count_a_finished_job_its_wait_run_and_bill(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(workers=1)
+    task_id = submit(stack, DEMO_KEY, duration_s=0.2)
+    wait_for(lambda: finished(stack, DEMO_KEY, task_id), what="the job to finish")
+
+    seen = metrics(stack)
+    short = (("queue", "short"),)
+    assert seen[("fairgpu_jobs_finished_total", (("queue", "short"), ("status", "SUCCESS")))] == 1
+    assert seen[("fairgpu_job_attempts_total", short)] == 1
+    assert seen[("fairgpu_job_wait_seconds_count", short)] == 1
+    assert seen[("fairgpu_job_run_seconds_count", short)] == 1
+    assert seen[("fairgpu_job_run_seconds_sum", short)] >= 0.2
+    assert seen[("fairgpu_billed_gpu_seconds_total", short)] == pytest.approx(0.2)
+    assert seen[("fairgpu_jobs_queued", short)] == 0
+    assert seen[("fairgpu_jobs_in_flight", short)] == 0
