@@ -26,19 +26,20 @@ from app.celery_app import RECLAIM_QUEUE
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 PROFILES = {
     "cpu": {"redis", "api", "worker-cpu", "beat"},
     "gpu": {"redis", "api", "worker-gpu0", "worker-gpu1", "beat"},
-    "monitoring": {"redis", "flower"},
+    "monitoring": {"redis", "flower", "prometheus"},
 }
 GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
 APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "flower")
 
 # Paths inside the containers, which the files may name.
-IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home")
+IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home", "/etc/prometheus", "/prometheus")
 
 # A host name of the public internet: what a package index or an image registry would show as.
 # (A pattern, so that this file names no registry either.)
@@ -451,10 +452,47 @@ def test_dockerignore_keeps_secrets_and_local_state_out_of_the_image():
     assert {".git", ".venv", ".env", "*.rdb", "*.aof"} <= ignored
 
 
+# --- prometheus ------------------------------------------------------------------------------
+
+
+def test_prometheus_scrapes_metrics_of_every_api_replica(services):
+    config = yaml.safe_load(PROMETHEUS_FILE.read_text())
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    (discovery,) = job["dns_sd_configs"]
+    port = int(services["api"]["environment"]["PORT"])
+    # DNS of the service name answers every replica's address, so each API process is scraped.
+    assert discovery == {"names": ["api"], "type": "A", "port": port}
+
+
+def test_the_api_serves_the_path_prometheus_scrapes():
+    from app.api import create_app
+    from app.settings import Settings
+
+    config = yaml.safe_load(PROMETHEUS_FILE.read_text())
+    paths = create_app(Settings()).openapi()["paths"]
+    assert "get" in paths[config["scrape_configs"][0]["metrics_path"]]
+
+
+def test_prometheus_reads_its_config_read_only_and_keeps_data_on_a_named_volume(compose, services):
+    prometheus = services["prometheus"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    data = [v.split(":")[0] for v in prometheus["volumes"] if v.endswith(":/prometheus")]
+    assert data and data[0] in compose["volumes"]
+
+
+def test_prometheus_publishes_port_9090(services):
+    assert services["prometheus"]["ports"] == ["9090:9090"]
+
+
 # --- what the files must not contain ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE], ids=lambda p: p.name)
+DEPLOYMENT_FILES = [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE, PROMETHEUS_FILE]
+
+
+@pytest.mark.parametrize("path", DEPLOYMENT_FILES, ids=lambda p: p.name)
 def test_deployment_files_name_no_registry_or_package_index(path):
     text = path.read_text().lower()
     assert not PUBLIC_HOST.search(text), f"{path.name} names a host: {PUBLIC_HOST.findall(text)}"
@@ -473,7 +511,7 @@ def test_images_are_named_without_a_registry_host(services):
         assert "/" not in ref or not ("." in first or ":" in first or first == "localhost"), ref
 
 
-@pytest.mark.parametrize("path", [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DEPLOYMENT_FILES, ids=lambda p: p.name)
 def test_deployment_files_hold_no_absolute_path_of_this_machine(path):
     text = path.read_text()
     # Paths inside the image are fine, even where a checkout happens to live at one of them.
