@@ -39,6 +39,9 @@ EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
 QUEUE_FULL_RETRY_S = 30
 MOVE_PACE_S = 1.0
+#: Above this many open streams, each queued job's place is recomputed less often, so that one
+#: API process spends at most about this many recomputations a second on a busy queue.
+MOVES_PER_S = 500
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
@@ -275,7 +278,8 @@ async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[S
                     # no id: a client resuming with Last-Event-ID still gets every change
                     yield ServerSentEvent(data=now.model_dump_json())
                     shown = now
-            await _next_wake(changed, moved)
+            pace = max(MOVE_PACE_S, runtime.hub.streams / MOVES_PER_S)
+            await _next_wake(changed, moved if job["status"] == Status.PENDING else None, pace)
 
 
 def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
@@ -290,9 +294,13 @@ def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
     return abs(after - before) > max(ETA_SLACK_S, wait / 10)
 
 
-async def _next_wake(changed: asyncio.Event, moved: asyncio.Event) -> None:
-    """Wait for a change of the job (at once) or of its queue's order (at most once every
-    MOVE_PACE_S: a busy queue moves far more often than a person needs to be told)."""
+async def _next_wake(changed: asyncio.Event, moved: asyncio.Event | None, pace: float) -> None:
+    """Wait for a change of the job (at once) or, while it is queued, of its queue's order (at
+    most once every `pace` seconds: a busy queue moves far more often than anyone needs to be
+    told)."""
+    if moved is None:
+        await changed.wait()
+        return
     waits = {asyncio.ensure_future(changed.wait()), asyncio.ensure_future(moved.wait())}
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -301,4 +309,4 @@ async def _next_wake(changed: asyncio.Event, moved: asyncio.Event) -> None:
             waiter.cancel()
     if not changed.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), MOVE_PACE_S)
+            await asyncio.wait_for(changed.wait(), pace)
