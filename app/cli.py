@@ -1,4 +1,5 @@
-"""The `fairgpu` command. `fairgpu dev` runs the whole stack on this machine."""
+"""The `fairgpu` command. `fairgpu dev` runs the whole stack on this machine; the client commands
+(submit, status, watch, ... in app/cli_client.py) talk to a running one over HTTP."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 from rich.console import Console
 
+from app import cli_client
 from app.auth import Accounts
 from app.devstack import Stack
 from app.settings import get_settings
@@ -83,6 +85,9 @@ def _wait_for_signal() -> None:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     stop.wait()
+
+
+cli_client.register(cli)
 
 
 def main() -> None:
