@@ -1,0 +1,809 @@
+// fairgpu dashboard: plain JavaScript, no build step, no dependencies.
+//
+// Security rules this file keeps:
+// - the API key lives in sessionStorage and in the X-API-Key header, never in a URL;
+// - text from the server only ever reaches the page through textContent, title or dataset;
+// - no inline code anywhere (the page's Content-Security-Policy forbids it anyway).
+//
+// Live updates: EventSource cannot send headers, so each live job's stream is read with
+// fetch() and a ReadableStream, and the text/event-stream format is parsed here.
+
+"use strict";
+
+(() => {
+  const KEY_STORE = "fairgpu.apiKey";
+  const TERMINAL = new Set(["SUCCESS", "FAILURE", "REVOKED"]);
+  const PAGE_SIZE = 25;
+  const BILL_LIMIT = 1000; // the most /billing-records returns at once
+  const QUEUES_EVERY_MS = 4000;
+  const POLL_EVERY_MS = 3000; // live jobs that wait for a stream are read this often
+  const POLL_BATCH = 5;
+  const RETRY_FIRST_MS = 1000;
+  const RETRY_MOST_MS = 15000;
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+  const byId = (id) => document.getElementById(id);
+  const ui = {
+    keyForm: byId("key-form"),
+    keyInput: byId("key-input"),
+    keyForget: byId("key-forget"),
+    messages: byId("messages"),
+    messageText: byId("message-text"),
+    messageClose: byId("message-close"),
+    signedIn: byId("signed-in"),
+    accountLine: byId("account-line"),
+    submitForm: byId("submit-form"),
+    submitKind: byId("submit-kind"),
+    submitDuration: byId("submit-duration"),
+    submitButton: byId("submit-button"),
+    jobsBody: byId("jobs-body"),
+    jobsEmpty: byId("jobs-empty"),
+    jobsMore: byId("jobs-more"),
+    jobsLive: byId("jobs-live"),
+    jobsRefresh: byId("jobs-refresh"),
+    billBody: byId("bill-body"),
+    billTotal: byId("bill-total"),
+    billRefresh: byId("bill-refresh"),
+    queuesPanel: byId("queues-panel"),
+    queuesBody: byId("queues-body"),
+    queuesUpdated: byId("queues-updated"),
+    adminForm: byId("admin-form"),
+    adminTask: byId("admin-task"),
+  };
+
+  // Browsers open at most 6 HTTP/1.1 connections to one origin, and every open stream holds
+  // one: over HTTP/1.1 keep two free for the page's other requests; over HTTP/2 or HTTP/3
+  // streams share one connection.
+  const STREAM_CAP = (() => {
+    const entry = performance.getEntriesByType("navigation")[0];
+    const protocol = (entry && entry.nextHopProtocol) || "";
+    return /^h[23]/.test(protocol) ? 20 : 4;
+  })();
+
+  // Everything that belongs to one signed-in key; replaced as a whole when the key changes,
+  // so that answers arriving for a previous key are recognised and dropped.
+  let session = null;
+
+  function newSession(key, account) {
+    return {
+      key,
+      account,
+      jobs: new Map(), // task_id -> {data, row, cells, stream, gone, polledAt}
+      nextCursor: null,
+      streams: 0,
+      timers: new Set(),
+      billSoon: null,
+      closed: false,
+    };
+  }
+
+  class ApiError extends Error {
+    constructor(status, detail, retryAfter) {
+      super(detail);
+      this.status = status;
+      this.retryAfter = retryAfter;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Formatting
+
+  function detailOf(body, response) {
+    const detail = body && typeof body === "object" ? body.detail : undefined;
+    if (typeof detail === "string") return detail;
+    if (Array.isArray(detail)) {
+      return detail
+        .map((item) => {
+          if (!item || typeof item !== "object") return String(item);
+          const where = Array.isArray(item.loc) ? item.loc.join(".") + ": " : "";
+          return where + String(item.msg ?? "");
+        })
+        .join("; ");
+    }
+    return `${response.status} ${response.statusText || "error"}`;
+  }
+
+  function seconds(value) {
+    if (!Number.isFinite(value)) return "";
+    const s = Math.max(0, value);
+    if (s < 10) return `${s.toFixed(1)} s`;
+    if (s < 60) return `${Math.round(s)} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+    return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  }
+
+  function now() {
+    return Date.now() / 1000;
+  }
+
+  function ago(at) {
+    if (!Number.isFinite(at)) return "";
+    const diff = now() - at;
+    return diff < 1 ? "just now" : `${seconds(diff)} ago`;
+  }
+
+  function eta(at) {
+    if (!Number.isFinite(at)) return "";
+    const diff = at - now();
+    return diff < 1 ? "any moment" : `in ${seconds(diff)}`;
+  }
+
+  function clock(at) {
+    return Number.isFinite(at) ? new Date(at * 1000).toLocaleString() : "";
+  }
+
+  const money = new Intl.NumberFormat(undefined, {
+    minimumFractionDigits: 2,
+    maximumFractionDigits: 4,
+  });
+
+  // ---------------------------------------------------------------------------------------
+  // Messages
+
+  function showMessage(text, kind) {
+    ui.messageText.textContent = text;
+    ui.messages.dataset.kind = kind;
+    ui.messages.hidden = false;
+  }
+
+  function showError(error, doing) {
+    const text = error instanceof ApiError ? error.message : String(error?.message ?? error);
+    showMessage(doing ? `${doing}: ${text}` : text, "error");
+  }
+
+  function showInfo(text) {
+    showMessage(text, "info");
+  }
+
+  ui.messageClose.addEventListener("click", () => {
+    ui.messages.hidden = true;
+  });
+
+  // ---------------------------------------------------------------------------------------
+  // HTTP
+
+  function headersFor(key, extra) {
+    return Object.assign({ "X-API-Key": key, Accept: "application/json" }, extra || {});
+  }
+
+  async function errorFrom(response) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    const retry = Number(response.headers.get("Retry-After"));
+    return new ApiError(response.status, detailOf(body, response), retry);
+  }
+
+  // One JSON request with the owner's key (a session, or {key} to try one); throws ApiError
+  // with the server's detail. A 401 ends the session it was made for.
+  async function api(owner, method, path, body) {
+    const init = { method, headers: headersFor(owner.key), cache: "no-store" };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, init);
+    if (!response.ok) {
+      const error = await errorFrom(response);
+      if (error.status === 401 && session === owner) signOut(error);
+      throw error;
+    }
+    const text = await response.text();
+    return { status: response.status, data: text ? JSON.parse(text) : null };
+  }
+
+  // A timer that belongs to the session and dies with it.
+  function later(owner, ms, action) {
+    const timer = setTimeout(() => {
+      owner.timers.delete(timer);
+      if (!owner.closed) action();
+    }, ms);
+    owner.timers.add(timer);
+    return timer;
+  }
+
+  function pause(owner, ms, signal) {
+    return new Promise((resolve) => {
+      const timer = later(owner, ms, resolve);
+      const stop = () => {
+        clearTimeout(timer);
+        owner.timers.delete(timer);
+        resolve();
+      };
+      signal.addEventListener("abort", stop, { once: true });
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Server-sent events, read from a fetch() body
+
+  // Feeds text to onEvent({data, id}) one complete event at a time; id is null when the
+  // event set none. Lines end in \n, \r\n or \r, as the event-stream format allows.
+  function eventParser(onEvent) {
+    let pending = "";
+    let data = [];
+    let id = null;
+
+    function line(text) {
+      if (text === "") {
+        if (data.length > 0) onEvent({ data: data.join("\n"), id });
+        data = [];
+        id = null;
+        return;
+      }
+      if (text.startsWith(":")) return; // a comment: the server's keep-alive
+      const colon = text.indexOf(":");
+      const field = colon < 0 ? text : text.slice(0, colon);
+      let value = colon < 0 ? "" : text.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "data") data.push(value);
+      else if (field === "id" && !value.includes("\0")) id = value;
+    }
+
+    return (chunk) => {
+      pending += chunk;
+      let start = 0;
+      for (let i = 0; i < pending.length; i += 1) {
+        const c = pending[i];
+        if (c !== "\n" && c !== "\r") continue;
+        if (c === "\r" && i + 1 === pending.length) break; // perhaps half of a \r\n
+        line(pending.slice(start, i));
+        if (c === "\r" && pending[i + 1] === "\n") i += 1;
+        start = i + 1;
+      }
+      pending = pending.slice(start);
+    };
+  }
+
+  // Reads one response body to its end, or until onEvent returns true (the job ended).
+  async function readEvents(body, onEvent) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let done = false;
+    const feed = eventParser((event) => {
+      if (!done && onEvent(event)) done = true;
+    });
+    try {
+      while (!done) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        feed(decoder.decode(chunk.value, { stream: true }));
+      }
+    } finally {
+      if (done) reader.cancel().catch(() => {});
+      else reader.releaseLock();
+    }
+    return done;
+  }
+
+  // Follows one job until it ends, reconnecting with Last-Event-ID after a dropped stream.
+  async function follow(owner, job) {
+    const control = new AbortController();
+    job.stream = control;
+    owner.streams += 1;
+    let lastId = null;
+    let wait = RETRY_FIRST_MS;
+    const taskId = job.data.task_id;
+    try {
+      while (!owner.closed && !control.signal.aborted && !isOver(job)) {
+        const headers = headersFor(owner.key, { Accept: "text/event-stream" });
+        if (lastId !== null) headers["Last-Event-ID"] = lastId;
+        try {
+          const response = await fetch(`task-status/stream/${encodeURIComponent(taskId)}`, {
+            headers,
+            cache: "no-store",
+            signal: control.signal,
+          });
+          if (response.status === 204) {
+            await refreshJob(owner, job); // ended before this connection: read its end
+            break;
+          }
+          if (!response.ok) {
+            const error = await errorFrom(response);
+            if (error.status === 404) {
+              markGone(job);
+              break;
+            }
+            if (error.status === 401) {
+              if (session === owner) signOut(error);
+              break;
+            }
+            if (error.status === 429 && error.retryAfter > 0) wait = error.retryAfter * 1000;
+            else throw error;
+          } else {
+            wait = RETRY_FIRST_MS;
+            const ended = await readEvents(response.body, (event) => {
+              if (event.id !== null) lastId = event.id;
+              let state;
+              try {
+                state = JSON.parse(event.data);
+              } catch {
+                return false;
+              }
+              if (!state || state.task_id !== taskId) return false;
+              update(owner, job, state);
+              return TERMINAL.has(state.status);
+            });
+            if (ended) break;
+          }
+        } catch (error) {
+          if (control.signal.aborted || owner.closed) break;
+          if (error instanceof ApiError && session === owner) showError(error, "Live updates");
+        }
+        await pause(owner, wait, control.signal);
+        wait = Math.min(wait * 2, RETRY_MOST_MS);
+      }
+    } finally {
+      job.stream = null;
+      owner.streams -= 1;
+      if (!owner.closed) {
+        showLiveCount(owner);
+        scheduleStreams(owner);
+      }
+    }
+  }
+
+  function isOver(job) {
+    return job.gone || TERMINAL.has(job.data.status);
+  }
+
+  // Which waiting job gets the next free stream: running ones first, then the queued ones
+  // nearest the front, then the newest.
+  function rank(job) {
+    if (job.data.status === "STARTED") return -1;
+    const place = job.data.position;
+    return Number.isInteger(place) ? place : Number.MAX_SAFE_INTEGER;
+  }
+
+  function waitingJobs(owner) {
+    return [...owner.jobs.values()].filter((job) => !job.stream && !isOver(job));
+  }
+
+  function scheduleStreams(owner) {
+    if (owner.closed) return;
+    const waiting = waitingJobs(owner);
+    const newest = (a, b) => (b.data.enqueued_at ?? 0) - (a.data.enqueued_at ?? 0);
+    waiting.sort((a, b) => rank(a) - rank(b) || newest(a, b));
+    for (const job of waiting) {
+      if (owner.streams >= STREAM_CAP) break;
+      follow(owner, job);
+    }
+    showLiveCount(owner);
+  }
+
+  function showLiveCount(owner) {
+    const waiting = waitingJobs(owner).length;
+    const parts = [];
+    if (owner.streams > 0) parts.push(`${owner.streams} live`);
+    if (waiting > 0) parts.push(`${waiting} refreshed every ${POLL_EVERY_MS / 1000} s`);
+    ui.jobsLive.textContent = parts.join(", ");
+  }
+
+  // Live jobs beyond the stream cap are read now and then, a few at a time.
+  async function pollWaiting(owner) {
+    const batch = waitingJobs(owner)
+      .sort((a, b) => a.polledAt - b.polledAt)
+      .slice(0, POLL_BATCH);
+    for (const job of batch) {
+      if (owner.closed) return;
+      job.polledAt = Date.now();
+      await refreshJob(owner, job);
+    }
+    later(owner, POLL_EVERY_MS, () => pollWaiting(owner));
+  }
+
+  async function refreshJob(owner, job) {
+    try {
+      const path = `task-status/${encodeURIComponent(job.data.task_id)}`;
+      const { data } = await api(owner, "GET", path);
+      if (session === owner) update(owner, job, data);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) markGone(job);
+      else if (session === owner && !owner.closed) showError(error, "Reading a job");
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The jobs table
+
+  function cell(row, className, column) {
+    const td = document.createElement("td");
+    if (className) td.className = className;
+    if (column) td.dataset.col = column;
+    row.appendChild(td);
+    return td;
+  }
+
+  function addJob(owner, state, atTop) {
+    const known = owner.jobs.get(state.task_id);
+    if (known) {
+      update(owner, known, state);
+      return known;
+    }
+    const row = document.createElement("tr");
+    row.dataset.taskId = state.task_id;
+    const cells = {
+      id: cell(row, "mono", "task"),
+      kind: cell(row, "", "kind"),
+      status: cell(row, "status", "status"),
+      place: cell(row, "num", "place"),
+      eta: cell(row, "", "eta"),
+      worker: cell(row, "mono", "worker"),
+      submitted: cell(row, "", "submitted"),
+      waited: cell(row, "num", "waited"),
+      ran: cell(row, "num", "ran"),
+      attempts: cell(row, "num", "attempts"),
+      actions: cell(row, "", "actions"),
+    };
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "cancel";
+    cancel.textContent = "Cancel";
+    cancel.addEventListener("click", () => cancelJob(owner, job, cancel));
+    cells.actions.appendChild(cancel);
+    const job = { data: state, row, cells, cancel, stream: null, gone: false, polledAt: 0 };
+    owner.jobs.set(state.task_id, job);
+    if (atTop) ui.jobsBody.prepend(row);
+    else ui.jobsBody.appendChild(row);
+    ui.jobsEmpty.hidden = true;
+    render(job);
+    return job;
+  }
+
+  function update(owner, job, state) {
+    const ended = TERMINAL.has(state.status);
+    const wasEnded = TERMINAL.has(job.data.status);
+    if (wasEnded && !ended) return; // a late answer must not bring an ended job back
+    job.data = Object.assign({}, job.data, state);
+    render(job);
+    if (ended && !wasEnded) billSoon(owner);
+  }
+
+  function markGone(job) {
+    job.gone = true;
+    render(job);
+  }
+
+  function placeText(d) {
+    if (d.status !== "PENDING" || !Number.isInteger(d.position)) return "";
+    return d.position === 0 ? "next" : `${d.position} ahead`;
+  }
+
+  function workerText(r) {
+    if (!r.worker) return "";
+    return Number.isInteger(r.gpu_id) ? `${r.worker} · GPU ${r.gpu_id}` : String(r.worker);
+  }
+
+  function ranText(d, r) {
+    if (!Number.isFinite(r.started_at)) return "";
+    if (Number.isFinite(r.finished_at)) return seconds(r.finished_at - r.started_at);
+    if (d.status !== "STARTED") return "";
+    return `${seconds(now() - r.started_at)} of ${seconds(r.duration_s)}`;
+  }
+
+  function render(job) {
+    const d = job.data;
+    const c = job.cells;
+    const r = d.result || {};
+    const ended = TERMINAL.has(d.status);
+    const live = !ended && !job.gone;
+    const queued = live && d.status === "PENDING";
+    const enqueued = d.enqueued_at ?? r.enqueued_at;
+    const estimated = Number.isFinite(d.estimated_start_at);
+
+    job.row.dataset.status = job.gone ? "GONE" : d.status;
+    c.id.textContent = d.task_id.slice(0, 8);
+    c.id.title = d.task_id;
+    c.kind.textContent = d.kind ?? "";
+    c.status.textContent =
+      (job.gone ? "expired" : d.status) + (d.cancel_requested && live ? " (stopping)" : "");
+    c.status.title = d.error ? String(d.error) : "";
+    c.place.textContent = queued ? placeText(d) : "";
+    c.eta.textContent = !queued ? "" : estimated ? eta(d.estimated_start_at) : "unknown";
+    c.eta.title = !queued ? "" : estimated ? clock(d.estimated_start_at) : "no live worker";
+    c.worker.textContent = workerText(r);
+    c.submitted.textContent = ago(enqueued);
+    c.submitted.title = clock(enqueued);
+    c.waited.textContent = Number.isFinite(r.started_at)
+      ? seconds(r.started_at - enqueued)
+      : queued
+        ? seconds(now() - enqueued)
+        : "";
+    c.ran.textContent = ranText(d, r);
+    c.ran.title = Number.isFinite(r.tflops) ? `${r.tflops.toFixed(1)} TFLOP/s` : "";
+    c.attempts.textContent = Number.isInteger(d.attempts) ? String(d.attempts) : "";
+    job.cancel.hidden = !live;
+    if (!live || d.cancel_requested) job.cancel.disabled = true;
+  }
+
+  async function cancelJob(owner, job, button) {
+    button.disabled = true;
+    try {
+      const path = `tasks/${encodeURIComponent(job.data.task_id)}`;
+      const { status, data } = await api(owner, "DELETE", path);
+      if (session !== owner) return;
+      if (data) update(owner, job, data);
+      showInfo(
+        status === 202
+          ? `Job ${job.data.task_id.slice(0, 8)} is running; asked it to stop.`
+          : `Job ${job.data.task_id.slice(0, 8)} cancelled.`
+      );
+    } catch (error) {
+      if (session !== owner) return;
+      showError(error, "Cancel");
+      if (error instanceof ApiError && error.status === 409) await refreshJob(owner, job);
+      else if (error instanceof ApiError && error.status === 404) markGone(job);
+      else button.disabled = false;
+    }
+  }
+
+  async function loadJobs(owner, more) {
+    ui.jobsMore.disabled = true;
+    const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+    if (more && owner.nextCursor) query.set("cursor", owner.nextCursor);
+    try {
+      const { data } = await api(owner, "GET", `tasks?${query}`);
+      if (session !== owner) return;
+      for (const state of data.tasks || []) addJob(owner, state, false);
+      owner.nextCursor = data.next_cursor || null;
+      ui.jobsMore.hidden = !owner.nextCursor;
+      ui.jobsEmpty.hidden = owner.jobs.size > 0;
+      scheduleStreams(owner);
+    } catch (error) {
+      if (session === owner) showError(error, "Loading jobs");
+    } finally {
+      ui.jobsMore.disabled = false;
+    }
+  }
+
+  function clearJobs(owner) {
+    for (const job of owner.jobs.values()) if (job.stream) job.stream.abort();
+    owner.jobs.clear();
+    owner.nextCursor = null;
+    ui.jobsBody.replaceChildren();
+    ui.jobsMore.hidden = true;
+    ui.jobsLive.textContent = "";
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Submitting
+
+  async function submitJob(owner) {
+    const kind = ui.submitKind.value;
+    const duration = Number(ui.submitDuration.value);
+    ui.submitButton.disabled = true;
+    try {
+      const { data } = await api(owner, "POST", "enqueue-task", { kind, duration_s: duration });
+      if (session !== owner) return;
+      addJob(
+        owner,
+        { task_id: data.task_id, status: "PENDING", kind, attempts: 0, enqueued_at: now() },
+        true
+      );
+      showInfo(`Submitted job ${data.task_id.slice(0, 8)} (${kind}, ${seconds(duration)}).`);
+      scheduleStreams(owner);
+    } catch (error) {
+      if (session === owner) showError(error, "Submit");
+    } finally {
+      ui.submitButton.disabled = false;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The bill
+
+  function billSoon(owner) {
+    if (owner.billSoon !== null) return;
+    owner.billSoon = later(owner, 300, () => {
+      owner.billSoon = null;
+      loadBill(owner);
+    });
+  }
+
+  async function loadBill(owner) {
+    try {
+      const { data } = await api(owner, "GET", `billing-records?limit=${BILL_LIMIT}`);
+      if (session !== owner) return;
+      const rows = [];
+      let total = 0;
+      for (const record of data) {
+        total += Number(record.cost) || 0;
+        const row = document.createElement("tr");
+        row.dataset.taskId = String(record.task_id);
+        cell(row).textContent = clock(record.billed_at);
+        const task = cell(row, "mono");
+        task.textContent = String(record.task_id).slice(0, 8);
+        task.title = String(record.task_id);
+        cell(row).textContent = String(record.kind);
+        cell(row, "num").textContent = seconds(record.gpu_seconds);
+        cell(row, "num").textContent = money.format(record.cost);
+        cell(row).textContent = String(record.description);
+        rows.push(row);
+      }
+      ui.billBody.replaceChildren(...rows);
+      const count = data.length === 1 ? "1 job" : `${data.length} jobs`;
+      const partial = data.length >= BILL_LIMIT ? ` (latest ${BILL_LIMIT} only)` : "";
+      ui.billTotal.textContent = `Total ${money.format(total)} for ${count}${partial}`;
+      ui.billTotal.dataset.total = String(total);
+      ui.billTotal.dataset.count = String(data.length);
+    } catch (error) {
+      if (session === owner) showError(error, "Loading the bill");
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Admin: the queues
+
+  async function loadQueues(owner) {
+    try {
+      const { data } = await api(owner, "GET", "admin/queues");
+      if (session !== owner) return;
+      const rows = [];
+      for (const queue of data.queues || []) {
+        const row = document.createElement("tr");
+        row.dataset.queue = String(queue.name);
+        cell(row, "", "name").textContent = String(queue.name);
+        cell(row, "num", "queued").textContent = String(queue.queued ?? "");
+        cell(row, "num", "in-flight").textContent = String(queue.in_flight ?? "");
+        cell(row, "num", "workers").textContent = String(queue.workers ?? "");
+        const lag = Number(queue.fairness_lag_s);
+        cell(row, "num", "lag").textContent = Number.isFinite(lag) ? seconds(lag) : "";
+        const top = cell(row, "mono", "top");
+        top.textContent = (queue.top_accounts || [])
+          .map((entry) => `${String(entry.user_id).slice(0, 8)}: ${entry.queued}`)
+          .join(", ");
+        top.title = (queue.top_accounts || []).map((entry) => String(entry.user_id)).join("\n");
+        const stats = queue.stats && typeof queue.stats === "object" ? queue.stats : {};
+        cell(row, "mono small", "stats").textContent = Object.entries(stats)
+          .map(([name, value]) => `${name}=${String(value)}`)
+          .join("  ");
+        rows.push(row);
+      }
+      ui.queuesBody.replaceChildren(...rows);
+      ui.queuesUpdated.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (error) {
+      if (session !== owner) return;
+      if (error instanceof ApiError && error.status === 404) {
+        ui.queuesPanel.hidden = true; // not an admin after all
+        return;
+      }
+      showError(error, "Loading the queues");
+    }
+    later(owner, QUEUES_EVERY_MS, () => loadQueues(owner));
+  }
+
+  async function adminAction(owner, action) {
+    const taskId = ui.adminTask.value.trim().toLowerCase();
+    if (!UUID.test(taskId)) {
+      showError("a task id looks like 0b7d1c2e-…: 36 characters", action);
+      return;
+    }
+    try {
+      await api(owner, "POST", `admin/tasks/${encodeURIComponent(taskId)}/${action}`);
+      if (session !== owner) return;
+      showInfo(`${action === "promote" ? "Promoted" : "Released"} job ${taskId.slice(0, 8)}.`);
+      const job = owner.jobs.get(taskId);
+      if (job) await refreshJob(owner, job);
+      loadQueues(owner);
+    } catch (error) {
+      if (session === owner) showError(error, action === "promote" ? "Promote" : "Release");
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Signing in and out
+
+  function tick(owner) {
+    for (const job of owner.jobs.values()) render(job); // relative times move on
+    later(owner, 1000, () => tick(owner));
+  }
+
+  async function signIn(key) {
+    let account;
+    try {
+      ({ data: account } = await api({ key }, "GET", "account"));
+    } catch (error) {
+      showError(error, "Key");
+      // A refused key that came from storage (a reload) is forgotten; one pasted while another
+      // is in use leaves that one alone.
+      if (error instanceof ApiError && error.status === 401 && !session) {
+        sessionStorage.removeItem(KEY_STORE);
+      }
+      return;
+    }
+    signOut(null);
+    sessionStorage.setItem(KEY_STORE, key);
+    const owner = newSession(key, account);
+    session = owner;
+    const parts = [String(account.description || "account"), `account ${account.user_id}`];
+    if (account.share !== undefined) parts.push(`share ${account.share}`);
+    if (account.admin) parts.push("admin");
+    ui.accountLine.textContent = parts.join(" · ");
+    ui.keyInput.value = "";
+    ui.keyInput.placeholder = "key in use (paste another to switch)";
+    ui.keyForget.hidden = false;
+    ui.signedIn.hidden = false;
+    ui.jobsEmpty.hidden = true;
+    ui.queuesPanel.hidden = !account.admin;
+    ui.messages.hidden = true;
+    await Promise.all([loadJobs(owner, false), loadBill(owner)]);
+    if (session !== owner) return;
+    if (account.admin) loadQueues(owner);
+    tick(owner);
+    later(owner, POLL_EVERY_MS, () => pollWaiting(owner));
+  }
+
+  // Ends the current session (all streams and timers); with an error, says why.
+  function signOut(error) {
+    const owner = session;
+    session = null;
+    if (owner) {
+      owner.closed = true;
+      for (const timer of owner.timers) clearTimeout(timer);
+      owner.timers.clear();
+      clearJobs(owner);
+    }
+    ui.signedIn.hidden = true;
+    ui.queuesPanel.hidden = true;
+    ui.keyForget.hidden = true;
+    ui.accountLine.textContent = "";
+    ui.billBody.replaceChildren();
+    ui.billTotal.textContent = "";
+    delete ui.billTotal.dataset.total;
+    delete ui.billTotal.dataset.count;
+    ui.queuesBody.replaceChildren();
+    ui.keyInput.placeholder = "paste your X-API-Key";
+    if (error) {
+      sessionStorage.removeItem(KEY_STORE);
+      showError(error, "Signed out");
+    }
+  }
+
+  ui.keyForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = ui.keyInput.value.trim();
+    if (!key) {
+      showError("paste an API key first", "Key");
+      return;
+    }
+    signIn(key);
+  });
+
+  ui.keyForget.addEventListener("click", () => {
+    sessionStorage.removeItem(KEY_STORE);
+    signOut(null);
+    ui.messages.hidden = true;
+  });
+
+  ui.submitForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (session) submitJob(session);
+  });
+
+  ui.jobsMore.addEventListener("click", () => {
+    if (session) loadJobs(session, true);
+  });
+
+  ui.jobsRefresh.addEventListener("click", () => {
+    if (!session) return;
+    clearJobs(session);
+    loadJobs(session, false);
+  });
+
+  ui.billRefresh.addEventListener("click", () => {
+    if (session) loadBill(session);
+  });
+
+  ui.adminForm.addEventListener("submit", (event) => event.preventDefault());
+  for (const action of ["promote", "release"]) {
+    byId(`admin-${action}`).addEventListener("click", () => {
+      if (session) adminAction(session, action);
+    });
+  }
+
+  const stored = sessionStorage.getItem(KEY_STORE);
+  if (stored) signIn(stored);
+})();
