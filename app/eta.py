@@ -1,19 +1,19 @@
-"""When a queued job should start: from its place in line, the workers serving its queue and
-the queue's recent run times.
+"""When a queued job should start: from its place in line, when each worker serving its queue
+is free again, and the queue's recent mean run time.
 
-The W workers of a queue run its jobs one at a time each. Jobs in flight are taken to be half
-done; then each further round of W jobs takes one mean run. A job at position p (0-based) with
-F workers free starts now when p < F, else after (0.5 + (p - F) // W) mean runs.
+A worker busy with a job (of either queue) is free again when that job's asked-for duration has
+passed; an idle one is free now. The jobs ahead each take one mean run and go, in order, to the
+worker that is free first. With every run equal, that is round robin over the workers sorted by
+when they are free: the job at position p starts at free[p mod W] + (p div W) mean runs.
 """
 
 from __future__ import annotations
 
 
-def wait_s(position: int, in_flight: int, workers: int, mean_run_s: float) -> float | None:
-    """Seconds until the job at `position` should start; None when no worker serves its queue."""
-    if workers <= 0:
+def wait_s(position: int, free_in_s: list[float], mean_run_s: float) -> float | None:
+    """Seconds until the job at `position` should start, given in how many seconds each worker
+    serving its queue is free; None when no worker serves the queue."""
+    if not free_in_s:
         return None
-    free = max(0, workers - in_flight)
-    if position < free:
-        return 0.0
-    return mean_run_s * (0.5 + (position - free) // workers)
+    rounds, slot = divmod(position, len(free_in_s))
+    return sorted(max(0.0, s) for s in free_in_s)[slot] + rounds * mean_run_s

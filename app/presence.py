@@ -1,7 +1,8 @@
 """Workers' heartbeats in Redis: who is alive, and which queues each one serves.
 
-A worker writes `fairgpu:workers` <name> -> {"queues": [...], "seen": <Redis TIME>} every
-heartbeat_seconds from a daemon thread, and deletes its entry when it stops. Readers count a
+A worker writes `fairgpu:workers` <name> -> {"queues": [...], "seen": <Redis TIME>,
+"busy_until": <when its job should end, or null>} every heartbeat_seconds from a daemon thread
+and whenever it starts or ends a job, and deletes its entry when it stops. Readers count a
 worker alive while its entry is under ALIVE_BEATS heartbeats old, and forget entries a day old.
 """
 
@@ -31,6 +32,7 @@ class Seen:
     name: str
     queues: tuple[str, ...]
     seen: float
+    busy_until: float | None = None
 
 
 class Presence:
@@ -38,6 +40,7 @@ class Presence:
 
     def __init__(self, client: redis.Redis, name: str, queues: list[str], every: float) -> None:
         self.client, self.name, self.queues, self.every = client, name, queues, every
+        self._busy_until: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
 
@@ -45,7 +48,17 @@ class Presence:
         """Write the heartbeat now."""
         seconds, micros = self.client.time()
         entry = {"queues": self.queues, "seen": seconds + micros / 1e6}
+        entry["busy_until"] = self._busy_until
         self.client.hset(WORKERS, self.name, json.dumps(entry))
+
+    def busy(self, until: float | None) -> None:
+        """Say that a job started and should end at `until` (Unix seconds), or, with None, that
+        the worker is idle again; written at once, so estimates see it."""
+        self._busy_until = until
+        try:
+            self.beat()
+        except RedisError:
+            log.warning("heartbeat of %s not written; the next beat retries", self.name)
 
     def start(self) -> None:
         """Beat now and then every `every` seconds, in the background."""
@@ -76,7 +89,15 @@ def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:
     for name, value in raw.items():
         try:
             entry = json.loads(value)
-            seen.append(Seen(as_text(name), tuple(entry["queues"]), float(entry["seen"])))
+            until = entry.get("busy_until")
+            seen.append(
+                Seen(
+                    as_text(name),
+                    tuple(entry["queues"]),
+                    float(entry["seen"]),
+                    None if until is None else float(until),
+                )
+            )
         except (ValueError, KeyError, TypeError):
             continue
     return seen

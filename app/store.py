@@ -150,6 +150,7 @@ class JobStore:
         self._idempotency_ttl = settings.idempotency_ttl_s
         self._create = client.register_script(source("create", LUA_DIR))
         self._revoke = client.register_script(source("revoke", LUA_DIR))
+        self._requeue = client.register_script(source("requeue", LUA_DIR))
 
     async def create(
         self,
@@ -184,6 +185,12 @@ class JobStore:
         its final status when it had already ended, or 'gone'."""
         keys = [job_key(job_id), events_key(job_id), METRICS]
         return as_text(await self._revoke(keys=keys, args=[job_id, CHANNEL, self._ttl]))
+
+    async def requeued(self, job_id: str, token: str) -> bool:
+        """Mark a running job PENDING again after its lease `token` went back to the queue;
+        False when another run holds it already."""
+        keys = [job_key(job_id), events_key(job_id)]
+        return bool(await self._requeue(keys=keys, args=[job_id, token, CHANNEL, self._ttl]))
 
     async def get(self, job_id: str) -> dict[str, str] | None:
         """The job's hash, or None when it does not exist (or has expired)."""

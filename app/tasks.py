@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,9 @@ class JobRunner:
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.workload = device, worker, workload
+        #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
+        #: worker's heartbeat passes it on, for the start estimates of queued jobs.
+        self.on_busy: Callable[[float | None], None] = lambda until: None
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run the job under the lease token; returns what happened (for the worker's log)."""
@@ -85,6 +89,16 @@ class JobRunner:
         who = {"task_id": job_id, "account": job["owner"], "queue": kind}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         duration = float(job["duration_s"])
+        self.on_busy(time.time() + duration)
+        try:
+            return self._run(kind, job, token, duration, who)
+        finally:
+            self.on_busy(None)
+
+    def _run(
+        self, kind: Kind, job: dict[str, str], token: str, duration: float, who: dict[str, str]
+    ) -> str:
+        job_id = job["task_id"]
         every = self.settings.heartbeat_seconds
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
 

@@ -54,6 +54,7 @@ def main() -> None:
     queues = queues_to_consume(settings.worker_queues)
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
+    service.runner.on_busy = beats.busy
     signals.worker_ready.connect(lambda **_: beats.start(), weak=False)
     signals.worker_shutdown.connect(lambda **_: beats.stop(), weak=False)
     app.worker_main(worker_argv(queues, name))

@@ -92,7 +92,7 @@ async def _view(runtime: Runtime, kind: Kind) -> QueueView:
     return QueueView(
         name=kind,
         queued=await runtime.queues[kind].length(),
-        in_flight=load.in_flight,
+        in_flight=await runtime.queues[kind].pending(),
         workers=load.workers,
         fairness_lag_s=lag,
         top_accounts=[AccountQueued(user_id=p, queued=n) for p, n in top],
@@ -130,7 +130,8 @@ async def promote(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
 )
 async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
     """Return a running job's lease to the front of its queue now, without waiting for it to
-    expire (its worker is gone or stuck); the next free worker runs it again."""
+    expire (its worker is gone or stuck); the job is PENDING again and the next free worker
+    runs it. The old run, if it is still alive, can no longer finish it."""
     job = await _job(runtime, task_id)
     kind: Kind = job["kind"]  # type: ignore[assignment]
     token = job.get("token", "")
@@ -139,7 +140,7 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
     )
     if not released:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=f"the task is {job['status']}")
-    await runtime.redis.publish(MOVES, kind)
+    await runtime.store.requeued(task_id, token)  # PENDING again, unless a worker took it already
     log.info("admin released a lease", extra=_who(admin, job))
     return await job_status(runtime, await _job(runtime, task_id))
 

@@ -1,7 +1,8 @@
 """Estimated start times of queued jobs, from a per-queue snapshot read at most once a second.
 
-The snapshot (jobs in flight, live workers, recent mean run time) is shared by every status
-and stream of the API process, so a thousand open streams cost Redis a few reads a second.
+The snapshot (when each live worker of the queue is free, the recent mean run time) is shared
+by every status and stream of the API process, so a thousand open streams cost Redis a few
+reads a second.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import redis.asyncio as aioredis
 from app import eta, presence
 from app.settings import Kind
 from app.store import METRICS, WORKERS
-from app.vtrr.aio import AsyncFairQueue
 
 SNAPSHOT_S = 1.0
 
@@ -23,19 +23,21 @@ SNAPSHOT_S = 1.0
 class QueueLoad:
     """What an estimate needs to know about one queue, and when it was read."""
 
-    in_flight: int
-    workers: int
+    free_at: list[float]  # for each live worker serving the queue, when it is free (Unix s)
     mean_run_s: float | None
     read_at: float
+
+    @property
+    def workers(self) -> int:
+        """Live workers serving the queue."""
+        return len(self.free_at)
 
 
 class Estimator:
     """Estimates when a queued job starts (Unix seconds)."""
 
-    def __init__(
-        self, client: aioredis.Redis, queues: dict[Kind, AsyncFairQueue], heartbeat_s: float
-    ) -> None:
-        self.client, self.queues, self.heartbeat_s = client, queues, heartbeat_s
+    def __init__(self, client: aioredis.Redis, heartbeat_s: float) -> None:
+        self.client, self.heartbeat_s = client, heartbeat_s
         self._loads: dict[Kind, QueueLoad] = {}
 
     async def start_at(self, kind: Kind, position: int, duration_s: float) -> float | None:
@@ -43,7 +45,7 @@ class Estimator:
         Before any run is known, the job's own duration stands in for the mean run time."""
         load = await self.load(kind)
         mean = duration_s if load.mean_run_s is None else load.mean_run_s
-        wait = eta.wait_s(position, load.in_flight, load.workers, mean)
+        wait = eta.wait_s(position, [t - load.read_at for t in load.free_at], mean)
         return None if wait is None else load.read_at + wait
 
     async def load(self, kind: Kind) -> QueueLoad:
@@ -57,7 +59,7 @@ class Estimator:
             pipe.hget(METRICS, f"run_ewma:{kind}")
             workers_raw, mean = await pipe.execute()
         workers = presence.alive(presence.parse(workers_raw), kind, now, self.heartbeat_s)
-        in_flight = await self.queues[kind].pending()
-        load = QueueLoad(in_flight, len(workers), None if mean is None else float(mean), now)
+        free_at = [w.busy_until or now for w in workers]  # busy with a job of either queue
+        load = QueueLoad(free_at, None if mean is None else float(mean), now)
         self._loads[kind] = load
         return load

@@ -65,7 +65,7 @@ class Runtime:
             service,
             hub,
             RateLimiter(client, settings.rate_limit_per_s),
-            Estimator(client, queues, settings.heartbeat_seconds),
+            Estimator(client, settings.heartbeat_seconds),
             registry(collector),
         )
 

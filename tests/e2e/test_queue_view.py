@@ -3,7 +3,6 @@ start, the metrics, and the operator's view of a live worker."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx
@@ -34,22 +33,22 @@ def live_workers(stack: Stack) -> float:
 def test_a_job_behind_a_running_one_is_told_its_place_and_when_it_should_start(
     make_stack: Callable[..., Stack],
 ) -> None:
-    stack = make_stack(workers=1)
+    stack = make_stack(workers=1)  # one worker, serving both queues
     wait_for(lambda: live_workers(stack) == 1, what="the worker's heartbeat")
-    running = submit(stack, DEMO_KEY, duration_s=4)
+    running = submit(stack, DEMO_KEY, kind="long", duration_s=5)
     wait_for(lambda: status(stack, DEMO_KEY, running)["status"] == "STARTED", what="a start")
+    started_at = status(stack, DEMO_KEY, running)["result"]["started_at"]  # type: ignore[index]
 
-    before = time.time()
-    queued = submit(stack, OTHER_KEY, duration_s=1)
+    queued = submit(stack, OTHER_KEY, kind="short", duration_s=1)
     state = status(stack, OTHER_KEY, queued)
 
     assert state["status"] == "PENDING"
     assert state["position"] == 0
     estimate = state["estimated_start_at"]
     assert isinstance(estimate, float)
-    # half of the running job's expected 4 s is taken as left (no run has finished yet, so the
-    # job's own duration stands in for the queue's mean run time)
-    assert before <= estimate <= time.time() + 4
+    # The only worker is busy with the long job, which asked for 5 s: the short job starts
+    # when that one ends, not now, although no short job is running.
+    assert estimate == pytest.approx(started_at + 5, abs=1.0)
     wait_for(lambda: finished(stack, OTHER_KEY, queued), what="the queued job to finish")
     assert status(stack, OTHER_KEY, queued)["estimated_start_at"] is None
 
