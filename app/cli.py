@@ -1,5 +1,5 @@
 """The `fairgpu` command. `fairgpu dev` runs the whole stack on this machine; the client commands
-(submit, status, watch, ... in app/cli_client.py) talk to a running one over HTTP."""
+(submit, status, watch, ... in app/cli_client/) talk to a running one over HTTP."""
 
 from __future__ import annotations
 
