@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -42,9 +43,11 @@ class Cursor:
         """The cursor a client passed back; BadCursorError when it is not one of ours."""
         try:
             score, job_id = base64.urlsafe_b64decode(text.encode()).decode().split(" ")
-            return cls(float(score), job_id)
+            if math.isfinite(float(score)):
+                return cls(float(score), job_id)
         except (binascii.Error, UnicodeError, ValueError):
-            raise BadCursorError("cursor is not one this server gave out") from None
+            pass
+        raise BadCursorError("cursor is not one this server gave out")
 
 
 async def page(

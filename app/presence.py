@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,19 +89,23 @@ def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:
     seen = []
     for name, value in raw.items():
         try:
-            entry = json.loads(value)
-            until = entry.get("busy_until")
-            seen.append(
-                Seen(
-                    as_text(name),
-                    tuple(entry["queues"]),
-                    float(entry["seen"]),
-                    None if until is None else float(until),
-                )
-            )
+            seen.append(_entry(as_text(name), json.loads(value)))
         except (ValueError, KeyError, TypeError):
             continue
     return seen
+
+
+def _entry(name: str, entry: object) -> Seen:
+    """One heartbeat; ValueError unless it is an object with queues and finite times."""
+    if not isinstance(entry, dict):
+        raise ValueError("not a heartbeat")
+    until = entry.get("busy_until")
+    times = [float(entry["seen"]), *([] if until is None else [float(until)])]
+    if not all(map(math.isfinite, times)):
+        raise ValueError("not a time")
+    return Seen(
+        name, tuple(map(str, entry["queues"])), times[0], None if until is None else times[1]
+    )
 
 
 def read(client: redis.Redis, now: float) -> list[Seen]:

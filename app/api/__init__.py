@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, bills, dashboard, health, jobs, metrics, tasks
 from app.api.limits import BodyLimit
@@ -43,6 +45,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RedisError, _redis_unavailable)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OSError, _redis_unavailable)
     for module in (jobs, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
@@ -63,6 +66,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     operation["responses"].pop("422", None)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    if request.url.path.startswith(admin.router.prefix + "/"):
+        return await admin.hide_wrong_methods(request, exc)
+    assert isinstance(exc, StarletteHTTPException)
+    return await http_exception_handler(request, exc)
 
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:

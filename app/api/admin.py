@@ -10,10 +10,12 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
+from app.api.deps import NOT_FOUND, Caller, CallerDep, RuntimeDep, TaskIdDep
 from app.api.jobs import ERRORS, NOT_YOURS, job_status
 from app.api.routing import StrictJSONRequest
 from app.api.runtime import Runtime
@@ -47,29 +49,35 @@ class AdminRoute(APIRoute):
         handle = super().get_route_handler()
 
         async def admin_only(request: Request) -> Response:
-            account = request.app.state.runtime.accounts.authenticate(
-                request.headers.get("x-api-key")
-            )
-            if account is None or not account.admin:
+            if not is_admin(request):
                 raise _hidden()
             return await handle(StrictJSONRequest(request.scope, request.receive))
 
         return admin_only
 
 
+def is_admin(request: Request) -> bool:
+    """Whether the request carries an admin's key."""
+    account = request.app.state.runtime.accounts.authenticate(request.headers.get("x-api-key"))
+    return account is not None and account.admin
+
+
+async def hide_wrong_methods(request: Request, exc: Exception) -> Response:
+    """A 405 under /admin would tell a non-admin that the path exists: answer 404 instead."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED and not is_admin(request):
+        exc = _hidden()
+    return await http_exception_handler(request, exc)
+
+
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)
 HIDDEN_404: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "not an admin key, or no such task or queue"},
+    404: {"model": ErrorBody, "description": "not an admin key, or no such task"},
 }
 RESPONSES = {**{k: v for k, v in ERRORS.items() if k != 401}, **HIDDEN_404}
 
 
-async def _admin(caller: CallerDep, runtime: RuntimeDep) -> str:
-    await caller.spend(runtime)
-    return caller.account.user_id
-
-
-AdminDep = Annotated[str, Depends(_admin)]
+AdminDep = CallerDep  # an admin's, once AdminRoute has let the request through
 QueueName = Annotated[Kind, Path(description="short or long")]
 
 
@@ -77,6 +85,7 @@ QueueName = Annotated[Kind, Path(description="short or long")]
 async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
     """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
     most jobs queued, and the queue's counters."""
+    await admin.spend(runtime)
     views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
     return QueuesView(queues=list(views))
 
@@ -88,7 +97,7 @@ async def _view(runtime: Runtime, kind: Kind) -> QueueView:
         asyncio.to_thread(queue.fairness_lag),
         asyncio.to_thread(queue.stats),
     )
-    load = await runtime.estimator.load(kind)
+    load = await runtime.estimator.load(kind, fresh=True)
     return QueueView(
         name=kind,
         queued=await runtime.queues[kind].length(),
@@ -114,6 +123,7 @@ async def _job(runtime: Runtime, task_id: str) -> dict[str, str]:
 )
 async def promote(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
     """Move a queued job (anyone's) to the front of its queue."""
+    await admin.spend(runtime)
     job = await _job(runtime, task_id)
     kind: Kind = job["kind"]  # type: ignore[assignment]
     if not await runtime.queues[kind].promote(task_id):
@@ -132,6 +142,7 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
     """Return a running job's lease to the front of its queue now, without waiting for it to
     expire (its worker is gone or stuck); the job is PENDING again and the next free worker
     runs it. The old run, if it is still alive, can no longer finish it."""
+    await admin.spend(runtime)
     job = await _job(runtime, task_id)
     kind: Kind = job["kind"]  # type: ignore[assignment]
     token = job.get("token", "")
@@ -148,7 +159,10 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
 @router.post(
     "/queues/{name}/drop",
     response_model=DropResult,
-    responses={**RESPONSES, 422: {"model": ErrorBody, "description": "confirm is not the name"}},
+    responses={
+        **RESPONSES,
+        422: {"model": ErrorBody, "description": "no such queue, or confirm is not its name"},
+    },
 )
 async def drop(
     name: QueueName, body: DropRequest, admin: AdminDep, runtime: RuntimeDep
@@ -160,16 +174,17 @@ async def drop(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f'confirm must repeat the queue\'s name: {{"confirm": "{name}"}}',
         )
+    await admin.spend(runtime)
     dropped = await asyncio.to_thread(runtime.service.queues[name].drop, name)
     for task_id in [*dropped.queued, *dropped.in_flight]:
         await runtime.store.revoke(task_id)  # tells each job's owner through its stream
     await runtime.redis.publish(MOVES, name)
     log.warning(
         "admin dropped a queue",
-        extra={"account": admin, "queue": name, "dropped": len(dropped.queued)},
+        extra={"account": admin.account.user_id, "queue": name, "dropped": len(dropped.queued)},
     )
     return DropResult(queue=name, dropped=len(dropped.queued))
 
 
-def _who(admin: str, job: dict[str, str]) -> dict[str, str]:
-    return {"account": admin, "task_id": job["task_id"], "owner": job["owner"]}
+def _who(admin: Caller, job: dict[str, str]) -> dict[str, str]:
+    return {"account": admin.account.user_id, "task_id": job["task_id"], "owner": job["owner"]}

@@ -48,11 +48,11 @@ class Estimator:
         wait = eta.wait_s(position, [t - load.read_at for t in load.free_at], mean)
         return None if wait is None else load.read_at + wait
 
-    async def load(self, kind: Kind) -> QueueLoad:
-        """The queue's snapshot, read again when older than SNAPSHOT_S."""
+    async def load(self, kind: Kind, fresh: bool = False) -> QueueLoad:
+        """The queue's snapshot, read again when older than SNAPSHOT_S (or when fresh)."""
         now = time.time()
         cached = self._loads.get(kind)
-        if cached is not None and now - cached.read_at < SNAPSHOT_S:
+        if not fresh and cached is not None and now - cached.read_at < SNAPSHOT_S:
             return cached
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(WORKERS)  # one field per worker
