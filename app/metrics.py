@@ -24,7 +24,8 @@ from app import presence
 from app.models import Status
 from app.settings import KINDS, Kind
 from app.store import METRICS
-from app.vtrr import FairQueue
+from app.tasks import fairness_lag_s
+from app.vtrr import VTRRQueue
 from app.vtrr.queue import as_text
 
 #: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
@@ -62,7 +63,7 @@ class ServiceCollector(Collector):
     def __init__(
         self,
         client: redis.Redis,
-        queues: Mapping[Kind, FairQueue],
+        queues: Mapping[Kind, VTRRQueue],
         heartbeat_s: float,
         open_streams: Callable[[], int],
     ) -> None:
@@ -106,7 +107,7 @@ class ServiceCollector(Collector):
         for kind, queue in self.queues.items():
             queued.add_metric([kind], queue.length())
             in_flight.add_metric([kind], queue.pending())
-            lag.add_metric([kind], queue.fairness_lag())
+            lag.add_metric([kind], fairness_lag_s(queue))
             reclaims.add_metric([kind], queue.stats()["reclaimed"])
         yield from (queued, in_flight, lag, reclaims)
 

@@ -35,9 +35,19 @@ NO_CHARGE = Charge(cost=0.0, description="", gpu_seconds=0.0)
 SWEEP_TASK = "fairgpu.sweep_unqueued"
 
 
+#: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
+#: charged 1.01 s, not 2 s as whole seconds rounded up would.
+WEIGHT_PER_S = 1000
+
+
 def job_weight(duration_s: float) -> int:
-    """A job's weight in its fair queue: the GPU-seconds it asks for, rounded up, at least 1."""
-    return max(1, math.ceil(duration_s))
+    """A job's weight in its fair queue: the GPU-milliseconds it asks for, at least 1 s worth."""
+    return max(WEIGHT_PER_S, math.ceil(duration_s * WEIGHT_PER_S))
+
+
+def fairness_lag_s(queue: VTRRQueue) -> float:
+    """The queue's fairness lag (see FairQueue.fairness_lag) in GPU-seconds."""
+    return queue.fairness_lag() / WEIGHT_PER_S
 
 
 def build_queues(

@@ -121,8 +121,13 @@ def test_a_stale_run_cannot_finish_or_bill(
     assert r.llen(billing_key(OWNER)) == 1
 
 
-@pytest.mark.parametrize(("duration", "weight"), [(0.2, 1), (1.0, 1), (1.5, 2), (3000, 3000)])
-def test_job_weight_is_its_gpu_seconds_rounded_up(duration: float, weight: int) -> None:
+@pytest.mark.parametrize(
+    ("duration", "weight"),
+    [(0.2, 1000), (1.0, 1000), (1.01, 1010), (1.5, 1500), (2.0001, 2001), (3000, 3_000_000)],
+)
+def test_job_weight_is_its_gpu_milliseconds_at_least_one_second(
+    duration: float, weight: int
+) -> None:
     assert job_weight(duration) == weight
 
 

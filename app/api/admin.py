@@ -31,6 +31,7 @@ from app.models import (
 )
 from app.settings import KINDS, Kind
 from app.store import MOVES
+from app.tasks import fairness_lag_s
 
 log = logging.getLogger(__name__)
 HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
@@ -94,7 +95,7 @@ async def _view(runtime: Runtime, kind: Kind) -> QueueView:
     queue = runtime.service.queues[kind]  # the sync queue, in a thread: admin reads are rare
     top, lag, stats = await asyncio.gather(
         asyncio.to_thread(queue.top_partitions, TOP_ACCOUNTS),
-        asyncio.to_thread(queue.fairness_lag),
+        asyncio.to_thread(fairness_lag_s, queue),
         asyncio.to_thread(queue.stats),
     )
     load = await runtime.estimator.load(kind, fresh=True)
