@@ -32,6 +32,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -134,6 +135,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     )
     p.add_argument("--poll-s", type=float, default=0.5, help="pause between status rounds")
     p.add_argument("--json", action="store_true", help="print per-job results as JSON")
+    p.add_argument(
+        "--scenario",
+        help="run fairness scenarios on a stack of their own instead, fairgpu against FIFO "
+        "(balanced, skew, sybil, weighted, trickle, burst, a comma list or all); see "
+        "`--scenario all --help` and docs/fairness.md",
+    )
     a = p.parse_args(argv)
     if a.jobs < 1 or a.concurrency < 1 or not 0 <= a.long_fraction <= 1:
         p.error("--jobs and --concurrency must be at least 1, --long-fraction in [0, 1]")
@@ -460,9 +467,28 @@ def as_json(outcomes: Sequence[Outcome]) -> str:
     return json.dumps(rows, indent=2)
 
 
+def wants_scenarios(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for the fairness scenarios (--scenario)."""
+    return any(a == "--scenario" or a.startswith("--scenario=") for a in argv)
+
+
+def run_scenarios(argv: Sequence[str]) -> int:
+    """Hand the whole command line to the fairness scenarios (scripts/fairness/)."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)  # scripts.fairness, when this file runs as a script
+    from scripts.fairness.cli import main as scenarios_main
+
+    return scenarios_main(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the load test; 0 when every job succeeded, else 1."""
-    opts = parse_args(argv)
+    """Run the load test; 0 when every job succeeded, else 1. With --scenario, the fairness
+    scenarios run instead (scripts/fairness/cli.py says what they return)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if wants_scenarios(args):
+        return run_scenarios(args)
+    opts = parse_args(args)
     outcomes = asyncio.run(run(opts))
     print(as_json(outcomes) if opts.json else render(outcomes))
     return 0 if all(o.succeeded for o in outcomes) else 1

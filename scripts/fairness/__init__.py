@@ -1,0 +1,7 @@
+"""Fairness scenarios: fairgpu against a FIFO baseline (`scripts/load.py --scenario NAME`).
+
+Modules: `scenarios` (who submits what), `systems` (fairgpu over HTTP, plain Celery FIFO),
+`fifo_app` (the FIFO workers' Celery app), `runner` (drives a scenario), `metrics` (pure
+functions of the jobs' timestamps), `analysis` (numbers and targets), `report` (tables,
+JSON, plots), `cli` (the command line). docs/fairness.md has the definitions and results.
+"""

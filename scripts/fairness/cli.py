@@ -1,0 +1,141 @@
+"""`scripts/load.py --scenario NAME`: the fairness scenarios, fairgpu against a FIFO baseline.
+
+    uv run scripts/load.py --scenario all --plots docs/img      # every scenario, with plots
+    uv run scripts/load.py --scenario skew,trickle --json       # JSON on stdout
+    uv run scripts/load.py --scenario all --scale 0.02          # a tiny smoke run
+
+It starts its own fairgpu stack (embedded Redis, the API, --workers CPU workers) and, on a
+database of its own in the same Redis, as many plain Celery FIFO workers. Each scenario runs on
+fairgpu, then the same streams on the FIFO workers, one after the other. Tables go to stdout,
+or to stderr with --json, which then puts the JSON alone on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from . import report
+from .analysis import Result, analyse, verdicts
+from .runner import note, run_scenario, warm_up
+from .scenarios import SCENARIOS, Params, Scenario
+from .systems import FairSystem, FifoSystem, System
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The scenario command line."""
+    p = argparse.ArgumentParser(
+        prog="load.py",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    p.add_argument(
+        "--scenario",
+        required=True,
+        help=f"a scenario, a comma list, or all: {', '.join(SCENARIOS)}",
+    )
+    p.add_argument("--scale", type=float, default=1.0, help="multiply job counts (default 1)")
+    p.add_argument("--job-s", type=float, default=0.05, help="GPU-seconds per job (0.05)")
+    p.add_argument("--workers", type=int, default=2, help="workers of each system (2)")
+    p.add_argument("--json", action="store_true", help="JSON on stdout, tables on stderr")
+    p.add_argument("--runs", action="store_true", help="put every job's timestamps in the JSON too")
+    p.add_argument("--plots", type=Path, help="write the PNG plots into this folder")
+    p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    a = p.parse_args(argv)
+    names = list(SCENARIOS) if a.scenario == "all" else a.scenario.split(",")
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
+    if a.scale <= 0 or a.job_s <= 0 or a.workers < 1:
+        p.error("--scale and --job-s must be positive, --workers at least 1")
+    a.names = names
+    return a
+
+
+async def run_all(
+    systems: Sequence[System], scenarios: Sequence[Scenario], workers: int
+) -> dict[str, dict[str, Result]]:
+    """Warm both systems up, then each scenario on each system in turn."""
+    for system in systems:
+        await warm_up(system)
+    out: dict[str, dict[str, Result]] = {}
+    try:
+        for scenario in scenarios:
+            note(f"scenario {scenario.name}")
+            out[scenario.name] = {
+                s.name: analyse(s.name, scenario, await run_scenario(s, scenario), workers)
+                for s in systems
+            }
+    finally:
+        for system in systems:
+            await system.aclose()  # type: ignore[attr-defined]
+    return out
+
+
+def measure(scenarios: Sequence[Scenario], workers: int) -> dict[str, dict[str, Result]]:
+    """Start both systems, run the scenarios, stop both."""
+    with tempfile.TemporaryDirectory(prefix="fairness-") as tmp:
+        fair = FairSystem(scenarios, workers, Path(tmp))
+        fair.start()
+        fifo: FifoSystem | None = None
+        try:
+            fifo = FifoSystem(fair.redis_url, workers, Path(tmp))
+            fifo.start()
+            return asyncio.run(run_all([fair, fifo], scenarios, workers))
+        finally:
+            if fifo is not None:
+                fifo.stop()
+            fair.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen scenarios and report them: 0 once every job ran (the targets are in the
+    report, not in the exit status: "zero idle GPU-seconds" cannot be met to the microsecond);
+    a job that fails or never ends raises."""
+    a = parse_args(argv)
+    params = Params(job_s=a.job_s, scale=a.scale, workers=a.workers)
+    scenarios = [SCENARIOS[n](params) for n in a.names]
+    load_before = os.getloadavg()
+    began = time.monotonic()
+    results = measure(scenarios, a.workers)
+    console = Console(stderr=a.json, width=140)
+    run: dict[str, Any] = {
+        "params": {"job_s": a.job_s, "scale": a.scale, "workers": a.workers},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "seconds": time.monotonic() - began,
+        },
+        "scenarios": {},
+    }
+    md: list[str] = []
+    for scenario in scenarios:
+        res = results[scenario.name]
+        checks = verdicts(scenario, res["fairgpu"].numbers)
+        report.print_tables(console, scenario, res, checks)
+        run["scenarios"][scenario.name] = report.scenario_json(scenario, res, checks, a.runs)
+        md.append(report.markdown(scenario, res, checks))
+        if a.plots is not None:
+            for path in report.plot(scenario, res, a.plots):
+                note(f"wrote {path}")
+    if a.markdown is not None:
+        a.markdown.write_text("\n\n".join(md) + "\n")
+    if a.json:
+        print(report.as_json(run))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
