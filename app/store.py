@@ -134,11 +134,14 @@ class IdempotencyMismatchError(Exception):
 
 @dataclass(frozen=True)
 class Started:
-    """What start() decided: run (with the attempt number), or do not run."""
+    """What start() decided: run (with the attempt number, the owner and the asked-for
+    duration, so that the worker needs no second read), or do not run."""
 
     run: bool
     attempt: int = 0
     reason: str = ""
+    owner: str = ""
+    duration_s: float = 0.0
 
 
 class JobStore:
@@ -267,7 +270,7 @@ class JobRecorder:
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
         reply = [as_text(x) if isinstance(x, bytes | str) else x for x in self._start(keys, args)]
         if reply[0] == "run":
-            return Started(run=True, attempt=int(reply[1]))
+            return Started(True, int(reply[1]), owner=reply[2], duration_s=float(reply[3]))
         return Started(run=False, reason=reply[0])
 
     def finish(

@@ -25,7 +25,7 @@ from app.billing import Charge
 from app.celery_app import RECLAIM_QUEUE, create_celery
 from app.models import Status
 from app.settings import KINDS, Kind, Settings
-from app.store import JobRecorder
+from app.store import JobRecorder, Started
 from app.vtrr import Heartbeat, Item, VTRRQueue, VTRRTask
 
 log = logging.getLogger(__name__)
@@ -90,25 +90,22 @@ class JobRunner:
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run the job under the lease token; returns what happened (for the worker's log)."""
-        job = self.recorder.get(job_id)
-        if job is None:
-            return "gone"
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
         if not started.run:
             return started.reason
-        who = {"task_id": job_id, "account": job["owner"], "queue": kind}
+        who = {"task_id": job_id, "account": started.owner, "queue": kind}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
-        duration = float(job["duration_s"])
+        duration = started.duration_s
         self.on_busy(time.time() + duration)
         try:
-            return self._run(kind, job, token, duration, who)
+            return self._run(kind, job_id, token, started, who)
         finally:
             self.on_busy(None)
 
     def _run(
-        self, kind: Kind, job: dict[str, str], token: str, duration: float, who: dict[str, str]
+        self, kind: Kind, job_id: str, token: str, started: Started, who: dict[str, str]
     ) -> str:
-        job_id = job["task_id"]
+        owner, duration = started.owner, started.duration_s
         every = self.settings.heartbeat_seconds
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
 
@@ -121,20 +118,20 @@ class JobRunner:
                 log.exception("job failed", extra=who)
                 error = f"{type(exc).__name__}: {exc}"
                 self.recorder.finish(
-                    job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=job["owner"], error=error
+                    job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=owner, error=error
                 )
                 return "failed"
         if outcome.stopped and self.recorder.cancel_requested(job_id):
             # Its owner cancelled it (or an admin dropped its queue, lease and all): REVOKED,
             # billed for the time it ran. Fenced: if another run holds the job now, it refuses.
             charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
-            self.recorder.finish(job_id, token, Status.REVOKED, charge=charge, owner=job["owner"])
+            self.recorder.finish(job_id, token, Status.REVOKED, charge=charge, owner=owner)
             return "cancelled"
         if outcome.stopped:
             return "lease lost"  # another run owns the job now; leave its end to that run
         charge = billing.price(self.settings, kind, duration)
         finished = self.recorder.finish(
-            job_id, token, Status.SUCCESS, charge=charge, owner=job["owner"], tflops=outcome.tflops
+            job_id, token, Status.SUCCESS, charge=charge, owner=owner, tflops=outcome.tflops
         )
         return "done" if finished else "refused: another run owns the job"
 

@@ -3,7 +3,7 @@
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] worker  ARGV[4] gpu id ('' for none)
 -- ARGV[5] max attempts  ARGV[6] channel  ARGV[7] ttl
--- Reply: {'run', attempt} | {'ended'} (gone, ended, or cancelled: now REVOKED)
+-- Reply: {'run', attempt, owner, duration_s} | {'ended'} (gone, ended, or cancelled: now REVOKED)
 --        | {'exhausted'} (now FAILURE)
 local status = redis.call('HGET', JOB, 'status')
 if not status or TERMINAL[status] then return {'ended'} end
@@ -33,4 +33,4 @@ if attempts == 0 then
 end
 moved(ARGV[6], kind)
 emit(ARGV[6], ARGV[1], tonumber(ARGV[7]))
-return {'run', attempts + 1}
+return {'run', attempts + 1, unpack(redis.call('HMGET', JOB, 'owner', 'duration_s'))}
