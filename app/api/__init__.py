@@ -30,7 +30,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime.open(settings)
         app.state.runtime = runtime
-        await runtime.hub.start()
+        await runtime.start()
         try:
             yield
         finally:

@@ -19,7 +19,9 @@ api_key_header = APIKeyHeader(
 NOT_FOUND = "task not found"
 
 
-def get_runtime(request: Request) -> Runtime:
+# The dependencies are `async def` although they never wait: FastAPI runs a plain `def` one in its
+# thread pool, which costs more than the work itself on every request.
+async def get_runtime(request: Request) -> Runtime:
     """The process's Runtime, opened by the app's lifespan."""
     runtime: Runtime = request.app.state.runtime
     return runtime
@@ -50,7 +52,7 @@ class Caller:
             )
 
 
-def current_caller(
+async def current_caller(
     runtime: RuntimeDep, key: Annotated[str | None, Security(api_key_header)]
 ) -> Caller:
     """The account whose key came in X-API-Key; 401 when it is missing or unknown."""
@@ -63,7 +65,7 @@ def current_caller(
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
-def valid_task_id(task_id: str) -> str:
+async def valid_task_id(task_id: str) -> str:
     """A task id is a UUID in its canonical form; anything else is the same 404 as an unknown id,
     given before Redis is touched."""
     try:

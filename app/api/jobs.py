@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -12,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Response, status
+from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
@@ -38,10 +38,6 @@ IdempotencyKeyHeader = Annotated[
 EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
 QUEUE_FULL_RETRY_S = 30
-MOVE_PACE_S = 1.0
-#: Above this many open streams, each queued job's place is recomputed less often, so that one
-#: API process spends at most about this many recomputations a second on a busy queue.
-MOVES_PER_S = 500
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
@@ -254,13 +250,26 @@ def resume_point(last_event_id: str | None) -> str:
 
 
 async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
+    try:
+        async for event in _changes(runtime, task_id, after):
+            yield event
+    except RedisError:
+        # End the stream cleanly: the client reconnects with Last-Event-ID and misses nothing.
+        log.warning("stream of %s ended: Redis unavailable", task_id, extra={"task_id": task_id})
+
+
+async def _changes(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
     job = await runtime.store.get(task_id)
-    kind = job["kind"] if job else "short"
-    async with runtime.hub.subscribe(task_id) as changed, runtime.hub.moves(kind) as moved:
+    if job is None:
+        return
+    kind: Kind = job["kind"]  # type: ignore[assignment]
+    async with (
+        runtime.hub.subscribe(task_id) as changed,
+        runtime.places.watch(kind, task_id) as place,
+    ):
         shown: TaskStatus | None = None
         while True:
             changed.clear()
-            moved.clear()
             # The job before its events: a status read first is never newer than the events
             # read after it, so an end seen here is among them, or was before `after`.
             job = await runtime.store.get(task_id)
@@ -272,14 +281,24 @@ async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[S
                     return
             if job is None or Status(job["status"]).terminal:
                 return  # expired, or its end was before `after`
-            if job["status"] == Status.PENDING:
-                now = await job_status(runtime, job)
-                if shown is not None and moved_on(shown, now):
-                    # no id: a client resuming with Last-Event-ID still gets every change
-                    yield ServerSentEvent(data=now.model_dump_json())
-                    shown = now
-            pace = max(MOVE_PACE_S, runtime.hub.streams / MOVES_PER_S)
-            await _next_wake(changed, moved if job["status"] == Status.PENDING else None, pace)
+            while not changed.is_set():  # the job is as it was: follow its place in line
+                await _either(changed, place.changed)
+                if place.changed.is_set() and not changed.is_set():
+                    place.changed.clear()
+                    moved = await _placed(runtime, job, place.position)
+                    if moved is not None and shown is not None and moved_on(shown, moved):
+                        # no id: a client resuming with Last-Event-ID still gets every change
+                        yield ServerSentEvent(data=moved.model_dump_json())
+                        shown = moved
+
+
+async def _placed(runtime: Runtime, job: dict[str, str], position: int | None) -> TaskStatus | None:
+    """A queued job's status at a new place in line, from what the stream already has."""
+    if job["status"] != Status.PENDING or position is None:
+        return None
+    kind: Kind = job["kind"]  # type: ignore[assignment]
+    start_at = await runtime.estimator.start_at(kind, position, float(job["duration_s"]))
+    return status_of(job, position, start_at)
 
 
 def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
@@ -294,19 +313,11 @@ def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
     return abs(after - before) > max(ETA_SLACK_S, wait / 10)
 
 
-async def _next_wake(changed: asyncio.Event, moved: asyncio.Event | None, pace: float) -> None:
-    """Wait for a change of the job (at once) or, while it is queued, of its queue's order (at
-    most once every `pace` seconds: a busy queue moves far more often than anyone needs to be
-    told)."""
-    if moved is None:
-        await changed.wait()
-        return
-    waits = {asyncio.ensure_future(changed.wait()), asyncio.ensure_future(moved.wait())}
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Wait until one of the two events is set."""
+    waits = {asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())}
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for waiter in waits:
             waiter.cancel()
-    if not changed.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), pace)

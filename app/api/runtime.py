@@ -10,6 +10,7 @@ from prometheus_client.registry import CollectorRegistry
 from app.api.estimates import Estimator
 from app.api.events import EventHub
 from app.api.limits import RateLimiter
+from app.api.places import Places
 from app.auth import Accounts
 from app.metrics import ServiceCollector, registry
 from app.settings import Kind, Settings
@@ -19,6 +20,7 @@ from app.vtrr.aio import AsyncFairQueue
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.
 REDIS_TIMEOUT_S = 2.0
+REDIS_CONNECTIONS = 128
 
 
 @dataclass
@@ -35,17 +37,23 @@ class Runtime:
     limiter: RateLimiter
     estimator: Estimator
     metrics: CollectorRegistry
+    places: Places
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
         """Build everything for one API process; nothing connects until first used."""
         accounts = Accounts.load(settings.users_file)
-        client = aioredis.Redis.from_url(
+        # A bounded pool that waits for a free connection (up to the timeout) rather than failing
+        # at once: thousands of streams may ask at the same moment.
+        pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url,
+            max_connections=REDIS_CONNECTIONS,
+            timeout=REDIS_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             health_check_interval=30,
         )
+        client = aioredis.Redis.from_pool(pool)
         # The hub's subscription waits for messages indefinitely: no read timeout on it.
         hub_client = aioredis.Redis.from_url(
             settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S
@@ -67,10 +75,17 @@ class Runtime:
             RateLimiter(client, settings.rate_limit_per_s),
             Estimator(client, settings.heartbeat_seconds),
             registry(collector),
+            Places(hub, queues),
         )
 
+    async def start(self) -> None:
+        """Start listening for changes."""
+        await self.hub.start()
+        self.places.start()
+
     async def close(self) -> None:
-        """Stop the hub and close the connections."""
+        """Stop listening and close the connections."""
+        await self.places.stop()
         await self.hub.stop()
         await self.redis.aclose()
         self.service.close()

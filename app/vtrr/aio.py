@@ -66,6 +66,13 @@ class AsyncFairQueue:
         rank = await self._scripts.run("position", task_id)
         return None if rank is None else int(rank)
 
+    async def positions(self, task_ids: list[str]) -> list[int | None]:
+        """The places of many items in one call (None for one not queued)."""
+        if not task_ids:
+            return []
+        ranks = await self._scripts.run("positions", *task_ids)
+        return [None if int(rank) < 0 else int(rank) for rank in ranks]
+
     async def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other; False when it is not queued."""
         return bool(await self._scripts.run("promote", task_id))

@@ -29,6 +29,7 @@ NAMES = (
     "cancel",
     "promote",
     "position",
+    "positions",
     "triggers",
     "drop",
 )

@@ -63,3 +63,14 @@ def test_drop_returns_the_ids_it_held_queued_and_in_flight(r: redis.Redis) -> No
     assert sorted(dropped.queued) == sorted(set(ids) - {lease.task_id})
     assert dropped.in_flight == [lease.task_id]
     assert q.length() == q.pending() == 0
+
+
+def test_positions_reads_many_places_in_one_call(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    a = fill(q, "A", 2)
+    b = fill(q, "B", 2)
+    lease = take(q)
+
+    assert q.positions([*a, *b, "unknown"]) == [None, 1, 0, 2, None]
+    assert lease.task_id == a[0]  # in flight: not queued, so no place
+    assert q.positions([]) == []

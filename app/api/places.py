@@ -1,0 +1,91 @@
+"""Places: where each queued job with an open stream stands in its queue, kept up to date.
+
+When a queue's order changes (the moves channel), one batch call reads the places of every job
+whose stream this API process holds, and wakes only the streams whose place changed; they
+then update from what they have, without reading Redis themselves. A busy queue moves far more
+often than anyone needs to be told, so each queue is re-read at most once every `pace` seconds,
+longer when many streams are open (at most about MOVES_PER_S wakes a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from app.api.events import EventHub
+from app.settings import KINDS, Kind
+from app.vtrr.aio import AsyncFairQueue
+
+log = logging.getLogger(__name__)
+PACE_S = 1.0
+MOVES_PER_S = 1000
+
+
+@dataclass(eq=False)
+class Place:
+    """One queued job's place, and an event set when it changes."""
+
+    position: int | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Places:
+    """Follows the queues' moves for the streams of this API process."""
+
+    def __init__(self, hub: EventHub, queues: dict[Kind, AsyncFairQueue]) -> None:
+        self.hub, self.queues = hub, queues
+        self._places: dict[Kind, defaultdict[str, set[Place]]] = {
+            kind: defaultdict(set) for kind in KINDS
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Follow each queue in the background."""
+        self._tasks = [
+            asyncio.create_task(self._follow(kind), name=f"places-{kind}") for kind in KINDS
+        ]
+
+    async def stop(self) -> None:
+        """Stop following."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def watch(self, kind: Kind, job_id: str) -> AsyncIterator[Place]:
+        """The job's place in line, updated while the context is open."""
+        place = Place()
+        self._places[kind][job_id].add(place)
+        try:
+            yield place
+        finally:
+            watchers = self._places[kind][job_id]
+            watchers.discard(place)
+            if not watchers:
+                del self._places[kind][job_id]
+
+    async def _follow(self, kind: Kind) -> None:
+        async with self.hub.moves(kind) as moved:
+            while True:
+                await moved.wait()
+                moved.clear()
+                try:
+                    await self._update(kind)
+                except RedisError:
+                    log.warning("places in %s not read; the next move retries", kind)
+                watchers = sum(len(w) for w in self._places[kind].values())
+                await asyncio.sleep(max(PACE_S, watchers / MOVES_PER_S))  # a pace, not a wait
+
+    async def _update(self, kind: Kind) -> None:
+        ids = list(self._places[kind])
+        for job_id, rank in zip(ids, await self.queues[kind].positions(ids), strict=True):
+            for place in self._places[kind].get(job_id, ()):
+                if place.position != rank:
+                    place.position = rank
+                    place.changed.set()
