@@ -1,0 +1,84 @@
+"""The API processes the HTTP benchmarks load: fairgpu's (app.serve, as main.py runs it) and the
+baseline (scripts/overhead/trivial_api.py), each one uvicorn process on a free port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from app.devstack import as_environment
+from app.redis_server import free_port
+from app.settings import Settings
+from scripts.overhead.common import spawn, stop, wait_until, write_users
+
+UNLIMITED = 10**9
+
+
+@dataclass(frozen=True)
+class Api:
+    """A running API process."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def pid(self) -> int:
+        """Its process id."""
+        return self.process.pid
+
+
+def fairgpu_settings(redis_url: str, workdir: Path, accounts: int) -> tuple[Settings, list[str]]:
+    """Settings for a benchmark API: its own accounts, a rate limit and a per-account cap that
+    the load never reaches (both still counted on every request); and the accounts' keys."""
+    users = workdir / "users.json"
+    keys = write_users(users, accounts)
+    settings = Settings(
+        redis_url=redis_url,
+        users_file=users,
+        port=free_port(),
+        rate_limit_per_s=UNLIMITED,
+        max_queued_per_account=UNLIMITED,
+    )
+    return settings, keys
+
+
+def _ready(url: str, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"the API exited at start with {process.returncode}")
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def serve(module: str, env: dict[str, str], port: int, probe: str, log: Path) -> Iterator[Api]:
+    """Run `python -m module` until the block ends; ready once GET probe answers 200."""
+    process = spawn([sys.executable, "-m", module], env, log)
+    try:
+        wait_until(lambda: _ready(f"http://127.0.0.1:{port}{probe}", process), module)
+        yield Api(process, port)
+    finally:
+        stop(process)
+
+
+@contextmanager
+def fairgpu_api(settings: Settings, log: Path) -> Iterator[Api]:
+    """fairgpu's API with these settings."""
+    with serve("app.serve", as_environment(settings), settings.port, "/health", log) as api:
+        yield api
+
+
+@contextmanager
+def baseline_api(log: Path) -> Iterator[Api]:
+    """The baseline API."""
+    port = free_port()
+    env = {"PORT": str(port)}
+    with serve("scripts.overhead.trivial_api", env, port, "/openapi.json", log) as api:
+        yield api

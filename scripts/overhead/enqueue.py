@@ -1,0 +1,187 @@
+"""POST /enqueue-task with 16 concurrent clients on one API process, against two baselines.
+
+Variants, in alternating rounds of the same length:
+
+- fairgpu: the real API (app.serve, one uvicorn process) on an embedded Redis; each client uses
+  its own account's key, the rate limit and the per-account cap raised out of reach;
+- baseline-http: the same server stack with an endpoint that validates the same body and
+  answers the same model without touching Redis (scripts/overhead/trivial_api.py): the floor of
+  HTTP, uvicorn and FastAPI;
+- handler-only: the enqueue handler's own work (rate limit, create.lua, enqueue.lua, the
+  unqueued-list update) called in this process by 16 concurrent coroutines, no HTTP: the floor
+  of the Redis round trips and the Python around them.
+
+The load generator (scripts/overhead/httpload.py) runs in this process, on the same 2 cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvloop
+
+from app.api import jobs as jobs_api
+from app.api.deps import Caller
+from app.api.runtime import Runtime
+from app.auth import digest
+from app.models import EnqueueRequest
+from app.settings import Settings
+from scripts.overhead import httpload
+from scripts.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
+from scripts.overhead.common import (
+    Report,
+    Section,
+    alternate,
+    cpu_seconds,
+    log,
+    machine,
+    median,
+    met,
+    pct,
+    ratio,
+    redis_server,
+)
+
+CLIENTS = 16
+BODY = b'{"kind": "short", "duration_s": 1}'
+VARIANTS = ("fairgpu", "baseline-http", "handler-only")
+TARGET_RPS, TARGET_P99_MS = 2000.0, 25.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long to load each round, and how many rounds."""
+
+    rounds: int
+    seconds: float
+    warmup_s: float
+
+
+@dataclass
+class Rounds:
+    """Per variant: each round's result, and the serving process's CPU ms per request."""
+
+    runs: dict[str, list[httpload.LoadResult]] = field(
+        default_factory=lambda: {v: [] for v in VARIANTS}
+    )
+    cpu_ms: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+
+
+def requests_for(keys: list[str]) -> Callable[[int, int], bytes]:
+    """Client i sends POST /enqueue-task with key i, prebuilt."""
+    prebuilt = [
+        httpload.request(
+            "POST", "/enqueue-task", {"X-API-Key": key, "Content-Type": "application/json"}, BODY
+        )
+        for key in keys
+    ]
+    return lambda client, _n: prebuilt[client]
+
+
+async def handler_only(runtime: Runtime, keys: list[str], seconds: float) -> httpload.LoadResult:
+    """16 coroutines calling the enqueue handler directly, each as its own account."""
+    result = httpload.LoadResult()
+    body = EnqueueRequest(kind="short", duration_s=1.0)
+    deadline = time.perf_counter() + seconds
+
+    async def client(key: str) -> None:
+        account = runtime.accounts.authenticate(key)
+        assert account is not None
+        caller = Caller(account, digest(key))
+        while time.perf_counter() < deadline:
+            sent = time.perf_counter()
+            await jobs_api.enqueue_task(body, caller, runtime)
+            result.latencies_ms.append((time.perf_counter() - sent) * 1e3)
+        result.statuses[200] = len(result.latencies_ms)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client(k) for k in keys))
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+async def one_round(
+    variant: str, apis: dict[str, Api], runtime: Runtime, keys: list[str], seconds: float
+) -> httpload.LoadResult:
+    """Load one variant for seconds."""
+    if variant == "handler-only":
+        return await handler_only(runtime, keys, seconds)
+    return await httpload.closed_loop(apis[variant].port, requests_for(keys), CLIENTS, seconds)
+
+
+async def run_rounds(
+    plan: Plan, apis: dict[str, Api], settings: Settings, keys: list[str]
+) -> Rounds:
+    """Warm every variant up, then the alternating rounds."""
+    rounds = Rounds()
+    runtime = Runtime.open(settings)
+    try:
+        for variant in VARIANTS:
+            await one_round(variant, apis, runtime, keys, plan.warmup_s)
+        for index, variant in alternate(plan.rounds, VARIANTS):
+            pid = apis[variant].pid if variant in apis else os.getpid()
+            before = cpu_seconds(pid)
+            result = await one_round(variant, apis, runtime, keys, plan.seconds)
+            rounds.runs[variant].append(result)
+            used = cpu_seconds(pid) - before
+            rounds.cpu_ms[variant].append(used * 1e3 / max(1, len(result.latencies_ms)))
+            log(f"enqueue round {index} {variant}: {result.per_second:,.0f} req/s")
+    finally:
+        await runtime.close()
+    return rounds
+
+
+def measure(plan: Plan) -> Rounds:
+    """Start Redis and both APIs, run the rounds, stop everything."""
+    with tempfile.TemporaryDirectory(prefix="bench-enqueue-") as tmp, redis_server(Path(tmp)) as rs:
+        work = Path(tmp)
+        settings, keys = fairgpu_settings(rs.url, work, CLIENTS)
+        with (
+            fairgpu_api(settings, work / "api.log") as api,
+            baseline_api(work / "baseline.log") as base,
+        ):
+            apis = {"fairgpu": api, "baseline-http": base}
+            return uvloop.run(run_rounds(plan, apis, settings, keys))
+
+
+def report(rounds: Rounds, plan: Plan) -> Report:
+    """Requests/s (median over rounds) and latency percentiles (over all requests)."""
+    columns = ("variant", "req/s median", "req/s min", "req/s max", "p50 ms", "p99 ms",
+               "CPU ms/req", "requests", "non-2xx")  # fmt: skip
+    rows: list[tuple[object, ...]] = []
+    summary: dict[str, dict[str, float]] = {}
+    for variant, runs in rounds.runs.items():
+        rates = [r.per_second for r in runs]
+        latencies = [x for r in runs for x in r.latencies_ms]
+        errors = sum(n for r in runs for s, n in r.statuses.items() if not 200 <= s < 300)
+        summary[variant] = {
+            "rps": median(rates),
+            "p50": pct(latencies, 50),
+            "p99": pct(latencies, 99),
+        }
+        rows.append((variant, median(rates), min(rates, default=0), max(rates, default=0),
+                     pct(latencies, 50), pct(latencies, 99), median(rounds.cpu_ms[variant]),
+                     len(latencies), errors))  # fmt: skip
+    mine, http, handler = (summary[v]["rps"] for v in VARIANTS)
+    mine_p99 = summary["fairgpu"]["p99"]
+    ok = mine >= TARGET_RPS and mine_p99 <= TARGET_P99_MS
+    result = Report("enqueue", [Section(f"POST /enqueue-task, {CLIENTS} clients", columns, rows)])
+    result.notes = [
+        f"{machine()}; {plan.rounds} rounds of {plan.seconds:g} s per variant",
+        f"fairgpu / baseline-http req/s = {ratio(mine, http):.2f};"
+        f" fairgpu / handler-only = {ratio(mine, handler):.2f}",
+        f"target >= {TARGET_RPS:,.0f} req/s with p99 <= {TARGET_P99_MS:g} ms: {mine:,.0f}"
+        f" req/s, p99 {mine_p99:.1f} ms: {met(ok)}",
+    ]
+    result.data = {
+        "summary": summary,
+        "rates": {v: [r.per_second for r in rs] for v, rs in rounds.runs.items()},
+        "cpu_ms": rounds.cpu_ms,
+    }
+    return result

@@ -1,0 +1,237 @@
+"""Throughput and dispatch gap: no-op jobs through the fair queue against plain Celery tasks.
+
+Both variants run on the same redis-server, through the same Celery app and the same worker
+processes (scripts/overhead/worker_app.py), in alternating rounds:
+
+- throughput: a round submits n jobs at once (plain: n apply_async on one producer; fair: one
+  `noop.queue()` call per 1,000 items, which also publishes the first triggers) and waits for
+  their n records. Jobs/s is counted over the jobs that started after the submission had ended,
+  from the first of them to the last, so the producer's own CPU does not weigh on either side.
+- busy gap: within each worker process, from the end of one job (its record written) to the
+  start of the next, over the same jobs;
+- idle start: one job at a time to an idle worker, from just before the submit call to the
+  job's start.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from scripts.overhead import worker_app
+from scripts.overhead.common import (
+    Report,
+    Section,
+    alternate,
+    cpu_seconds,
+    log,
+    machine,
+    median,
+    met,
+    pct,
+    ratio,
+    redis_server,
+    spawn,
+    stop,
+    wait_until,
+)
+
+VARIANTS = ("plain", "fair")
+BATCH = 1000
+IDLE_PAUSE_S = 0.02  # lets the worker finish its ack and block on the broker again
+GAP_P50_MS, GAP_P99_MS, THROUGHPUT_RATIO = 2.0, 5.0, 0.9
+
+
+@dataclass(frozen=True)
+class Record:
+    """One run of a no-op job, as the worker wrote it."""
+
+    variant: str
+    job: str
+    pid: int
+    start: float
+    previous: str
+    previous_end: float
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Record:
+        """A record from its text."""
+        variant, job, pid, start, previous, previous_end = raw.decode().split()
+        return cls(variant, job, int(pid), float(start), previous, float(previous_end))
+
+
+@dataclass
+class Samples:
+    """What the rounds of one variant measured."""
+
+    jobs_per_s: list[float] = field(default_factory=list)
+    gaps_ms: list[float] = field(default_factory=list)
+    idle_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure."""
+
+    rounds: int
+    jobs: int
+    idle: int
+    workers: int
+
+
+class Driver:
+    """Submits jobs of either variant and collects their records."""
+
+    def __init__(self, url: str, pids: Sequence[int]) -> None:
+        self.app = worker_app.build(url)
+        self.client = redis.Redis.from_url(url)
+        self.pids = pids  # the workers' and redis-server's: their CPU is the jobs' cost
+
+    def cpu(self) -> float:
+        """CPU seconds the workers and redis-server have used so far."""
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def close(self) -> None:
+        """Release the connections."""
+        self.app.celery.close()
+        self.app.client.close()
+        self.client.close()
+
+    def submit(self, variant: str, jobs: Sequence[str]) -> None:
+        """Submit the jobs of one variant as fast as one client can."""
+        if variant == "plain":
+            with self.app.celery.producer_or_acquire() as producer:
+                for job in jobs:
+                    self.app.plain.apply_async(
+                        args=(job,), queue=worker_app.PLAIN_QUEUE, producer=producer
+                    )
+            return
+        for first in range(0, len(jobs), BATCH):
+            specs = [{"id": job, "args": [job]} for job in jobs[first : first + BATCH]]
+            self.app.fair.queue("bench", specs)
+
+    def collect(self, count: int, timeout: float) -> list[Record]:
+        """Wait for count records, then take them off the list."""
+        wait_until(lambda: int(self.client.llen(worker_app.DONE_KEY)) >= count, "jobs", timeout)
+        raw: list[bytes] = self.client.lrange(worker_app.DONE_KEY, 0, -1)  # type: ignore[assignment]
+        self.client.delete(worker_app.DONE_KEY)
+        return [Record.parse(r) for r in raw]
+
+    def burst(self, variant: str, tag: str, n: int, samples: Samples) -> None:
+        """One throughput round: n jobs at once; adds its jobs/s and busy gaps."""
+        jobs = [f"{tag}-{i}" for i in range(n)]
+        cpu_before = self.cpu()
+        self.submit(variant, jobs)
+        submitted = time.time()
+        records = self.collect(n, timeout=30 + n / 20)
+        samples.cpu_ms.append((self.cpu() - cpu_before) * 1e3 / n)
+        late = [r for r in records if r.start >= submitted]
+        starts = sorted(r.start for r in late)
+        if len(starts) >= 2:
+            samples.jobs_per_s.append((len(starts) - 1) / (starts[-1] - starts[0]))
+        mine = set(jobs)
+        samples.gaps_ms += [
+            (r.start - r.previous_end) * 1e3
+            for r in late
+            if r.previous in mine and r.previous_end >= submitted
+        ]
+
+    def idle(self, variant: str, tag: str, n: int, samples: Samples) -> None:
+        """n single jobs, each submitted to an idle worker; adds their submit-to-start times."""
+        for i in range(n):
+            time.sleep(IDLE_PAUSE_S)  # the worker goes back to waiting on the broker
+            sent = time.time()
+            self.submit(variant, [f"{tag}-idle-{i}"])
+            (record,) = self.collect(1, timeout=30)
+            samples.idle_ms.append((record.start - sent) * 1e3)
+
+
+def start_workers(url: str, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    """Start count benchmark workers and wait until each has run a plain job."""
+    env = {worker_app.URL_ENV: url, "CUDA_VISIBLE_DEVICES": ""}
+    host = socket.gethostname()
+    return [
+        spawn(worker_app.worker_args(f"bench{i}@{host}"), env, logs / f"worker{i}.log")
+        for i in range(count)
+    ]
+
+
+def measure(plan: Plan) -> dict[str, Samples]:
+    """Start Redis and the workers, run the alternating rounds, stop everything."""
+    samples = {variant: Samples() for variant in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp, redis_server(Path(tmp)) as rs:
+        workers = start_workers(rs.url, plan.workers, Path(tmp))
+        assert rs.process is not None
+        driver = Driver(rs.url, [w.pid for w in workers] + [rs.process.pid])
+        try:
+            for variant in VARIANTS:  # warm up: every worker has imported and connected
+                driver.submit(variant, [f"warm-{variant}-{i}" for i in range(4 * plan.workers)])
+                driver.collect(4 * plan.workers, timeout=60)
+            for index, variant in alternate(plan.rounds, VARIANTS):
+                driver.burst(variant, f"r{index}-{variant}", plan.jobs, samples[variant])
+                driver.idle(variant, f"r{index}-{variant}", plan.idle, samples[variant])
+                log(f"jobs round {index} {variant}: {samples[variant].jobs_per_s[-1]:,.0f} jobs/s")
+        finally:
+            driver.close()
+            for worker in workers:
+                stop(worker)
+    return samples
+
+
+def throughput_report(samples: dict[str, Samples], plan: Plan) -> Report:
+    """The throughput table: jobs/s per variant, median over rounds, and the ratio."""
+    plain, fair = samples["plain"], samples["fair"]
+    rows: list[Sequence[object]] = [
+        (v, median(samples[v].jobs_per_s), min(samples[v].jobs_per_s, default=0),
+         max(samples[v].jobs_per_s, default=0), median(samples[v].cpu_ms))
+        for v in VARIANTS
+    ]  # fmt: skip
+    share = ratio(median(fair.jobs_per_s), median(plain.jobs_per_s))
+    columns = ("variant", "jobs/s median", "min", "max", "CPU ms/job")
+    report = Report("throughput", [Section("no-op jobs", columns, rows)])
+    report.notes = [
+        f"{machine()}; {plan.workers} worker(s), {plan.rounds} rounds of {plan.jobs:,} jobs each",
+        f"fair / plain jobs/s = {share:.2f} (target >= {THROUGHPUT_RATIO}): "
+        f"{met(share >= THROUGHPUT_RATIO)}; CPU per job (workers + Redis), fair / plain = "
+        f"{ratio(median(fair.cpu_ms), median(plain.cpu_ms)):.2f}",
+    ]
+    report.data = {
+        v: {"jobs_per_s": samples[v].jobs_per_s, "cpu_ms": samples[v].cpu_ms} for v in VARIANTS
+    } | {"ratio": share}
+    return report
+
+
+def gap_report(samples: dict[str, Samples], plan: Plan) -> Report:
+    """The gap table: p50/p99 of the busy gap and of the idle start, per variant."""
+    columns = ("variant", "busy gap p50 ms", "busy gap p99 ms", "idle start p50 ms",
+               "idle start p99 ms", "gaps", "idle jobs")  # fmt: skip
+    rows: list[Sequence[object]] = []
+    for v in VARIANTS:
+        s = samples[v]
+        rows.append((v, pct(s.gaps_ms, 50), pct(s.gaps_ms, 99), pct(s.idle_ms, 50),
+                     pct(s.idle_ms, 99), len(s.gaps_ms), len(s.idle_ms)))  # fmt: skip
+    fair = samples["fair"]
+    worst50 = max(pct(fair.gaps_ms, 50), pct(fair.idle_ms, 50))
+    worst99 = max(pct(fair.gaps_ms, 99), pct(fair.idle_ms, 99))
+    plain = samples["plain"]
+    report = Report("gap", [Section("dispatch gap", columns, rows)])
+    report.notes = [
+        f"{machine()}; {plan.workers} worker(s), {plan.rounds} rounds",
+        f"fair path, worst of busy gap and idle start: p50 {worst50:.2f} ms (target <= "
+        f"{GAP_P50_MS:g}): {met(worst50 <= GAP_P50_MS)}; p99 {worst99:.2f} ms (target <= "
+        f"{GAP_P99_MS:g}): {met(worst99 <= GAP_P99_MS)}",
+        f"fair / plain: busy gap p50 {ratio(pct(fair.gaps_ms, 50), pct(plain.gaps_ms, 50)):.2f}x,"
+        f" idle start p50 {ratio(pct(fair.idle_ms, 50), pct(plain.idle_ms, 50)):.2f}x",
+    ]
+    report.data = {
+        v: {"gaps_ms": samples[v].gaps_ms, "idle_ms": samples[v].idle_ms} for v in VARIANTS
+    }
+    return report

@@ -1,0 +1,105 @@
+"""The Celery app the throughput and gap benchmarks' workers run: `celery -A` this module.
+
+Two no-op tasks on one app, so that the same worker processes serve both variants:
+
+- `bench.plain`, a plain Celery task on the Celery queue "plain";
+- `noop`, the one task of a VTRRQueue ("fair", carried by the Celery queue "fair"): a trigger
+  wakes the worker, which leases the fairest item, runs the function and acks the lease.
+
+The app is fairgpu's own (`app.celery_app.create_celery`: prefetch 1, late acks, JSON), the
+workers run as fairgpu's do (solo pool, concurrency 1). Each run appends one record to the list
+DONE_KEY: variant, job id, worker pid, its start time, and the previous job this process ran
+with the time that job's record had been written (its end), so the gap between the two is
+measured inside one process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery import Celery, Task
+
+from app.celery_app import create_celery
+from app.settings import Settings
+from app.vtrr import VTRRQueue, VTRRTask
+
+URL_ENV = "BENCH_REDIS_URL"
+DONE_KEY = "bench:done"
+PLAIN_QUEUE, FAIR_QUEUE = "plain", "fair"
+PLAIN_TASK = "bench.plain"
+MAX_CONCURRENCY = 8  # fairgpu's default MAX_CONCURRENCY: triggers waiting in the broker
+
+
+@dataclass
+class Recorder:
+    """Writes one record per run; remembers the previous run of this process."""
+
+    client: redis.Redis
+    previous: str = "-"
+    previous_end: float = 0.0
+
+    def run(self, variant: str, job: str) -> None:
+        """The whole body of a no-op job: note the start, write the record, note the end."""
+        start = time.time()
+        record = f"{variant} {job} {os.getpid()} {start!r} {self.previous} {self.previous_end!r}"
+        self.client.rpush(DONE_KEY, record)
+        self.previous, self.previous_end = job, time.time()
+
+
+@dataclass(frozen=True)
+class BenchApp:
+    """The app, its plain task and its fair task."""
+
+    celery: Celery
+    plain: Task  # type: ignore[type-arg]
+    fair: VTRRTask
+    queue: VTRRQueue
+    client: redis.Redis
+
+
+def build(url: str) -> BenchApp:
+    """The benchmark's Celery app on the Redis at url; connects to nothing yet."""
+    celery_app = create_celery(Settings(redis_url=url))
+    client = redis.Redis.from_url(url)
+    recorder = Recorder(client)
+    queue = VTRRQueue(
+        client,
+        celery_app,
+        name="bench",
+        celery_queue=FAIR_QUEUE,
+        max_concurrency=MAX_CONCURRENCY,
+        lease_seconds=60,
+    )
+
+    @celery_app.task(name=PLAIN_TASK, shared=False, acks_late=True, reject_on_worker_lost=True)
+    def plain(job: str) -> None:
+        """A no-op plain Celery task."""
+        recorder.run("plain", job)
+
+    @queue.task(acks_late=True, reject_on_worker_lost=True)
+    def noop(self: Any, job: str) -> None:
+        """A no-op fair-queue task."""
+        recorder.run("fair", job)
+
+    return BenchApp(celery_app, plain, noop, queue, client)
+
+
+bench = build(os.environ.get(URL_ENV, "redis://127.0.0.1:1/0"))
+app = bench.celery
+
+
+def worker_args(hostname: str) -> list[str]:
+    """The command line of one benchmark worker, as fairgpu's (app.celery_app.worker_argv) but
+    at log level WARNING, so that neither variant pays for a log line per task."""
+    return [
+        sys.executable,
+        "-m", "celery", "-A", __name__, "worker",
+        "--pool", "solo", "--concurrency", "1", "--prefetch-multiplier", "1",
+        "--queues", f"{PLAIN_QUEUE},{FAIR_QUEUE}", "--hostname", hostname,
+        "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+    ]  # fmt: skip
