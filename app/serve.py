@@ -19,6 +19,7 @@ def main() -> None:
         port=settings.port,
         log_config=None,  # uvicorn's records go to the handler logs.configure installed
         log_level=settings.log_level.lower(),
+        access_log=settings.access_log,
     )
 
 

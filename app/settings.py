@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="the least severe log records written"
     )
+    access_log: bool = Field(
+        False, description="a log line per HTTP request (jobs' events are logged either way)"
+    )
     host_gpu_id: int | None = Field(
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
