@@ -20,7 +20,7 @@ from app.vtrr.aio import AsyncFairQueue
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.
 REDIS_TIMEOUT_S = 2.0
-REDIS_CONNECTIONS = 128
+REDIS_CONNECTIONS = 1024
 
 
 @dataclass
@@ -43,12 +43,12 @@ class Runtime:
     def open(cls, settings: Settings) -> Runtime:
         """Build everything for one API process; nothing connects until first used."""
         accounts = Accounts.load(settings.users_file)
-        # A bounded pool that waits for a free connection (up to the timeout) rather than failing
-        # at once: thousands of streams may ask at the same moment.
-        pool = aioredis.BlockingConnectionPool.from_url(
+        # Room for many streams' calls at once (redis-py's default is 100). A pool that waits for
+        # a free connection instead of failing cost a quarter of the API's CPU per request
+        # (docs/benchmarks.md); past this bound a call fails, and answers 503 or ends a stream.
+        pool = aioredis.ConnectionPool.from_url(
             settings.redis_url,
             max_connections=REDIS_CONNECTIONS,
-            timeout=REDIS_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             health_check_interval=30,
