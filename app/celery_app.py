@@ -35,7 +35,9 @@ def create_celery(settings: Settings) -> Celery:
         # Results and states live in the job records, not in a Celery result backend.
         task_ignore_result=True,
         task_store_errors_even_if_ignored=False,
-        worker_send_task_events=True,  # for Flower
+        # No task events unless someone watches: they cost a publish per task in the gap between
+        # two jobs. Flower switches them on in the workers it sees (its enable_events option).
+        worker_send_task_events=False,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_routes={

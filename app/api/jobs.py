@@ -276,6 +276,7 @@ async def _changes(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[
             for event_id, fields in await runtime.store.events_after(task_id, after):
                 after = event_id
                 shown = await job_status(runtime, fields)
+                place.told = shown.position
                 yield ServerSentEvent(data=shown.model_dump_json(), id=event_id)
                 if shown.status.terminal:
                     return
@@ -288,6 +289,7 @@ async def _changes(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[
                     moved = await _placed(runtime, job, place.position)
                     if moved is not None and shown is not None and moved_on(shown, moved):
                         # no id: a client resuming with Last-Event-ID still gets every change
+                        place.told = moved.position
                         yield ServerSentEvent(data=moved.model_dump_json())
                         shown = moved
 

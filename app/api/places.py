@@ -1,8 +1,9 @@
 """Places: where each queued job with an open stream stands in its queue, kept up to date.
 
 When a queue's order changes (the moves channel), one batch call reads the places of every job
-whose stream this API process holds, and wakes only the streams whose place changed; they
-then update from what they have, without reading Redis themselves. A busy queue moves far more
+whose stream this API process holds, and wakes only the streams whose place moved enough to be
+worth telling (see worth_telling); they then update from what they have, without reading Redis
+themselves. A busy queue moves far more
 often than anyone needs to be told, so each queue is re-read at most once every `pace` seconds,
 longer when many streams are open (at most about MOVES_PER_S wakes a second).
 """
@@ -29,10 +30,22 @@ MOVES_PER_S = 1000
 
 @dataclass(eq=False)
 class Place:
-    """One queued job's place, and an event set when it changes."""
+    """One queued job's place, the place its client was last told, and an event set when the
+    place has moved far enough from that to tell the client again."""
 
     position: int | None = None
+    told: int | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def worth_telling(told: int | None, now: int | None) -> bool:
+    """Whether a client told `told` should hear of `now`: any change among the first ten places
+    (or to or from none), further back a change of a tenth. A job far back hears of its place
+    some dozens of times on its way to the front, not once per job that leaves ahead of it,
+    which at thousands of streams would be millions of events."""
+    if told is None or now is None:
+        return told != now
+    return abs(now - told) >= max(1, told // 10)
 
 
 class Places:
@@ -86,6 +99,6 @@ class Places:
         ids = list(self._places[kind])
         for job_id, rank in zip(ids, await self.queues[kind].positions(ids), strict=True):
             for place in self._places[kind].get(job_id, ()):
-                if place.position != rank:
-                    place.position = rank
+                place.position = rank
+                if worth_telling(place.told, rank):
                     place.changed.set()
