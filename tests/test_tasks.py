@@ -150,6 +150,27 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     assert "cancelled after 2.0 s" in records[0]["description"]
 
 
+def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_billed_for_its_time(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    """An admin's drop deletes the lease and asks the job to stop: the run sees both (its
+    heartbeat finds the lease gone) and still ends the job, fenced by its token, instead of
+    leaving it STARTED for good."""
+
+    def dropped_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
+        service.queues["short"].drop("short")
+        r.hset(job_key("job-7"), "cancel", 1)  # what the API's revoke writes after the drop
+        return gpu.Outcome(seconds=1.0, tflops=None, stopped=True)
+
+    service = make_service(workload=dropped_midway)
+    token = new_job(service, r, "job-7", duration_s=30)
+    assert service.runner.run("short", "job-7", token) == "cancelled"
+    job = service.recorder.get("job-7")
+    assert job is not None
+    assert job["status"] == "REVOKED"
+    assert r.llen(billing_key(OWNER)) == 1
+
+
 def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
     make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
