@@ -57,9 +57,11 @@ def drop(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Revoke every job queued in a queue."""
+    """Empty a queue: its queued jobs end REVOKED, its running ones are asked to stop."""
     with session(url, key) as client:
-        if not yes and not typer.confirm(f"Revoke every job queued in {queue}?", err=True):
+        if not yes and not typer.confirm(
+            f"Revoke every job in {queue} (queued ones now, running ones asked to stop)?", err=True
+        ):
             fail(f"nothing dropped from {queue}", FAILED)
         result = client.drop(queue)
         if as_json:
