@@ -352,7 +352,7 @@ def test_admin_drop_asks_first_and_revokes_the_queued_jobs(url: str) -> None:
     )
     assert result.exit_code == 1
     # The prompt and the error share stderr; the answer's newline came from the (fake) terminal.
-    assert result.stderr.startswith("Revoke every job queued in short? [y/N]:")
+    assert result.stderr.startswith("Revoke every job in short (queued ones now")
     assert result.stderr.endswith("fairgpu: nothing dropped from short\n")
     assert as_json(fairgpu(url, "status", task_id, "--json"))["status"] == "PENDING"
 
