@@ -233,7 +233,8 @@ async def task_stream(
         # The client has seen the end already: 204 tells an EventSource to stop reconnecting.
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     return EventSourceResponse(
-        _events(runtime, task_id, after), ping=runtime.settings.sse_keepalive_s
+        _events(runtime, task_id, job["kind"], after),  # type: ignore[arg-type]
+        ping=runtime.settings.sse_keepalive_s,
     )
 
 
@@ -249,20 +250,20 @@ def resume_point(last_event_id: str | None) -> str:
     return f"{ms}-{seq}"
 
 
-async def _events(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
+async def _events(
+    runtime: Runtime, task_id: str, kind: Kind, after: str
+) -> AsyncIterator[ServerSentEvent]:
     try:
-        async for event in _changes(runtime, task_id, after):
+        async for event in _changes(runtime, task_id, kind, after):
             yield event
     except RedisError:
         # End the stream cleanly: the client reconnects with Last-Event-ID and misses nothing.
         log.warning("stream of %s ended: Redis unavailable", task_id, extra={"task_id": task_id})
 
 
-async def _changes(runtime: Runtime, task_id: str, after: str) -> AsyncIterator[ServerSentEvent]:
-    job = await runtime.store.get(task_id)
-    if job is None:
-        return
-    kind: Kind = job["kind"]  # type: ignore[assignment]
+async def _changes(
+    runtime: Runtime, task_id: str, kind: Kind, after: str
+) -> AsyncIterator[ServerSentEvent]:
     async with (
         runtime.hub.subscribe(task_id) as changed,
         runtime.places.watch(kind, task_id) as place,

@@ -34,6 +34,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from scripts.load import percentile as percentile  # one definition, shared with load.py
+
 EPS = 1e-9
 
 
@@ -265,14 +267,3 @@ def ahead_of(job: Run, runs: Iterable[Run]) -> int:
     return sum(
         1 for r in runs if r.account != job.account and job.enqueued < r.started < job.started
     )
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between closest ranks; nan for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
