@@ -284,6 +284,12 @@ async def test_a_job_run_by_a_real_worker_moves_the_metrics(
 
     await asyncio.to_thread(wait_for, ended, 60, "the job to end")
     assert r.hget(job_key(task_id), "status") == b"SUCCESS"
+    # The record ends before the worker acks the fair queue (late ack), so the lease may
+    # still be out for a moment after SUCCESS.
+    queue = api.runtime.queues["short"]
+    deadline = asyncio.get_running_loop().time() + 30
+    while await queue.pending() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)  # polling a condition with a deadline
     after = await scrape(api)
 
     def moved(metric: str, **labels: str) -> float:
