@@ -14,7 +14,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.queue import STAT_NAMES, Item, Shares, as_text, enqueue_args
-from app.vtrr.scripts import AsyncScripts
+from app.vtrr.scripts import AsyncScripts, TriggerKeys
 
 
 class AsyncFairQueue:
@@ -27,13 +27,14 @@ class AsyncFairQueue:
         *,
         shares: Shares | None = None,
         trigger_cap: int = -1,
+        trigger_keys: TriggerKeys | None = None,
     ) -> None:
         self.name = name
         self.keys = Keys.for_queue(name)
         self.redis = redis_client
         self._shares = shares
         self._trigger_cap = trigger_cap
-        self._scripts = AsyncScripts(redis_client, self.keys)
+        self._scripts = AsyncScripts(redis_client, self.keys, trigger_keys)
 
     async def enqueue(
         self,

@@ -4,10 +4,15 @@
 messages with no arguments that only wake a worker. The worker's task leases the fairest item,
 runs the decorated function on it and acks the lease when the task ends (success or failure).
 A retry keeps the lease; process death leaves it to expire and be reclaimed.
+
+When the broker is the queue's own Redis, the scripts push the triggers themselves, in the same
+call that made them due (see `_trigger_keys`): a trigger then costs no Kombu publish and no
+round trip of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -15,11 +20,13 @@ from typing import Any, NamedTuple, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
+from kombu import Connection
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
+from app.vtrr.scripts import Scripts, no_trigger_push
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,12 @@ ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
 #: The keyword a retry message carries so that the retry run resumes its own lease.
 LEASE_KWARG = "_vtrr_lease"
 _FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
+#: Where a stored trigger message has each trigger's own id (task id, correlation id, delivery
+#: tag); the scripts put a fresh id there. Letters only: it is a Lua pattern there.
+TRIGGER_ID = "VTRRTRIGGERID"
+#: A process's stored trigger message expires unless it publishes again: messages of processes
+#: long gone do not pile up, and a live one stores its message again at the next top-up.
+TRIGGER_MESSAGE_TTL_S = 86_400
 
 
 class Delivery(NamedTuple):
@@ -103,6 +116,7 @@ class VTRRQueue(FairQueue):
         reclaim_queue: str | None = None,
         *,
         shares: Shares | None = None,
+        push_triggers: bool | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -117,6 +131,10 @@ class VTRRQueue(FairQueue):
         self.reclaim_queue = reclaim_queue
         self.reclaim_task_name = f"vtrr_queue.reclaim.{name}"
         self._task: VTRRTask | None = None
+        self._push_option = push_triggers
+        self._trigger_route: tuple[str, str] | None = None
+        self._trigger_message: str | None = None
+        self._scripts = Scripts(redis_client, self.keys, self._trigger_keys)
         if reclaim_interval is not None:
             self._register_reclaim()
 
@@ -204,7 +222,11 @@ class VTRRQueue(FairQueue):
         """This queue on an asyncio client (same name, shares and trigger cap), for web handlers;
         send the triggers its enqueue asks for with publish_triggers, off the event loop."""
         return AsyncFairQueue(
-            redis_client, self.name, shares=self._shares, trigger_cap=self._trigger_cap
+            redis_client,
+            self.name,
+            shares=self._shares,
+            trigger_cap=self._trigger_cap,
+            trigger_keys=self._trigger_keys,
         )
 
     # -- triggers ---------------------------------------------------------------------------------
@@ -220,6 +242,11 @@ class VTRRQueue(FairQueue):
         try:
             if self._task is None:
                 raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to trigger")
+            if self._trigger_message is not None:
+                # The scripts found no message of ours (the first top-up, an expiry, a flushed
+                # Redis): store it, so that they push the next triggers themselves.
+                key = self._trigger_keys()[0]
+                self.redis.set(key, self._trigger_message, ex=TRIGGER_MESSAGE_TTL_S)
             with self.celery_app.producer_or_acquire() as producer:
                 for _ in range(count):
                     self._task.celery_task.apply_async(queue=self.celery_queue, producer=producer)
@@ -233,6 +260,71 @@ class VTRRQueue(FairQueue):
                 exc_info=True,
             )
             self._scripts.run("triggers", "unsend", count - sent, self._trigger_cap)
+
+    def _trigger_keys(self) -> tuple[str, str]:
+        """The scripts' trigger keys: (this process's stored message, the broker's list) when
+        they may push triggers, else a message key that never exists. Decided at first use,
+        once the task exists, as building the message goes through Celery's send path."""
+        if self._trigger_route is None:
+            if self._task is None:
+                return no_trigger_push(self.keys)()
+            message = self._build_trigger_message() if self._broker_is_ours() else None
+            if message is None:
+                self._trigger_route = no_trigger_push(self.keys)()
+            else:
+                digest = hashlib.sha256(message.encode()).hexdigest()[:16]
+                self._trigger_message = message
+                self._trigger_route = (f"{self.keys.triggers}:message:{digest}", self.celery_queue)
+        return self._trigger_route
+
+    def _broker_is_ours(self) -> bool:
+        """Whether triggers may be pushed onto the broker's list by the queue's own scripts: the
+        broker is Kombu's Redis transport on the same server and database, with no key prefix.
+        push_triggers=True or False overrides the check."""
+        if self._push_option is not None:
+            return self._push_option
+        conn = self.celery_app.connection_for_write()
+        try:
+            options = conn.transport_options or {}
+            if conn.transport.driver_type != "redis" or options.get("global_keyprefix"):
+                return False
+            ours = self.redis.connection_pool.connection_kwargs
+            broker_db = int(conn.virtual_host) if conn.virtual_host.isdigit() else 0
+            return (conn.hostname, conn.port or 6379, broker_db) == (
+                ours.get("host"),
+                ours.get("port"),
+                ours.get("db", 0),
+            )
+        finally:
+            conn.release()
+
+    def _build_trigger_message(self) -> str | None:
+        """One trigger as Kombu's Redis transport would store it, with TRIGGER_ID for its ids.
+
+        Sent through Kombu's in-memory transport, which builds the message with the same code as
+        the Redis one, so it follows the installed Celery, Kombu and this app's settings. None
+        (the triggers are then published from Python) when it is not a plain message to this
+        queue's list.
+        """
+        assert self._task is not None
+        try:
+            with Connection("memory://") as conn:
+                with conn.Producer() as producer:
+                    self._task.celery_task.apply_async(
+                        queue=self.celery_queue, producer=producer, task_id=TRIGGER_ID
+                    )
+                channel: Any = conn.default_channel
+                message: dict[str, Any] = channel._get(self.celery_queue)
+        except Exception:
+            log.warning("queue %s: triggers are published from Python", self.name, exc_info=True)
+            return None
+        properties = message["properties"]
+        direct = {"exchange": "", "routing_key": self.celery_queue}
+        if properties.get("delivery_info") != direct or properties.get("priority"):
+            # Routed through an exchange, or to a priority's own list: Kombu decides the list.
+            return None
+        properties["delivery_tag"] = TRIGGER_ID
+        return json.dumps(message)
 
     def _broker_depth(self) -> int | None:
         """Triggers waiting in the broker's queue, or None when the broker cannot say."""
@@ -261,11 +353,11 @@ class VTRRQueue(FairQueue):
             return 0
         depth = self._broker_depth()
         if depth is None:
-            count = int(self._scripts.run("triggers", "topup", 0, self._trigger_cap))
+            count, pushed = self._scripts.run("triggers", "topup", 0, self._trigger_cap)
         else:
-            count = int(self._scripts.run("triggers", "sync", depth, self._trigger_cap))
-        self._publish(count)
-        return count
+            count, pushed = self._scripts.run("triggers", "sync", depth, self._trigger_cap)
+        self._publish(int(count))
+        return int(count) + int(pushed)
 
     # -- periodic reclaim -------------------------------------------------------------------------
     def reclaim_beat_schedule(self) -> dict[str, dict[str, Any]]:

@@ -6,6 +6,7 @@ again and retries, so scripts are loaded once and come back by themselves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,17 +42,29 @@ def source(name: str, directory: Path = LUA_DIR) -> str:
     return (directory / "_lib.lua").read_text() + "\n" + (directory / f"{name}.lua").read_text()
 
 
+#: Where a queue's scripts push Celery triggers themselves: (the key of the stored trigger
+#: message, the broker's list). A queue with no such message key never pushes (see _lib.lua).
+TriggerKeys = Callable[[], tuple[str, str]]
+
+
+def no_trigger_push(keys: Keys) -> TriggerKeys:
+    """The trigger keys of a queue whose scripts never push: a message key nothing writes."""
+    never = f"{keys.triggers}:message:none"
+    return lambda: (never, never)
+
+
 class Scripts:
     """The scripts of one queue, bound to its client and keys."""
 
-    def __init__(self, client: Redis, keys: Keys) -> None:
+    def __init__(self, client: Redis, keys: Keys, trigger_keys: TriggerKeys | None = None) -> None:
         self._keys = keys.all()
+        self._trigger_keys = trigger_keys or no_trigger_push(keys)
         self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in NAMES}
 
     def run(self, name: str, *args: str | int | float) -> Any:
         """Run one script with the queue's keys; Lua error replies become our exceptions."""
         try:
-            return self._scripts[name](keys=self._keys, args=args)
+            return self._scripts[name](keys=[*self._keys, *self._trigger_keys()], args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None
 
@@ -59,8 +72,11 @@ class Scripts:
 class AsyncScripts:
     """The same scripts on an asyncio client, for code that must not block its event loop."""
 
-    def __init__(self, client: AsyncRedis, keys: Keys) -> None:
+    def __init__(
+        self, client: AsyncRedis, keys: Keys, trigger_keys: TriggerKeys | None = None
+    ) -> None:
         self._keys = keys.all()
+        self._trigger_keys = trigger_keys or no_trigger_push(keys)
         self._scripts: dict[str, AsyncScript] = {
             n: client.register_script(source(n)) for n in NAMES
         }
@@ -68,6 +84,7 @@ class AsyncScripts:
     async def run(self, name: str, *args: str | int | float) -> Any:
         """Run one script with the queue's keys; Lua error replies become our exceptions."""
         try:
-            return await self._scripts[name](keys=self._keys, args=args)
+            keys = [*self._keys, *self._trigger_keys()]
+            return await self._scripts[name](keys=keys, args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None

@@ -15,9 +15,10 @@ each). Modes:
   "block"  on the item's first delivery (vtrr_timeouts == 0), wait until the test pushes to
            release_key(key) (or BLOCK_TIMEOUT_S passes), then return
   "exit"   on the first delivery raise SystemExit, as a hard time limit does, then return
-Signals count what the tests wait on: PUBLISHED_KEY the task's messages published (triggers and
-retries, by either process), FINISHED_KEY the messages whose run ended in a worker, whatever the
-outcome (SystemExit included; only a killed process ends none).
+Signals count what the tests wait on: PUBLISHED_KEY the task's messages published by Kombu
+(triggers and retries, by either process; not the triggers the scripts push), FINISHED_KEY the
+messages whose run ended in a worker, whatever the outcome (SystemExit included; only a killed
+process ends none).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from celery.signals import after_task_publish, task_postrun
 from redis import Redis
 
 from app.vtrr import VTRRQueue, VTRRTask
+from app.vtrr.celery_queue import TRIGGER_ID
 
 CONFIG_ENV = "VTRR_TEST_CONFIG"
 RUNS_KEY = "test:runs"
@@ -145,8 +147,10 @@ def build(config: Config) -> Harness:
     task = vtrr.task(make_job(record, config.task_name), **options)
     harness = Harness(config, app, vtrr, task, record)
 
-    def published(sender: Any = None, **_: Any) -> None:
-        if sender == task.name:
+    def published(sender: Any = None, headers: Any = None, **_: Any) -> None:
+        # The message VTRRQueue builds once through Kombu's memory transport, to store for its
+        # scripts, carries TRIGGER_ID and reaches no broker: not a publish.
+        if sender == task.name and (headers or {}).get("id") != TRIGGER_ID:
             record.incr(PUBLISHED_KEY)
 
     def finished(sender: Any = None, **_: Any) -> None:

@@ -17,6 +17,9 @@
 --   KEYS[13] triggers                STRING Celery triggers published and not yet consumed
 --   KEYS[14] stats                   HASH  counter -> value
 --   KEYS[15] wake                    LIST  tokens that wake blocked RedisQueue.get calls
+--   KEYS[16] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
+--                                           (set by a VTRRQueue whose broker is this Redis)
+--   KEYS[17] broker queue            LIST  the Celery queue those triggers go to
 --
 -- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
 -- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
@@ -26,6 +29,7 @@ local K = {
   queue = KEYS[1], task = KEYS[2], meta = KEYS[3], inflight = KEYS[4], inflight_task = KEYS[5],
   lease = KEYS[6], timeouts = KEYS[7], cvt = KEYS[8], pvt = KEYS[9], pqueued = KEYS[10],
   idle = KEYS[11], seq = KEYS[12], triggers = KEYS[13], stats = KEYS[14], wake = KEYS[15],
+  trigger_message = KEYS[16], broker = KEYS[17],
 }
 
 local FRONT_BASE = 999999999999999
@@ -149,13 +153,30 @@ end
 
 -- How many more triggers to publish so that min(cap, queued) are waiting; counts them as sent.
 -- A negative cap means this queue uses no triggers. queued may be given when already known.
+-- Send n triggers. Where a trigger message is stored, push them onto the broker's list here, in
+-- the same call that made them due, exactly as Kombu would (LPUSH of the message, each with a
+-- fresh id where the template says TRIGGER_ID); returns how many the caller must still publish.
+local TRIGGER_ID = 'VTRRTRIGGERID'  -- letters only: it is a gsub pattern
+local pushed = 0  -- triggers this call pushed, for replies that count every trigger sent
+local function push_triggers(n)
+  local template = redis.call('GET', K.trigger_message)
+  if not template then return n end
+  pushed = pushed + n
+  local t = redis.call('TIME')
+  for _ = 1, n do
+    local id = string.format('vtrr-%s-%s-%d', t[1], t[2], redis.call('INCR', K.seq))
+    redis.call('LPUSH', K.broker, (string.gsub(template, TRIGGER_ID, id)))
+  end
+  return 0
+end
+
 local function top_up_triggers(cap, queued)
   if cap < 0 then return 0 end
   local want = math.min(cap, queued or redis.call('ZCARD', K.queue))
   local have = tonumber(redis.call('GET', K.triggers) or '0')
   if want <= have then return 0 end
   redis.call('INCRBY', K.triggers, want - have)
-  return want - have
+  return push_triggers(want - have)
 end
 
 -- The lease token of an item if it matches, else nil: every fenced operation starts here.

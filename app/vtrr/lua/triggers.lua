@@ -4,11 +4,11 @@
 --         "topup": top up from the current count (ARGV[2] unused).
 --         "unsend": ARGV[2] counted triggers were never published; uncount them.
 -- ARGV[3] trigger cap
--- Reply: triggers to publish.
+-- Reply: {triggers to publish, triggers this call pushed onto the broker's list itself}.
 local op, n, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if op == 'unsend' then
   if redis.call('DECRBY', K.triggers, n) < 0 then redis.call('SET', K.triggers, 0) end
-  return 0
+  return {0, 0}
 end
 if op == 'sync' then redis.call('SET', K.triggers, n) end
-return top_up_triggers(cap)
+return {top_up_triggers(cap), pushed}
