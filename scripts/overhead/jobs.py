@@ -1,7 +1,8 @@
 """Throughput and dispatch gap: no-op jobs through the fair queue against plain Celery tasks.
 
-Both variants run on the same redis-server, through the same Celery app and the same worker
-processes (scripts/overhead/worker_app.py), in alternating rounds:
+The variants (plain Celery; the fair queue, its triggers pushed by its scripts; the fair queue
+with every trigger published by Kombu) run on the same redis-server, through the same Celery app
+and the same worker processes (scripts/overhead/worker_app.py), in alternating rounds:
 
 - throughput: a round submits n jobs at once (plain: n apply_async on one producer; fair: one
   `noop.queue()` call per 1,000 items, which also publishes the first triggers) and waits for
@@ -43,7 +44,7 @@ from scripts.overhead.common import (
     wait_until,
 )
 
-VARIANTS = ("plain", "fair")
+VARIANTS = ("plain", "fair", "fair-published")
 BATCH = 1000
 IDLE_PAUSE_S = 0.02  # lets the worker finish its ack and block on the broker again
 GAP_P50_MS, GAP_P99_MS, THROUGHPUT_RATIO = 2.0, 5.0, 0.9
@@ -114,9 +115,10 @@ class Driver:
                         args=(job,), queue=worker_app.PLAIN_QUEUE, producer=producer
                     )
             return
+        task = self.app.fair if variant == "fair" else self.app.published
         for first in range(0, len(jobs), BATCH):
             specs = [{"id": job, "args": [job]} for job in jobs[first : first + BATCH]]
-            self.app.fair.queue("bench", specs)
+            task.queue("bench", specs)
 
     def collect(self, count: int, timeout: float) -> list[Record]:
         """Wait for count records, then take them off the list."""
@@ -188,7 +190,7 @@ def measure(plan: Plan) -> dict[str, Samples]:
 
 def throughput_report(samples: dict[str, Samples], plan: Plan) -> Report:
     """The throughput table: jobs/s per variant, median over rounds, and the ratio."""
-    plain, fair = samples["plain"], samples["fair"]
+    plain, fair, published = samples["plain"], samples["fair"], samples["fair-published"]
     rows: list[Sequence[object]] = [
         (v, median(samples[v].jobs_per_s), min(samples[v].jobs_per_s, default=0),
          max(samples[v].jobs_per_s, default=0), median(samples[v].cpu_ms))
@@ -202,6 +204,9 @@ def throughput_report(samples: dict[str, Samples], plan: Plan) -> Report:
         f"fair / plain jobs/s = {share:.2f} (target >= {THROUGHPUT_RATIO}): "
         f"{met(share >= THROUGHPUT_RATIO)}; CPU per job (workers + Redis), fair / plain = "
         f"{ratio(median(fair.cpu_ms), median(plain.cpu_ms)):.2f}",
+        f"with every trigger published by Kombu (fair-published / plain): jobs/s "
+        f"{ratio(median(published.jobs_per_s), median(plain.jobs_per_s)):.2f}, CPU per job "
+        f"{ratio(median(published.cpu_ms), median(plain.cpu_ms)):.2f}",
     ]
     report.data = {
         v: {"jobs_per_s": samples[v].jobs_per_s, "cpu_ms": samples[v].cpu_ms} for v in VARIANTS
@@ -221,7 +226,7 @@ def gap_report(samples: dict[str, Samples], plan: Plan) -> Report:
     fair = samples["fair"]
     worst50 = max(pct(fair.gaps_ms, 50), pct(fair.idle_ms, 50))
     worst99 = max(pct(fair.gaps_ms, 99), pct(fair.idle_ms, 99))
-    plain = samples["plain"]
+    plain, published = samples["plain"], samples["fair-published"]
     report = Report("gap", [Section("dispatch gap", columns, rows)])
     report.notes = [
         f"{machine()}; {plan.workers} worker(s), {plan.rounds} rounds",
@@ -230,6 +235,9 @@ def gap_report(samples: dict[str, Samples], plan: Plan) -> Report:
         f"{GAP_P99_MS:g}): {met(worst99 <= GAP_P99_MS)}",
         f"fair / plain: busy gap p50 {ratio(pct(fair.gaps_ms, 50), pct(plain.gaps_ms, 50)):.2f}x,"
         f" idle start p50 {ratio(pct(fair.idle_ms, 50), pct(plain.idle_ms, 50)):.2f}x",
+        f"fair-published / plain: busy gap p50 "
+        f"{ratio(pct(published.gaps_ms, 50), pct(plain.gaps_ms, 50)):.2f}x, idle start p50 "
+        f"{ratio(pct(published.idle_ms, 50), pct(plain.idle_ms, 50)):.2f}x",
     ]
     report.data = {
         v: {"gaps_ms": samples[v].gaps_ms, "idle_ms": samples[v].idle_ms} for v in VARIANTS

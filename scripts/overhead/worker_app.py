@@ -1,10 +1,14 @@
 """The Celery app the throughput and gap benchmarks' workers run: `celery -A` this module.
 
-Two no-op tasks on one app, so that the same worker processes serve both variants:
+Three no-op tasks on one app, so that the same worker processes serve every variant:
 
 - `bench.plain`, a plain Celery task on the Celery queue "plain";
 - `noop`, the one task of a VTRRQueue ("fair", carried by the Celery queue "fair"): a trigger
-  wakes the worker, which leases the fairest item, runs the function and acks the lease.
+  wakes the worker, which leases the fairest item, runs the function and acks the lease. The
+  broker is the queue's own Redis, so the queue's scripts push the triggers themselves;
+- `noop_published`, the same on a second VTRRQueue with `push_triggers=False` ("fair-published",
+  Celery queue "fair_published"): every trigger goes through Kombu's publish, as before the
+  scripts pushed them, to show what pushing saves.
 
 The app is fairgpu's own (`app.celery_app.create_celery`: prefetch 1, late acks, JSON), the
 workers run as fairgpu's do (solo pool, concurrency 1). Each run appends one record to the list
@@ -30,7 +34,7 @@ from app.vtrr import VTRRQueue, VTRRTask
 
 URL_ENV = "BENCH_REDIS_URL"
 DONE_KEY = "bench:done"
-PLAIN_QUEUE, FAIR_QUEUE = "plain", "fair"
+PLAIN_QUEUE, FAIR_QUEUE, PUBLISHED_QUEUE = "plain", "fair", "fair_published"
 PLAIN_TASK = "bench.plain"
 MAX_CONCURRENCY = 8  # fairgpu's default MAX_CONCURRENCY: triggers waiting in the broker
 
@@ -58,6 +62,7 @@ class BenchApp:
     celery: Celery
     plain: Task  # type: ignore[type-arg]
     fair: VTRRTask
+    published: VTRRTask
     queue: VTRRQueue
     client: redis.Redis
 
@@ -75,6 +80,15 @@ def build(url: str) -> BenchApp:
         max_concurrency=MAX_CONCURRENCY,
         lease_seconds=60,
     )
+    published_queue = VTRRQueue(
+        client,
+        celery_app,
+        name="bench-published",
+        celery_queue=PUBLISHED_QUEUE,
+        max_concurrency=MAX_CONCURRENCY,
+        lease_seconds=60,
+        push_triggers=False,
+    )
 
     @celery_app.task(name=PLAIN_TASK, shared=False, acks_late=True, reject_on_worker_lost=True)
     def plain(job: str) -> None:
@@ -86,7 +100,12 @@ def build(url: str) -> BenchApp:
         """A no-op fair-queue task."""
         recorder.run("fair", job)
 
-    return BenchApp(celery_app, plain, noop, queue, client)
+    @published_queue.task(acks_late=True, reject_on_worker_lost=True)
+    def noop_published(self: Any, job: str) -> None:
+        """The same, its triggers published by Kombu."""
+        recorder.run("fair-published", job)
+
+    return BenchApp(celery_app, plain, noop, noop_published, queue, client)
 
 
 bench = build(os.environ.get(URL_ENV, "redis://127.0.0.1:1/0"))
@@ -100,6 +119,6 @@ def worker_args(hostname: str) -> list[str]:
         sys.executable,
         "-m", "celery", "-A", __name__, "worker",
         "--pool", "solo", "--concurrency", "1", "--prefetch-multiplier", "1",
-        "--queues", f"{PLAIN_QUEUE},{FAIR_QUEUE}", "--hostname", hostname,
+        "--queues", f"{PLAIN_QUEUE},{FAIR_QUEUE},{PUBLISHED_QUEUE}", "--hostname", hostname,
         "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
     ]  # fmt: skip
