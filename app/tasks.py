@@ -27,6 +27,7 @@ from app.models import Status
 from app.settings import KINDS, Kind, Settings
 from app.store import JobRecorder, Started
 from app.vtrr import Heartbeat, Item, VTRRQueue, VTRRTask
+from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ Workload = Callable[[gpu.Device, float, Callable[[], bool]], gpu.Outcome]
 NO_CHARGE = Charge(cost=0.0, description="", gpu_seconds=0.0)
 SWEEP_TASK = "fairgpu.sweep_unqueued"
 
+
+#: How long a run keeps trying to record its end while Redis is unreachable. After that it
+#: gives up without acking: its lease expires and the job runs again, billed once.
+FINISH_PATIENCE_S = 30.0
 
 #: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
 #: charged 1.01 s, not 2 s as whole seconds rounded up would.
@@ -110,30 +115,65 @@ class JobRunner:
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
 
             def should_stop() -> bool:
-                return beat.lost or self.recorder.cancel_requested(job_id)
+                if beat.lost:
+                    return True
+                try:
+                    return self.recorder.cancel_requested(job_id)
+                except UNREACHABLE:
+                    return False  # Redis away for a moment: work on; the heartbeat guards the lease
 
             try:
                 outcome = self.workload(self.device, duration, should_stop)
             except Exception as exc:
                 log.exception("job failed", extra=who)
                 error = f"{type(exc).__name__}: {exc}"
-                self.recorder.finish(
-                    job_id, token, Status.FAILURE, charge=NO_CHARGE, owner=owner, error=error
-                )
+                self._finish(who, token, Status.FAILURE, charge=NO_CHARGE, owner=owner, error=error)
                 return "failed"
         if outcome.stopped and self.recorder.cancel_requested(job_id):
             # Its owner cancelled it (or an admin dropped its queue, lease and all): REVOKED,
             # billed for the time it ran. Fenced: if another run holds the job now, it refuses.
             charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
-            self.recorder.finish(job_id, token, Status.REVOKED, charge=charge, owner=owner)
+            self._finish(who, token, Status.REVOKED, charge=charge, owner=owner)
             return "cancelled"
         if outcome.stopped:
             return "lease lost"  # another run owns the job now; leave its end to that run
         charge = billing.price(self.settings, kind, duration)
-        finished = self.recorder.finish(
-            job_id, token, Status.SUCCESS, charge=charge, owner=owner, tflops=outcome.tflops
+        finished = self._finish(
+            who, token, Status.SUCCESS, charge=charge, owner=owner, tflops=outcome.tflops
         )
         return "done" if finished else "refused: another run owns the job"
+
+    def _finish(
+        self,
+        who: dict[str, str],
+        token: str,
+        status: Status,
+        *,
+        charge: Charge,
+        owner: str,
+        error: str = "",
+        tflops: float | None = None,
+    ) -> bool:
+        """Record the run's end, trying again while Redis is unreachable, for FINISH_PATIENCE_S.
+
+        Trying again is safe: the end is fenced by the token and billed once. If Redis stays
+        away, the error goes up and the fair queue keeps the lease (see VTRRQueue), so the job
+        is not acked as done without a record of its end.
+        """
+        deadline = time.monotonic() + FINISH_PATIENCE_S
+        pause = 0.1
+        while True:
+            try:
+                return self.recorder.finish(
+                    who["task_id"], token, status, charge=charge, owner=owner, error=error,
+                    tflops=tflops,
+                )  # fmt: skip
+            except UNREACHABLE:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("Redis unreachable; the job's end is not recorded yet", extra=who)
+                time.sleep(pause)  # waiting out a Redis restart, not polling a test condition
+                pause = min(pause * 2, 2.0)
 
 
 @dataclass(frozen=True)

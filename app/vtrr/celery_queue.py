@@ -23,6 +23,8 @@ from celery import states as celery_states
 from kombu import Connection
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
@@ -51,6 +53,8 @@ ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
 #: The keyword a retry message carries so that the retry run resumes its own lease.
 LEASE_KWARG = "_vtrr_lease"
 _FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
+#: A task that raised one of these could not reach Redis: it keeps its lease (see after_return).
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 #: Where a stored trigger message has each trigger's own id (task id, correlation id, delivery
 #: tag); the scripts put a fresh id there. Letters only: it is a Lua pattern there.
 TRIGGER_ID = "VTRRTRIGGERID"
@@ -186,13 +190,16 @@ class VTRRQueue(FairQueue):
             )
             return fun(task, *delivery.args, **delivery.kwargs)
 
-        def after_return(task: Task, status: str, *rest: Any) -> None:  # type: ignore[type-arg]
+        def after_return(task: Task, status: str, retval: Any, *rest: Any) -> None:  # type: ignore[type-arg]
             # Called for SUCCESS and FAILURE only; a retry keeps its lease, and a process that
-            # dies (SystemExit from a hard time limit included) never gets here.
+            # dies (SystemExit from a hard time limit included) never gets here. A task that
+            # failed because Redis was unreachable keeps its lease too: its work may not have
+            # been recorded, so the item runs again once the lease expires.
             held = vars(task.request)
-            if status in _FINAL_STATES and "vtrr_task_id" in held:
+            unreachable = status == celery_states.FAILURE and isinstance(retval, UNREACHABLE)
+            if status in _FINAL_STATES and "vtrr_task_id" in held and not unreachable:
                 vtrr.ack(held["vtrr_task_id"], held["vtrr_token"])
-            base.after_return(task, status, *rest)
+            base.after_return(task, status, retval, *rest)
 
         run.__name__, run.__qualname__, run.__module__ = (
             fun.__name__,

@@ -99,6 +99,27 @@ def test_submit_while_redis_is_down_is_a_503_that_writes_nothing_and_all_recover
     assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, again])
 
 
+def test_redis_gone_for_a_moment_while_a_job_runs_does_not_fail_the_job(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults, first = proxied_stack_with_one_job_done(make_faults)
+    assert faults.proxy is not None
+    task_id = faults.submit(DEMO_KEY, duration_s=2.0)
+    wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the job to start")
+
+    # The running job's next cancel check finds Redis gone; it comes back within the lease.
+    faults.proxy.cut_before(b"HEXISTS")
+    wait_for(faults.proxy.fired.is_set, timeout=10, what="the cancel check to hit the cut")
+    time.sleep(0.5)  # Redis stays away this long: the outage under test, not a wait
+    faults.proxy.heal()
+    wait_for(lambda: faults.health() == 200, timeout=20, what="/health 200 again")
+
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the job's end")
+    assert (done["status"], done["attempts"]) == ("SUCCESS", 1), done
+    assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
+    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
+
+
 def proxied_stack_with_one_job_done(make_faults: Callable[..., Faults]) -> tuple[Faults, str]:
     """A stack whose processes reach Redis through a proxy, after one job has run through it
     (so every script is loaded and the next EVALSHA is the real thing)."""

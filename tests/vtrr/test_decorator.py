@@ -171,6 +171,28 @@ def test_bind_false_still_binds(r: redis.Redis, app: Celery) -> None:
 
 
 @pytest.mark.parametrize(
+    ("error", "acked"),
+    [(ValueError, True), (redis.ConnectionError, False), (redis.TimeoutError, False)],
+)
+def test_a_task_that_could_not_reach_redis_keeps_its_lease(
+    r: redis.Redis, app: Celery, error: type[Exception], acked: bool
+) -> None:
+    vtrr = new_queue(r, app)
+
+    @vtrr.task
+    def unlucky(self: Task) -> None:
+        raise error("raised by the task")
+
+    [task_id] = unlucky.queue("p", [{}])
+    result = unlucky.celery_task.apply()
+    assert isinstance(result.result, error)
+    # A plain failure is the function's answer: acked. An unreachable Redis says nothing about
+    # the work: the lease stays, to expire and bring the item back.
+    assert (vtrr.stats()["acked"], vtrr.pending()) == ((1, 0) if acked else (0, 1))
+    assert (task_id in {k.decode() for k in r.hkeys(vtrr.keys.meta)}) is not acked
+
+
+@pytest.mark.parametrize(
     "bad",
     [
         {"args": [2], "priority": 3},

@@ -151,8 +151,6 @@ local function reclaim(t, limit, front)
   return #expired
 end
 
--- How many more triggers to publish so that min(cap, queued) are waiting; counts them as sent.
--- A negative cap means this queue uses no triggers. queued may be given when already known.
 -- Send n triggers. Where a trigger message is stored, push them onto the broker's list here, in
 -- the same call that made them due, exactly as Kombu would (LPUSH of the message, each with a
 -- fresh id where the template says TRIGGER_ID); returns how many the caller must still publish.
@@ -170,6 +168,9 @@ local function push_triggers(n)
   return 0
 end
 
+-- Send as many more triggers as make min(cap, queued) wait, counting them as sent; returns how
+-- many of them the caller must publish (0 when they were pushed here). A negative cap means this
+-- queue uses no triggers. queued may be given when already known.
 local function top_up_triggers(cap, queued)
   if cap < 0 then return 0 end
   local want = math.min(cap, queued or redis.call('ZCARD', K.queue))
