@@ -20,7 +20,6 @@ from typing import Any, NamedTuple, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
-from kombu import Connection
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -29,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
+from app.vtrr.trigger_push import broker_is, trigger_message
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,6 @@ LEASE_KWARG = "_vtrr_lease"
 _FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
 #: A task that raised one of these could not reach Redis: it keeps its lease (see after_return).
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
-#: Where a stored trigger message has each trigger's own id (task id, correlation id, delivery
-#: tag); the scripts put a fresh id there. Letters only: it is a Lua pattern there.
-TRIGGER_ID = "VTRRTRIGGERID"
 #: A process's stored trigger message expires unless it publishes again: messages of processes
 #: long gone do not pile up, and a live one stores its message again at the next top-up.
 TRIGGER_MESSAGE_TTL_S = 86_400
@@ -275,7 +272,10 @@ class VTRRQueue(FairQueue):
         if self._trigger_route is None:
             if self._task is None:
                 return no_trigger_push(self.keys)()
-            message = self._build_trigger_message() if self._broker_is_ours() else None
+            pushes = self._push_option
+            if pushes is None:
+                pushes = broker_is(self.celery_app, self.redis)
+            message = trigger_message(self._task.celery_task, self.celery_queue) if pushes else None
             if message is None:
                 self._trigger_route = no_trigger_push(self.keys)()
             else:
@@ -283,55 +283,6 @@ class VTRRQueue(FairQueue):
                 self._trigger_message = message
                 self._trigger_route = (f"{self.keys.triggers}:message:{digest}", self.celery_queue)
         return self._trigger_route
-
-    def _broker_is_ours(self) -> bool:
-        """Whether triggers may be pushed onto the broker's list by the queue's own scripts: the
-        broker is Kombu's Redis transport on the same server and database, with no key prefix.
-        push_triggers=True or False overrides the check."""
-        if self._push_option is not None:
-            return self._push_option
-        conn = self.celery_app.connection_for_write()
-        try:
-            options = conn.transport_options or {}
-            if conn.transport.driver_type != "redis" or options.get("global_keyprefix"):
-                return False
-            ours = self.redis.connection_pool.connection_kwargs
-            broker_db = int(conn.virtual_host) if conn.virtual_host.isdigit() else 0
-            return (conn.hostname, conn.port or 6379, broker_db) == (
-                ours.get("host"),
-                ours.get("port"),
-                ours.get("db", 0),
-            )
-        finally:
-            conn.release()
-
-    def _build_trigger_message(self) -> str | None:
-        """One trigger as Kombu's Redis transport would store it, with TRIGGER_ID for its ids.
-
-        Sent through Kombu's in-memory transport, which builds the message with the same code as
-        the Redis one, so it follows the installed Celery, Kombu and this app's settings. None
-        (the triggers are then published from Python) when it is not a plain message to this
-        queue's list.
-        """
-        assert self._task is not None
-        try:
-            with Connection("memory://") as conn:
-                with conn.Producer() as producer:
-                    self._task.celery_task.apply_async(
-                        queue=self.celery_queue, producer=producer, task_id=TRIGGER_ID
-                    )
-                channel: Any = conn.default_channel
-                message: dict[str, Any] = channel._get(self.celery_queue)
-        except Exception:
-            log.warning("queue %s: triggers are published from Python", self.name, exc_info=True)
-            return None
-        properties = message["properties"]
-        direct = {"exchange": "", "routing_key": self.celery_queue}
-        if properties.get("delivery_info") != direct or properties.get("priority"):
-            # Routed through an exchange, or to a priority's own list: Kombu decides the list.
-            return None
-        properties["delivery_tag"] = TRIGGER_ID
-        return json.dumps(message)
 
     def _broker_depth(self) -> int | None:
         """Triggers waiting in the broker's queue, or None when the broker cannot say."""
