@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 from celery import Celery, Task
@@ -127,34 +128,34 @@ class JobRunner:
             except Exception as exc:
                 log.exception("job failed", extra=who)
                 error = f"{type(exc).__name__}: {exc}"
-                self._finish(who, token, Status.FAILURE, charge=NO_CHARGE, owner=owner, error=error)
+                failed = partial(
+                    self.recorder.finish, job_id, token, Status.FAILURE,
+                    charge=NO_CHARGE, owner=owner, error=error,
+                )  # fmt: skip
+                self._finish(who, failed)
                 return "failed"
         if outcome.stopped and self.recorder.cancel_requested(job_id):
             # Its owner cancelled it (or an admin dropped its queue, lease and all): REVOKED,
             # billed for the time it ran. Fenced: if another run holds the job now, it refuses.
             charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
-            self._finish(who, token, Status.REVOKED, charge=charge, owner=owner)
+            revoked = partial(
+                self.recorder.finish, job_id, token, Status.REVOKED, charge=charge, owner=owner
+            )
+            self._finish(who, revoked)
             return "cancelled"
         if outcome.stopped:
             return "lease lost"  # another run owns the job now; leave its end to that run
         charge = billing.price(self.settings, kind, duration)
-        finished = self._finish(
-            who, token, Status.SUCCESS, charge=charge, owner=owner, tflops=outcome.tflops
-        )
+        succeeded = partial(
+            self.recorder.finish, job_id, token, Status.SUCCESS,
+            charge=charge, owner=owner, tflops=outcome.tflops,
+        )  # fmt: skip
+        finished = self._finish(who, succeeded)
         return "done" if finished else "refused: another run owns the job"
 
-    def _finish(
-        self,
-        who: dict[str, str],
-        token: str,
-        status: Status,
-        *,
-        charge: Charge,
-        owner: str,
-        error: str = "",
-        tflops: float | None = None,
-    ) -> bool:
-        """Record the run's end, trying again while Redis is unreachable, for FINISH_PATIENCE_S.
+    def _finish(self, who: dict[str, str], finish: Callable[[], bool]) -> bool:
+        """Record the run's end with finish (a JobRecorder.finish call), trying again while
+        Redis is unreachable, for FINISH_PATIENCE_S.
 
         Trying again is safe: the end is fenced by the token and billed once. If Redis stays
         away, the error goes up and the fair queue keeps the lease (see VTRRQueue), so the job
@@ -164,10 +165,7 @@ class JobRunner:
         pause = 0.1
         while True:
             try:
-                return self.recorder.finish(
-                    who["task_id"], token, status, charge=charge, owner=owner, error=error,
-                    tflops=tflops,
-                )  # fmt: skip
+                return finish()
             except UNREACHABLE:
                 if time.monotonic() + pause > deadline:
                     raise
