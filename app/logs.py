@@ -17,8 +17,9 @@ TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 UVICORN = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
-def configure(log_format: LogFormat, level: str = "INFO") -> None:
-    """Send every log record of this process to stderr in log_format."""
+def configure(log_format: LogFormat, level: str = "INFO", *, access_log: bool = True) -> None:
+    """Send every log record of this process to stderr in log_format (uvicorn's line per HTTP
+    request only with access_log: uvicorn writes it only while that logger reaches a handler)."""
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(
@@ -35,4 +36,4 @@ def configure(log_format: LogFormat, level: str = "INFO") -> None:
     for name in UVICORN:
         logger = logging.getLogger(name)
         logger.handlers.clear()
-        logger.propagate = True
+        logger.propagate = access_log or name != "uvicorn.access"

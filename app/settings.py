@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     users_file: Path = Field(Path("fixtures/users.json"), description="accounts and API keys")
     host: str = Field("127.0.0.1", description="address the API listens on")
     port: int = Field(8000, description="port the API listens on")
+    api_workers: int = Field(
+        1, ge=1, description="API processes sharing the port (uvicorn's workers), one per core"
+    )
     lease_seconds: float = Field(
         30, gt=0, description="a job's lease; a dead worker's job returns within it"
     )

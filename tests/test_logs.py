@@ -70,6 +70,19 @@ def test_uvicorns_records_go_through_the_same_json_handler(
     assert json.loads(line)["logger"] == "uvicorn.access"
 
 
+def test_without_access_log_uvicorn_finds_no_handler_for_its_request_lines(
+    restored: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # uvicorn writes a line per request only while uvicorn.access reaches a handler; an API
+    # process under API_WORKERS sets its logging up after uvicorn did, so this must hold there.
+    logs.configure("json", "INFO", access_log=False)
+
+    assert not logging.getLogger("uvicorn.access").hasHandlers()
+    logging.getLogger("uvicorn.error").info("started")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["logger"] == "uvicorn.error"
+
+
 def test_text_format_writes_plain_lines(restored: None, capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure("text", "INFO")
 

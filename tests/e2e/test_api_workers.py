@@ -1,0 +1,98 @@
+"""API_WORKERS: several API processes on one port, each serving requests and streams alone."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.devstack import Stack
+from tests.e2e.conftest import DEMO_KEY, wait_for
+from tests.e2e.test_jobs import submit
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def api_processes(supervisor: int) -> set[int]:
+    """The pids of the API processes that uvicorn's supervisor (pid) has started."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == supervisor and b"spawn_main" in command:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def streamed_to_the_end(stack: Stack, task_id: str) -> list[str]:
+    """The statuses a fresh connection's event stream of the job carries, until it ends."""
+    statuses = []
+    with httpx.stream(
+        "GET",
+        f"{stack.url}/task-status/stream/{task_id}",
+        headers={"X-API-Key": DEMO_KEY},
+        timeout=30,
+    ) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                statuses.append(json.loads(line.removeprefix("data:"))["status"])
+    return statuses
+
+
+def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(workers=1, api_workers=2)
+    assert stack.api is not None
+    supervisor = stack.api.pid
+    pids = wait_for(
+        lambda: found if len(found := api_processes(supervisor)) == 2 else None,
+        what="two API processes",
+    )
+    for serving in sorted(pids):
+        (other,) = pids - {serving}
+        os.kill(other, signal.SIGSTOP)  # every new connection now goes to `serving`
+        try:
+            task_id = submit(stack, DEMO_KEY, duration_s=0.2)
+            # The worker's changes reach this process through its own subscription.
+            assert streamed_to_the_end(stack, task_id) == ["PENDING", "STARTED", "SUCCESS"]
+        finally:
+            # uvicorn's supervisor replaces a process that does not answer its ping for 5 s;
+            # on a slow machine that may have happened to the stopped one meanwhile.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(other, signal.SIGCONT)
+
+
+def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(workers=1, api_workers=2)
+    assert stack.api is not None
+    supervisor = stack.api.pid
+    first = wait_for(
+        lambda: found if len(found := api_processes(supervisor)) == 2 else None,
+        what="two API processes",
+    )
+    killed = min(first)
+    os.kill(killed, signal.SIGKILL)
+
+    after = wait_for(
+        lambda: (
+            found if len(found := api_processes(supervisor)) == 2 and killed not in found else None
+        ),
+        what="a new API process in place of the killed one",
+    )
+    assert after & first == first - {killed}
+    task_id = submit(stack, DEMO_KEY, duration_s=0.1)
+    assert streamed_to_the_end(stack, task_id)[-1] == "SUCCESS"
+    # The default ACCESS_LOG=false holds in every API process, not only in a single one.
+    log = (stack.log_dir / "api.log").read_text()
+    assert "POST /enqueue-task" not in log
