@@ -189,7 +189,28 @@ def rss_kib(pid: int) -> int:
 
 def cpu_seconds(pid: int) -> float:
     """A process's CPU time so far (user + system, its threads included), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _cpu(_stat(Path(f"/proc/{pid}/stat")))
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """cpu_seconds of a process and of its live children (uvicorn's supervisor and its workers)."""
+    total = cpu_seconds(pid)
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = _stat(path)
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:  # its parent
+            total += _cpu(fields)
+    return total
+
+
+def _stat(path: Path) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command's name, from the state on."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

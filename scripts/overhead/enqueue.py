@@ -7,6 +7,8 @@ Variants, in alternating rounds of the same length:
 - baseline-http: the same server stack with an endpoint that validates the same body and
   answers the same model without touching Redis (scripts/overhead/trivial_api.py): the floor of
   HTTP, uvicorn and FastAPI;
+- fairgpu-2proc: the same API with API_WORKERS=2, two uvicorn processes on one port: what the
+  second core buys (not the target's setup, which is one process);
 - handler-only: the enqueue handler's own work (rate limit, create.lua, enqueue.lua, the
   unqueued-list update) called in this process by 16 concurrent coroutines, no HTTP: the floor
   of the Redis round trips and the Python around them.
@@ -31,6 +33,7 @@ from app.api.deps import Caller
 from app.api.runtime import Runtime
 from app.auth import digest
 from app.models import EnqueueRequest
+from app.redis_server import free_port
 from app.settings import Settings
 from scripts.overhead import httpload
 from scripts.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
@@ -38,7 +41,6 @@ from scripts.overhead.common import (
     Report,
     Section,
     alternate,
-    cpu_seconds,
     log,
     machine,
     median,
@@ -46,11 +48,12 @@ from scripts.overhead.common import (
     pct,
     ratio,
     redis_server,
+    tree_cpu_seconds,
 )
 
 CLIENTS = 16
 BODY = b'{"kind": "short", "duration_s": 1}'
-VARIANTS = ("fairgpu", "baseline-http", "handler-only")
+VARIANTS = ("fairgpu", "baseline-http", "handler-only", "fairgpu-2proc")
 TARGET_RPS, TARGET_P99_MS = 2000.0, 25.0
 
 
@@ -126,10 +129,10 @@ async def run_rounds(
             await one_round(variant, apis, runtime, keys, plan.warmup_s)
         for index, variant in alternate(plan.rounds, VARIANTS):
             pid = apis[variant].pid if variant in apis else os.getpid()
-            before = cpu_seconds(pid)
+            before = tree_cpu_seconds(pid)
             result = await one_round(variant, apis, runtime, keys, plan.seconds)
             rounds.runs[variant].append(result)
-            used = cpu_seconds(pid) - before
+            used = tree_cpu_seconds(pid) - before
             rounds.cpu_ms[variant].append(used * 1e3 / max(1, len(result.latencies_ms)))
             log(f"enqueue round {index} {variant}: {result.per_second:,.0f} req/s")
     finally:
@@ -142,11 +145,13 @@ def measure(plan: Plan) -> Rounds:
     with tempfile.TemporaryDirectory(prefix="bench-enqueue-") as tmp, redis_server(Path(tmp)) as rs:
         work = Path(tmp)
         settings, keys = fairgpu_settings(rs.url, work, CLIENTS)
+        two = settings.model_copy(update={"api_workers": 2, "port": free_port()})
         with (
             fairgpu_api(settings, work / "api.log") as api,
+            fairgpu_api(two, work / "api-2proc.log") as api2,
             baseline_api(work / "baseline.log") as base,
         ):
-            apis = {"fairgpu": api, "baseline-http": base}
+            apis = {"fairgpu": api, "baseline-http": base, "fairgpu-2proc": api2}
             return uvloop.run(run_rounds(plan, apis, settings, keys))
 
 
@@ -168,14 +173,15 @@ def report(rounds: Rounds, plan: Plan) -> Report:
         rows.append((variant, median(rates), min(rates, default=0), max(rates, default=0),
                      pct(latencies, 50), pct(latencies, 99), median(rounds.cpu_ms[variant]),
                      len(latencies), errors))  # fmt: skip
-    mine, http, handler = (summary[v]["rps"] for v in VARIANTS)
+    mine, http, handler, two = (summary[v]["rps"] for v in VARIANTS)
     mine_p99 = summary["fairgpu"]["p99"]
     ok = mine >= TARGET_RPS and mine_p99 <= TARGET_P99_MS
     result = Report("enqueue", [Section(f"POST /enqueue-task, {CLIENTS} clients", columns, rows)])
     result.notes = [
         f"{machine()}; {plan.rounds} rounds of {plan.seconds:g} s per variant",
         f"fairgpu / baseline-http req/s = {ratio(mine, http):.2f};"
-        f" fairgpu / handler-only = {ratio(mine, handler):.2f}",
+        f" fairgpu / handler-only = {ratio(mine, handler):.2f};"
+        f" fairgpu-2proc / fairgpu = {ratio(two, mine):.2f}",
         f"target >= {TARGET_RPS:,.0f} req/s with p99 <= {TARGET_P99_MS:g} ms: {mine:,.0f}"
         f" req/s, p99 {mine_p99:.1f} ms: {met(ok)}",
     ]

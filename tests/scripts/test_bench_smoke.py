@@ -50,7 +50,16 @@ def run_bench(*args: str | Path) -> subprocess.CompletedProcess[str]:
             ("throughput", "gap"),
             ("throughput: no-op jobs", "gap: dispatch gap", "fair / plain", "busy gap p50"),
         ),
-        (("enqueue",), ("enqueue: POST /enqueue-task", "baseline-http", "handler-only", "target")),
+        (
+            ("enqueue",),
+            (
+                "enqueue: POST /enqueue-task",
+                "baseline-http",
+                "handler-only",
+                "fairgpu-2proc",
+                "target",
+            ),
+        ),
         (("sse",), ("sse: 30 open streams", "KiB/stream", "delivery p50 ms", "fairgpu / baseline")),
     ],
     ids=["throughput+gap", "enqueue", "sse"],
