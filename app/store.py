@@ -13,8 +13,8 @@
                                       LISTED_PER_ACCOUNT), for GET /tasks
     fairgpu:metrics           hash    counters and histogram buckets (see app/metrics.py)
     fairgpu:workers           hash    worker name -> its last heartbeat (see app/presence.py)
-    fairgpu:events            channel a job id is published on it at every change
-    fairgpu:events:moves      channel a queue's name, whenever its order changes
+    fairgpu:changes:<id>      channel the job's id, published at every change of the job
+    fairgpu:changes:moves     channel a queue's name, whenever its order changes
     fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
 
 Job hashes and event streams expire job_ttl_s after their last change. Transitions are Lua
@@ -40,8 +40,8 @@ from app.vtrr.queue import as_text
 from app.vtrr.scripts import source
 
 LUA_DIR = Path(__file__).with_name("lua")
-CHANNEL = "fairgpu:events"
-MOVES = f"{CHANNEL}:moves"  # published by the scripts as channel .. ':moves'
+CHANNEL = "fairgpu:changes"  # the scripts publish on channel .. ':' .. job id, and on MOVES
+MOVES = f"{CHANNEL}:moves"
 METRICS = "fairgpu:metrics"
 WORKERS = "fairgpu:workers"
 LISTED_PER_ACCOUNT = 10_000
@@ -65,6 +65,11 @@ def idempotency_key(user_id: str, key: str) -> str:
 def events_key(job_id: str) -> str:
     """The stream of one job's changes."""
     return f"fairgpu:events:{job_id}"
+
+
+def job_channel(job_id: str) -> str:
+    """The channel a job's changes are announced on (a job id is a UUID, never "moves")."""
+    return f"{CHANNEL}:{job_id}"
 
 
 def rate_key(key_digest: str, second: int) -> str:

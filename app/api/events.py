@@ -1,11 +1,16 @@
-"""EventHub: one Redis subscription per API process, fanned out to the streams it serves.
+"""EventHub: one Redis pub/sub connection per API process, subscribed to what its streams follow.
 
-Workers and the API publish a job's id on the events channel at every change (the change itself
+The scripts publish a job's id on the job's own channel at every change of it (the change itself
 is in the job's event stream), and a queue's name on the moves channel whenever its order
-changes (for the positions of queued jobs). The hub wakes the local streams of that job or
-queue, which then read the stream from their last event id; after a lost connection it wakes
-every stream, so a change made meanwhile is read from the stream all the same. No stream polls
-Redis on its own.
+changes (for the positions of queued jobs). The hub subscribes to a job's channel while a stream
+of this process follows that job, and to the moves channel while one follows a queue's order: a
+process hears only what its own streams need, so a submit costs an API process nothing unless
+one of its streams follows that job or queue, however many API processes there are.
+
+A subscription counts from Redis's confirmation, and the hub wakes the channel's waiters when it
+comes: they read the job's stream again from their last event id, so a change made before the
+confirmation is not missed. After a lost connection the hub subscribes again to all that is
+followed and wakes every waiter, for the same reason. No stream polls Redis on its own.
 """
 
 from __future__ import annotations
@@ -13,56 +18,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from app.store import CHANNEL, MOVES
+from app.store import CHANNEL, MOVES, job_channel
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
+#: Always subscribed: it keeps the connection listening while no stream follows anything.
+IDLE = f"{CHANNEL}:hub"
 
 
 class EventHub:
-    """Wakes the waiters of a job when its id is published on the events channel."""
+    """Wakes the waiters of a job when its channel says it changed, and those of a queue's order
+    when the moves channel names that queue."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
-        self._task: asyncio.Task[None] | None = None
+        self._followed: Counter[str] = Counter()  # channel -> waiters that need it
+        self._changed: asyncio.Queue[str] = asyncio.Queue()  # channels to subscribe or drop
+        self._pubsub: PubSub | None = None  # while connected
+        self._subscribed: set[str] = set()  # asked of the current connection
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start listening in the background."""
-        self._task = asyncio.create_task(self._listen(), name="event-hub")
+        """Start listening, and following the streams' needs, in the background."""
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="event-hub"),
+            asyncio.create_task(self._subscriptions(), name="event-hub-subscriptions"),
+        ]
 
     async def stop(self) -> None:
         """Stop listening, and close the subscription's connection."""
-        task = self._task
-        # Cancel until it takes: on Python 3.11 a cancel that lands as an inner wait_for
-        # completes (redis-py's connect) can be swallowed, and the task would listen on.
-        while task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.1)
+        for task in self._tasks:
+            await cancel(task)
         await self._client.aclose()
 
     @contextlib.asynccontextmanager
     async def subscribe(self, job_id: str) -> AsyncIterator[asyncio.Event]:
         """An event that is set whenever the job changes; clear it after reading the changes."""
-        async with self._waiting(job_id) as event:
+        async with self._waiting(job_id, job_channel(job_id)) as event:
             yield event
 
     @contextlib.asynccontextmanager
     async def moves(self, queue: str) -> AsyncIterator[asyncio.Event]:
         """An event that is set whenever the order of the queue changes."""
-        async with self._waiting(f"{MOVES}:{queue}") as event:
+        async with self._waiting(f"{MOVES}:{queue}", MOVES) as event:
             yield event
 
     @contextlib.asynccontextmanager
-    async def _waiting(self, topic: str) -> AsyncIterator[asyncio.Event]:
+    async def _waiting(self, topic: str, channel: str) -> AsyncIterator[asyncio.Event]:
         event = asyncio.Event()
         self._waiters[topic].add(event)
+        self._followed[channel] += 1
+        if self._followed[channel] == 1:
+            self._changed.put_nowait(channel)
         try:
             yield event
         finally:
@@ -70,14 +85,18 @@ class EventHub:
             waiters.discard(event)
             if not waiters:
                 del self._waiters[topic]
+            self._followed[channel] -= 1
+            if not self._followed[channel]:
+                del self._followed[channel]
+                self._changed.put_nowait(channel)
 
     @property
     def streams(self) -> int:
         """How many streams are waiting on this hub."""
         return sum(len(w) for t, w in self._waiters.items() if not t.startswith(MOVES))
 
-    def _wake(self, job_id: str) -> None:
-        for event in self._waiters.get(job_id, ()):
+    def _wake(self, topic: str) -> None:
+        for event in self._waiters.get(topic, ()):
             event.set()
 
     def _wake_all(self) -> None:
@@ -85,22 +104,68 @@ class EventHub:
             for event in waiters:
                 event.set()
 
+    def _confirmed(self, channel: str) -> None:
+        """Wake the waiters of a channel whose subscription Redis has just confirmed."""
+        if channel == MOVES:
+            for topic in [t for t in self._waiters if t.startswith(f"{MOVES}:")]:
+                self._wake(topic)
+        elif channel.startswith(f"{CHANNEL}:"):
+            self._wake(channel.removeprefix(f"{CHANNEL}:"))
+
+    async def _subscriptions(self) -> None:
+        """Bring the connection's subscriptions in line with what is followed, one channel at a
+        time and in order, so a drop and a new follow of the same channel cannot cross."""
+        while True:
+            channel = await self._changed.get()
+            pubsub = self._pubsub
+            if pubsub is None:
+                continue  # the next connection subscribes to everything followed then
+            wanted, asked = channel in self._followed, self._subscribed
+            try:
+                if wanted and channel not in asked:
+                    asked.add(channel)
+                    await pubsub.subscribe(channel)
+                elif not wanted and channel in asked:
+                    asked.discard(channel)
+                    await pubsub.unsubscribe(channel)
+            except (RedisError, OSError):
+                log.warning("event subscription of %s not changed", channel, exc_info=True)
+
     async def _listen(self) -> None:
         while True:
             try:
                 async with self._client.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL, MOVES)
+                    await pubsub.subscribe(IDLE)
+                    self._pubsub, self._subscribed = pubsub, {IDLE}
+                    for channel in self._followed:
+                        self._changed.put_nowait(channel)
                     self._wake_all()  # anything published while we were away is in the streams
                     async for message in pubsub.listen():
-                        if message["type"] == "message":
-                            self._wake(_topic(message["channel"], message["data"]))
+                        kind, channel = message["type"], _text(message["channel"])
+                        if kind == "message":
+                            self._wake(_topic(channel, _text(message["data"])))
+                        elif kind == "subscribe":
+                            self._confirmed(channel)
             except (RedisError, OSError):
                 log.warning("event subscription lost; retrying in %.0f s", RETRY_S, exc_info=True)
-                await asyncio.sleep(RETRY_S)  # a pause before reconnecting, not a wait on a result
+            finally:
+                self._pubsub = None
+            await asyncio.sleep(RETRY_S)  # a pause before reconnecting, not a wait on a result
 
 
-def _topic(channel: bytes | str, data: bytes | str) -> str:
-    """Whom a message is for: a job id on the events channel, `<MOVES>:<queue>` on MOVES."""
-    text = data.decode() if isinstance(data, bytes) else data
-    name = channel.decode() if isinstance(channel, bytes) else channel
-    return f"{MOVES}:{text}" if name == MOVES else text
+async def cancel(task: asyncio.Task[None]) -> None:
+    """Cancel a background task and wait for its end. Cancel until it takes: on Python 3.11 a
+    cancel that lands as an inner wait_for completes (redis-py's connect) can be swallowed, and
+    the task would go on."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _topic(channel: str, data: str) -> str:
+    """Whom a message is for: `<MOVES>:<queue>` on MOVES, else the job whose channel it is."""
+    return f"{MOVES}:{data}" if channel == MOVES else channel.removeprefix(f"{CHANNEL}:")

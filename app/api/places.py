@@ -1,6 +1,7 @@
 """Places: where each queued job with an open stream stands in its queue, kept up to date.
 
-When a queue's order changes (the moves channel), one batch call reads the places of every job
+While this API process holds a stream in a queue, it follows that queue's moves. When the
+queue's order changes (the moves channel), one batch call reads the places of every job
 whose stream this API process holds, and wakes only the streams whose place moved enough to be
 worth telling (see worth_telling); they then update from what they have, without reading Redis
 themselves. A busy queue moves far more
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from app.api.events import EventHub
+from app.api.events import EventHub, cancel
 from app.settings import KINDS, Kind
 from app.vtrr.aio import AsyncFairQueue
 
@@ -56,6 +57,7 @@ class Places:
         self._places: dict[Kind, defaultdict[str, set[Place]]] = {
             kind: defaultdict(set) for kind in KINDS
         }
+        self._watched = {kind: asyncio.Event() for kind in KINDS}  # set while it has streams
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -67,14 +69,14 @@ class Places:
     async def stop(self) -> None:
         """Stop following."""
         for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await cancel(task)
 
     @contextlib.asynccontextmanager
     async def watch(self, kind: Kind, job_id: str) -> AsyncIterator[Place]:
         """The job's place in line, updated while the context is open."""
         place = Place()
         self._places[kind][job_id].add(place)
+        self._watched[kind].set()
         try:
             yield place
         finally:
@@ -84,16 +86,26 @@ class Places:
                 del self._places[kind][job_id]
 
     async def _follow(self, kind: Kind) -> None:
-        async with self.hub.moves(kind) as moved:
-            while True:
-                await moved.wait()
-                moved.clear()
-                try:
-                    await self._update(kind)
-                except RedisError:
-                    log.warning("places in %s not read; the next move retries", kind)
-                watchers = sum(len(w) for w in self._places[kind].values())
-                await asyncio.sleep(max(PACE_S, watchers / MOVES_PER_S))  # a pace, not a wait
+        """Follow the queue's moves while it has streams here (and until the next move after
+        its last one closed); no process hears the moves of a queue it shows no one."""
+        watched = self._watched[kind]
+        while True:
+            if not self._places[kind]:
+                watched.clear()
+            await watched.wait()
+            async with self.hub.moves(kind) as moved:
+                await self._follow_moves(kind, moved)
+
+    async def _follow_moves(self, kind: Kind, moved: asyncio.Event) -> None:
+        while self._places[kind]:
+            await moved.wait()
+            moved.clear()
+            try:
+                await self._update(kind)
+            except RedisError:
+                log.warning("places in %s not read; the next move retries", kind)
+            watchers = sum(len(w) for w in self._places[kind].values())
+            await asyncio.sleep(max(PACE_S, watchers / MOVES_PER_S))  # a pace, not a wait
 
     async def _update(self, kind: Kind) -> None:
         ids = list(self._places[kind])

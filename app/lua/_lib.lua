@@ -9,11 +9,12 @@ local function now()
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
--- Append the job's new state to its event stream, tell the API processes on `channel`, and keep
--- both keys for ttl seconds more. Returns the event's id.
+-- Append the job's new state to its event stream, tell the API processes that follow the job on
+-- its own channel (`channel`:<job id>), and keep both keys for ttl seconds more. Returns the
+-- event's id.
 local function emit(channel, job_id, ttl)
   local id = redis.call('XADD', EVENTS, 'MAXLEN', '~', 64, '*', unpack(redis.call('HGETALL', JOB)))
-  redis.call('PUBLISH', channel, job_id)
+  redis.call('PUBLISH', channel .. ':' .. job_id, job_id)
   redis.call('EXPIRE', JOB, ttl)
   redis.call('EXPIRE', EVENTS, ttl)
   return id

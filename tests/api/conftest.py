@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from app.api import create_app
 from app.api.runtime import Runtime
 from app.settings import Settings
-from app.store import CHANNEL
+from app.store import job_channel
 from tests.api.helpers import USERS_FILE, WAIT_S, StreamingASGITransport, Worker
 
 
@@ -60,7 +60,7 @@ async def hub_listening(runtime: Runtime) -> None:
     async with runtime.hub.subscribe("hub-probe") as woken:
         async with asyncio.timeout(WAIT_S):
             while not woken.is_set():
-                await runtime.redis.publish(CHANNEL, "hub-probe")
+                await runtime.redis.publish(job_channel("hub-probe"), "hub-probe")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), 0.05)
 

@@ -1,0 +1,89 @@
+"""The event hub: an API process subscribes to a job's channel only while one of its streams
+follows that job, and to the moves channel only while it has streams; it subscribes again after
+a lost connection, and what was published meanwhile still reaches the stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis
+
+from app.store import MOVES, job_channel
+from tests.api.conftest import Api
+from tests.api.helpers import KEY, WAIT_S, EventReader, Worker
+from tests.api.test_stream import submit
+
+pytestmark = pytest.mark.anyio
+
+
+def listeners(r: redis.Redis, channel: str) -> int:
+    """How many connections are subscribed to channel."""
+    ((_, count),) = r.pubsub_numsub(channel)
+    return int(count)
+
+
+async def until(check: Callable[[], bool | Awaitable[bool]], what: str) -> None:
+    """Poll check until it holds, for at most WAIT_S."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            result = check()
+            if await result if isinstance(result, Awaitable) else result:
+                return
+            await asyncio.sleep(0.01)  # polling a condition, with the deadline above
+
+
+async def test_a_process_hears_a_job_only_while_a_stream_follows_it(
+    api: Api, r: redis.Redis
+) -> None:
+    task_id = await submit(api)
+    assert listeners(r, job_channel(task_id)) == 0
+    assert listeners(r, MOVES) == 0  # no stream here yet: no queue's moves either
+
+    async with api.stream.stream("GET", f"/task-status/stream/{task_id}", headers=KEY) as resp:
+        assert await EventReader(resp).next() is not None
+        await until(lambda: listeners(r, job_channel(task_id)) == 1, "the job's subscription")
+        await until(lambda: listeners(r, MOVES) == 1, "the moves' subscription")
+        other = await submit(api)
+        assert listeners(r, job_channel(other)) == 0
+
+    await until(lambda: listeners(r, job_channel(task_id)) == 0, "the job's unsubscription")
+
+
+async def test_a_change_made_while_the_subscription_was_lost_reaches_the_stream(
+    api: Api, r: redis.Redis, worker: Worker
+) -> None:
+    task_id = await submit(api)
+    async with api.stream.stream("GET", f"/task-status/stream/{task_id}", headers=KEY) as resp:
+        events = EventReader(resp)
+        first = await events.next()
+        assert first is not None and first.data["status"] == "PENDING"
+        await until(lambda: listeners(r, job_channel(task_id)) == 1, "the job's subscription")
+
+        r.client_kill_filter(_type="pubsub")  # the hub's connection, cut
+        assert listeners(r, job_channel(task_id)) == 0
+        await asyncio.to_thread(worker.run, task_id)  # its changes published to nobody
+
+        started, done = await events.next(), await events.next()
+        assert started is not None and started.data["status"] == "STARTED"
+        assert done is not None and done.data["status"] == "SUCCESS"
+        assert await events.next() is None
+
+
+async def test_after_a_lost_connection_the_hub_follows_its_jobs_again(
+    api: Api, r: redis.Redis, worker: Worker
+) -> None:
+    task_id = await submit(api)
+    async with api.stream.stream("GET", f"/task-status/stream/{task_id}", headers=KEY) as resp:
+        events = EventReader(resp)
+        assert await events.next() is not None
+        await until(lambda: listeners(r, job_channel(task_id)) == 1, "the job's subscription")
+
+        r.client_kill_filter(_type="pubsub")
+        await until(lambda: listeners(r, job_channel(task_id)) == 1, "the subscription again")
+        await asyncio.to_thread(worker.run, task_id)  # now heard on the job's channel
+
+        started, done = await events.next(), await events.next()
+        assert started is not None and started.data["status"] == "STARTED"
+        assert done is not None and done.data["status"] == "SUCCESS"
