@@ -7,10 +7,12 @@ of this process follows that job, and to the moves channel while one follows a q
 process hears only what its own streams need, so a submit costs an API process nothing unless
 one of its streams follows that job or queue, however many API processes there are.
 
-A subscription counts from Redis's confirmation, and the hub wakes the channel's waiters when it
-comes: they read the job's stream again from their last event id, so a change made before the
-confirmation is not missed. After a lost connection the hub subscribes again to all that is
-followed and wakes every waiter, for the same reason. No stream polls Redis on its own.
+A subscription counts from Redis's confirmation: a new waiter gets its event once its channel is
+confirmed, so what it reads next (the job's stream, a queue's places) cannot miss a change that
+the subscription was too late to hear. Should the confirmation take longer than SUBSCRIBE_WAIT_S,
+the waiter goes on and is woken when it comes. After a lost connection the hub subscribes again
+to all that is followed and wakes every waiter, which read again from where they were. No
+stream polls Redis on its own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.store import CHANNEL, MOVES, job_channel
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
+SUBSCRIBE_WAIT_S = 2.0
 #: Always subscribed: it keeps the connection listening while no stream follows anything.
 IDLE = f"{CHANNEL}:hub"
 
@@ -44,6 +47,8 @@ class EventHub:
         self._changed: asyncio.Queue[str] = asyncio.Queue()  # channels to subscribe or drop
         self._pubsub: PubSub | None = None  # while connected
         self._subscribed: set[str] = set()  # asked of the current connection
+        self._ready: dict[str, asyncio.Event] = {}  # followed channel -> set once confirmed
+        self._late: set[str] = set()  # channels a waiter stopped waiting for
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -78,7 +83,14 @@ class EventHub:
         self._followed[channel] += 1
         if self._followed[channel] == 1:
             self._changed.put_nowait(channel)
+        ready = self._ready.setdefault(channel, asyncio.Event())
         try:
+            if not ready.is_set():
+                try:
+                    async with asyncio.timeout(SUBSCRIBE_WAIT_S):
+                        await ready.wait()
+                except TimeoutError:
+                    self._late.add(channel)  # Redis slow or away: wake this one on confirmation
             yield event
         finally:
             waiters = self._waiters[topic]
@@ -105,7 +117,12 @@ class EventHub:
                 event.set()
 
     def _confirmed(self, channel: str) -> None:
-        """Wake the waiters of a channel whose subscription Redis has just confirmed."""
+        """Mark a channel's subscription as confirmed; wake its waiters if some gave up waiting."""
+        if channel in self._ready:
+            self._ready[channel].set()
+        if channel not in self._late:
+            return
+        self._late.discard(channel)
         if channel == MOVES:
             for topic in [t for t in self._waiters if t.startswith(f"{MOVES}:")]:
                 self._wake(topic)
@@ -127,6 +144,8 @@ class EventHub:
                     await pubsub.subscribe(channel)
                 elif not wanted and channel in asked:
                     asked.discard(channel)
+                    self._ready.pop(channel, None)
+                    self._late.discard(channel)
                     await pubsub.unsubscribe(channel)
             except (RedisError, OSError):
                 log.warning("event subscription of %s not changed", channel, exc_info=True)
@@ -137,6 +156,11 @@ class EventHub:
                 async with self._client.pubsub() as pubsub:
                     await pubsub.subscribe(IDLE)
                     self._pubsub, self._subscribed = pubsub, {IDLE}
+                    # Waiters may hold these events already: keep them, unconfirmed for now.
+                    self._ready = {c: self._ready.get(c, asyncio.Event()) for c in self._followed}
+                    for ready in self._ready.values():
+                        ready.clear()
+                    self._late.clear()  # every waiter is woken below
                     for channel in self._followed:
                         self._changed.put_nowait(channel)
                     self._wake_all()  # anything published while we were away is in the streams

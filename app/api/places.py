@@ -94,6 +94,7 @@ class Places:
                 watched.clear()
             await watched.wait()
             async with self.hub.moves(kind) as moved:
+                moved.set()  # read the places once now: a move before the subscription is missed
                 await self._follow_moves(kind, moved)
 
     async def _follow_moves(self, kind: Kind, moved: asyncio.Event) -> None:

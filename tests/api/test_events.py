@@ -51,6 +51,16 @@ async def test_a_process_hears_a_job_only_while_a_stream_follows_it(
     await until(lambda: listeners(r, job_channel(task_id)) == 0, "the job's unsubscription")
 
 
+async def test_a_waiter_gets_its_event_once_redis_has_confirmed_the_subscription(
+    api: Api, r: redis.Redis
+) -> None:
+    # What a stream reads after this cannot miss a change: its channel is heard already.
+    async with api.runtime.hub.subscribe("a-job") as _:
+        assert listeners(r, job_channel("a-job")) == 1
+        async with api.runtime.hub.subscribe("a-job") as _:  # a second stream of the job
+            assert listeners(r, job_channel("a-job")) == 1
+
+
 async def test_a_change_made_while_the_subscription_was_lost_reaches_the_stream(
     api: Api, r: redis.Redis, worker: Worker
 ) -> None:
