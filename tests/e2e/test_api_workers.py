@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.devstack import Stack
 from tests.e2e.conftest import DEMO_KEY, wait_for
-from tests.e2e.test_jobs import submit
+from tests.e2e.test_jobs import streamed, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -33,25 +31,13 @@ def api_processes(supervisor: int) -> set[int]:
     return found
 
 
-def streamed_to_the_end(stack: Stack, task_id: str) -> list[str]:
+def statuses(stack: Stack, task_id: str) -> list[object]:
     """The statuses a fresh connection's event stream of the job carries, until it ends."""
-    statuses = []
-    with httpx.stream(
-        "GET",
-        f"{stack.url}/task-status/stream/{task_id}",
-        headers={"X-API-Key": DEMO_KEY},
-        timeout=30,
-    ) as stream:
-        assert stream.status_code == 200
-        for line in stream.iter_lines():
-            if line.startswith("data:"):
-                statuses.append(json.loads(line.removeprefix("data:"))["status"])
-    return statuses
+    return [event["status"] for event in streamed(stack, DEMO_KEY, task_id)]
 
 
-def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
-    make_stack: Callable[..., Stack],
-) -> None:
+def two_api_processes(make_stack: Callable[..., Stack]) -> tuple[Stack, int, set[int]]:
+    """A stack with API_WORKERS=2: the stack, uvicorn's supervisor and its two processes."""
     stack = make_stack(workers=1, api_workers=2)
     assert stack.api is not None
     supervisor = stack.api.pid
@@ -59,13 +45,20 @@ def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
         lambda: found if len(found := api_processes(supervisor)) == 2 else None,
         what="two API processes",
     )
+    return stack, supervisor, pids
+
+
+def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack, _, pids = two_api_processes(make_stack)
     for serving in sorted(pids):
         (other,) = pids - {serving}
         os.kill(other, signal.SIGSTOP)  # every new connection now goes to `serving`
         try:
             task_id = submit(stack, DEMO_KEY, duration_s=0.2)
             # The worker's changes reach this process through its own subscription.
-            assert streamed_to_the_end(stack, task_id) == ["PENDING", "STARTED", "SUCCESS"]
+            assert statuses(stack, task_id) == ["PENDING", "STARTED", "SUCCESS"]
         finally:
             # uvicorn's supervisor replaces a process that does not answer its ping for 5 s;
             # on a slow machine that may have happened to the stopped one meanwhile.
@@ -74,13 +67,7 @@ def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
 
 
 def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(workers=1, api_workers=2)
-    assert stack.api is not None
-    supervisor = stack.api.pid
-    first = wait_for(
-        lambda: found if len(found := api_processes(supervisor)) == 2 else None,
-        what="two API processes",
-    )
+    stack, supervisor, first = two_api_processes(make_stack)
     killed = min(first)
     os.kill(killed, signal.SIGKILL)
 
@@ -92,7 +79,7 @@ def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) 
     )
     assert after & first == first - {killed}
     task_id = submit(stack, DEMO_KEY, duration_s=0.1)
-    assert streamed_to_the_end(stack, task_id)[-1] == "SUCCESS"
+    assert statuses(stack, task_id)[-1] == "SUCCESS"
     # The default ACCESS_LOG=false holds in every API process, not only in a single one.
     log = (stack.log_dir / "api.log").read_text()
     assert "POST /enqueue-task" not in log

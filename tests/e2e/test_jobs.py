@@ -44,23 +44,26 @@ def bills(stack: Stack, key: str) -> list[dict[str, object]]:
     return list(reply.json())
 
 
+def streamed(stack: Stack, key: str, task_id: str) -> list[dict[str, object]]:
+    """The events a fresh connection's stream of the job carries, until the server ends it."""
+    seen: list[dict[str, object]] = []
+    with httpx.stream(
+        "GET", f"{stack.url}/task-status/stream/{task_id}", headers={"X-API-Key": key}, timeout=30
+    ) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                seen.append(json.loads(line.removeprefix("data:")))
+    return seen
+
+
 def test_job_streams_pending_started_success_and_is_billed_once(
     make_stack: Callable[..., Stack],
 ) -> None:
     stack = make_stack(workers=1)
     task_id = submit(stack, DEMO_KEY, duration_s=0.3)
-    seen: list[dict[str, object]] = []
-    with httpx.stream(
-        "GET",
-        f"{stack.url}/task-status/stream/{task_id}",
-        headers={"X-API-Key": DEMO_KEY},
-        timeout=30,
-    ) as stream:
-        assert stream.status_code == 200
-        assert stream.headers["content-type"].startswith("text/event-stream")
-        for line in stream.iter_lines():  # returns when the server ends the stream
-            if line.startswith("data:"):
-                seen.append(json.loads(line.removeprefix("data:")))
+    seen = streamed(stack, DEMO_KEY, task_id)
     assert [e["status"] for e in seen] == ["PENDING", "STARTED", "SUCCESS"]
     result = seen[-1]["result"]
     assert isinstance(result, dict)

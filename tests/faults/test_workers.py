@@ -101,6 +101,9 @@ def test_frozen_worker_s_late_completion_is_refused_by_the_lease_token(
     first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
     victim = short_name(first["result"]["worker"])
     frozen = faults.stack.workers[victim]
+    # STARTED is written before the workload begins: freeze the worker only once its workload
+    # has recorded the run, or the run would be recorded after the rerun's, on waking.
+    wait_for(lambda: faults.runs(task_id) == [first["result"]["worker"]], what="the run recorded")
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
         done = wait_for(
