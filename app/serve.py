@@ -7,12 +7,15 @@ from the same environment, so any of them can serve any request or stream.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import uvicorn
-from fastapi import FastAPI
 
 from app import logs
-from app.api import create_app
 from app.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 #: What each of uvicorn's worker processes imports and calls to build its app.
 APP_FACTORY = "app.serve:app_from_environment"
@@ -20,6 +23,10 @@ APP_FACTORY = "app.serve:app_from_environment"
 
 def app_from_environment() -> FastAPI:
     """The app of one API process: its settings and logging from the environment."""
+    # Imported here: uvicorn's supervisor, which runs main() with API_WORKERS above 1, serves
+    # nothing and need not load the app (some 75 MB), only the processes it starts do.
+    from app.api import create_app
+
     settings = get_settings()
     _configure_logs(settings)
     return create_app(settings)
