@@ -126,8 +126,8 @@ class EventHub:
         if channel == MOVES:
             for topic in [t for t in self._waiters if t.startswith(f"{MOVES}:")]:
                 self._wake(topic)
-        elif channel.startswith(f"{CHANNEL}:"):
-            self._wake(channel.removeprefix(f"{CHANNEL}:"))
+        else:
+            self._wake(_job_of(channel))
 
     async def _subscriptions(self) -> None:
         """Bring the connection's subscriptions in line with what is followed, one channel at a
@@ -192,4 +192,9 @@ def _text(value: bytes | str) -> str:
 
 def _topic(channel: str, data: str) -> str:
     """Whom a message is for: `<MOVES>:<queue>` on MOVES, else the job whose channel it is."""
-    return f"{MOVES}:{data}" if channel == MOVES else channel.removeprefix(f"{CHANNEL}:")
+    return f"{MOVES}:{data}" if channel == MOVES else _job_of(channel)
+
+
+def _job_of(channel: str) -> str:
+    """The job whose channel this is (see job_channel)."""
+    return channel.removeprefix(f"{CHANNEL}:")
