@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.settings import Kind, Settings
+from app.models import Kind
+from app.settings import Settings
 
 DESCRIPTIONS: dict[Kind, str] = {"short": "Short GPU job", "long": "Long GPU job"}
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.settings import Kind
+#: The two queues: short jobs (at most MAX_SHORT_S) and long ones.
+Kind = Literal["short", "long"]
+KINDS: tuple[Kind, ...] = ("short", "long")
+#: The Celery queue of the fair queues' periodic reclaim (a worker may consume it too).
+RECLAIM_QUEUE = "fairgpu.reclaim"
 
 
 class Status(StrEnum):

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-Kind = Literal["short", "long"]
-KINDS: tuple[Kind, ...] = ("short", "long")
+from app.models import KINDS, RECLAIM_QUEUE, Kind
 
 
 class Settings(BaseSettings):
@@ -57,7 +56,10 @@ class Settings(BaseSettings):
     )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
-    worker_queues: str = Field("short,long", description="queues a worker takes jobs from")
+    worker_queues: Annotated[list[str], NoDecode] = Field(
+        ["short", "long"],
+        description="queues a worker takes jobs from: short, long or both (comma-separated)",
+    )
     worker_name: str = Field(
         "", description="worker name (%h: the host); default <gpuN|cpu>@<host>"
     )
@@ -74,11 +76,33 @@ class Settings(BaseSettings):
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
 
+    @field_validator("worker_queues", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("worker_queues")
+    @classmethod
+    def _known_queues(cls, names: list[str]) -> list[str]:
+        unknown = [name for name in names if name not in (*KINDS, RECLAIM_QUEUE)]
+        if not names or unknown:
+            raise ValueError(f"{names!r}: use short, long or short,long")
+        return names
+
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
         if self.heartbeat_seconds >= self.lease_seconds:
             raise ValueError("HEARTBEAT_SECONDS must be below LEASE_SECONDS, or leases lapse")
         return self
+
+    @property
+    def broker_visibility_s(self) -> float:
+        """How long the broker waits for a taken trigger's ack before it hands the trigger to
+        another worker: twice the longest job, so a running job's trigger is never handed on
+        (the lease would fence a second run anyway)."""
+        return 2 * max(self.max_short_s, self.max_long_s)
 
     def price_per_s(self, kind: Kind) -> float:
         """The price of one GPU-second of a job of this kind."""

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import redis
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 
 QUEUE_NAME = "bench"

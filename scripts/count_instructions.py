@@ -19,8 +19,8 @@ from pathlib import Path
 
 import redis
 
-from app import redis_server
-from app.redis_server import RedisServer, find_binary
+from app.dev import redis_server
+from app.dev.redis_server import RedisServer, find_binary
 from app.vtrr import FairQueue, Item
 
 PAYLOAD = "x" * 100

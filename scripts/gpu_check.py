@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
-from app import gpu
 from app.auth import Accounts
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 from app.settings import Settings
-from app.store import billing_key, job_key
-from app.tasks import build
+from app.store.keys import billing_key, job_key
+from app.worker import gpu
+from app.worker.runner import build_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def job_on_device(device: gpu.Device, cpu: bool) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
         settings = Settings(redis_url=server.url, users_file=ROOT / "fixtures" / "users.json")
-        service = build(settings, Accounts.load(settings.users_file), device, run)
+        service, runner = build_worker(settings, Accounts.load(settings.users_file), device, run)
         r = redis.Redis.from_url(server.url)
         owner = "11111111-1111-1111-1111-111111111111"
         r.hset(job_key("gpu-check"), mapping={
@@ -62,20 +62,20 @@ def job_on_device(device: gpu.Device, cpu: bool) -> dict[str, Any]:
         service.queues["short"].enqueue(owner, [service.job_item("short", "gpu-check", 2.0)])
         lease = service.queues["short"].dequeue()
         assert lease is not None
-        outcome = service.runner.run("short", "gpu-check", lease.token)
-        job = service.recorder.get("gpu-check") or {}
+        outcome = runner.run("short", "gpu-check", lease.token)
+        job = service.recorder.get("gpu-check")
         bills = r.llen(billing_key(owner))
         service.close()
         r.close()
-    return {"outcome": outcome, "status": job.get("status"), "gpu_id": job.get("gpu_id"),
-            "tflops": job.get("tflops"), "bills": bills}  # fmt: skip
+    return {"outcome": outcome, "status": job and job.status, "gpu_id": job and job.gpu_id,
+            "tflops": job and job.tflops, "bills": bills}  # fmt: skip
 
 
 def refuses_two_devices() -> dict[str, Any]:
     """Check 3: a worker told to drive two devices does not start."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
     run = subprocess.run(
-        [sys.executable, "-m", "app.worker"], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "app.worker.main"], env=env, capture_output=True, text=True,
         timeout=120, cwd=ROOT, check=False,
     )  # fmt: skip
     return {"exit_code": run.returncode, "message": run.stderr.strip().splitlines()[-1:]}

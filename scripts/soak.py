@@ -38,10 +38,11 @@ from typing import Any
 import httpx
 import redis
 
-from app.devstack import Stack
-from app.redis_server import free_port
-from app.settings import KINDS, Settings
-from app.store import billing_key, events_key, job_key
+from app.dev.redis_server import free_port
+from app.dev.stack import Stack
+from app.models import KINDS
+from app.settings import Settings
+from app.store.keys import billing_key, events_key, job_key
 from app.vtrr.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[1]

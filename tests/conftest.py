@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from app.redis_server import free_port
+from app.dev.redis_server import free_port
 from app.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"

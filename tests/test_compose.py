@@ -21,8 +21,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from app import gpu
-from app.celery_app import RECLAIM_QUEUE
+from app.models import RECLAIM_QUEUE
+from app.worker import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -466,7 +466,7 @@ def test_prometheus_scrapes_metrics_of_every_api_replica(services):
 
 
 def test_the_api_serves_the_path_prometheus_scrapes():
-    from app.api import create_app
+    from app.api.factory import create_app
     from app.settings import Settings
 
     config = yaml.safe_load(PROMETHEUS_FILE.read_text())

@@ -9,7 +9,7 @@ import time
 from redis.asyncio import Redis as AsyncRedis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.store import rate_key
+from app.store.keys import rate_key
 
 
 class BodyLimit:

@@ -7,15 +7,16 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from prometheus_client.registry import CollectorRegistry
 
-from app.api.estimates import Estimator
-from app.api.events import EventHub
+from app.api.collector import ServiceCollector, registry
 from app.api.limits import RateLimiter
-from app.api.places import Places
+from app.api.live.estimates import Estimator
+from app.api.live.events import EventHub
+from app.api.live.places import Places
 from app.auth import Accounts
-from app.metrics import ServiceCollector, registry
-from app.settings import Kind, Settings
+from app.models import Kind
+from app.service import Service, build
+from app.settings import Settings
 from app.store import JobStore
-from app.tasks import Service, build
 from app.vtrr.aio import AsyncFairQueue
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.

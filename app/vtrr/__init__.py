@@ -11,7 +11,7 @@
 This package imports redis and celery only; nothing else of fairgpu.
 """
 
-from app.vtrr.celery_queue import Delivery, VTRRQueue, VTRRTask
+from app.vtrr.celery_queue import Delivery, HeldLease, VTRRQueue, VTRRTask, held_lease
 from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
@@ -24,6 +24,7 @@ __all__ = [
     "DuplicateTaskError",
     "FairQueue",
     "Heartbeat",
+    "HeldLease",
     "Item",
     "Lease",
     "QueueFullError",
@@ -32,4 +33,5 @@ __all__ = [
     "VTRRError",
     "VTRRQueue",
     "VTRRTask",
+    "held_lease",
 ]

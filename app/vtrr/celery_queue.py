@@ -71,6 +71,25 @@ class Delivery(NamedTuple):
     timeouts: int
 
 
+class HeldLease(NamedTuple):
+    """The lease the current run of a @vtrr.task holds."""
+
+    task_id: str
+    token: str
+    timeouts: int
+
+
+def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
+    """The lease of the run in progress of a @vtrr.task (also `self.request.vtrr_task_id`,
+    `vtrr_token` and `vtrr_timeouts`); None outside such a run."""
+    request = task.request
+    task_id = getattr(request, "vtrr_task_id", None)
+    if task_id is None:
+        return None
+    held = vars(request)  # set by the task's run (see _celery_task)
+    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"])
+
+
 class VTRRTask:
     """What @vtrr.task returns: `queue()` puts work in line; `celery_task` is what workers run."""
 
@@ -192,10 +211,10 @@ class VTRRQueue(FairQueue):
             # dies (SystemExit from a hard time limit included) never gets here. A task that
             # failed because Redis was unreachable keeps its lease too: its work may not have
             # been recorded, so the item runs again once the lease expires.
-            held = vars(task.request)
+            held = held_lease(task)
             unreachable = status == celery_states.FAILURE and isinstance(retval, UNREACHABLE)
-            if status in _FINAL_STATES and "vtrr_task_id" in held and not unreachable:
-                vtrr.ack(held["vtrr_task_id"], held["vtrr_token"])
+            if status in _FINAL_STATES and held is not None and not unreachable:
+                vtrr.ack(held.task_id, held.token)
             base.after_return(task, status, retval, *rest)
 
         run.__name__, run.__qualname__, run.__module__ = (

@@ -26,8 +26,8 @@ from typing import Protocol
 import httpx
 import redis
 
-from app.devstack import Stack
-from app.redis_server import free_port
+from app.dev.redis_server import free_port
+from app.dev.stack import Stack
 from app.settings import Settings
 
 from . import fifo_app

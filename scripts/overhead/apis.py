@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from app.devstack import as_environment
-from app.redis_server import free_port
+from app.dev.redis_server import free_port
+from app.dev.stack import as_environment
 from app.settings import Settings
 from scripts.overhead.common import spawn, stop, wait_until, write_users
 
@@ -71,7 +71,7 @@ def serve(module: str, env: dict[str, str], port: int, probe: str, log: Path) ->
 @contextmanager
 def fairgpu_api(settings: Settings, log: Path) -> Iterator[Api]:
     """fairgpu's API with these settings."""
-    with serve("app.serve", as_environment(settings), settings.port, "/health", log) as api:
+    with serve("app.api.serve", as_environment(settings), settings.port, "/health", log) as api:
         yield api
 
 

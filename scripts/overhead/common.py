@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import uvloop
 
-from app.api import jobs as jobs_api
 from app.api.deps import Caller
+from app.api.routes import jobs as jobs_api
 from app.api.runtime import Runtime
 from app.auth import digest
+from app.dev.redis_server import free_port
 from app.models import EnqueueRequest
-from app.redis_server import free_port
 from app.settings import Settings
 from scripts.overhead import httpload
 from scripts.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings

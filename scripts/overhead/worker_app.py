@@ -28,9 +28,9 @@ from typing import Any
 import redis
 from celery import Celery, Task
 
-from app.celery_app import create_celery
 from app.settings import Settings
 from app.vtrr import VTRRQueue, VTRRTask
+from app.worker.celery_app import create_celery
 
 URL_ENV = "BENCH_REDIS_URL"
 DONE_KEY = "bench:done"

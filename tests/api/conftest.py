@@ -11,10 +11,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api import create_app
+from app.api.factory import create_app
 from app.api.runtime import Runtime
 from app.settings import Settings
-from app.store import job_channel
+from app.store.keys import job_channel
 from tests.api.helpers import USERS_FILE, WAIT_S, StreamingASGITransport, Worker
 
 

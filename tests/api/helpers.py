@@ -18,10 +18,10 @@ from starlette.types import ASGIApp, Message
 from app import billing
 from app.auth import Accounts
 from app.billing import Charge
-from app.models import Status
-from app.settings import Kind, Settings
-from app.store import JobRecorder
-from app.tasks import Service, build
+from app.models import Kind, Status
+from app.service import Service, build
+from app.settings import Settings
+from app.store import JobRecord, JobRecorder
 
 USERS_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
 
@@ -74,19 +74,19 @@ class Worker:
     def succeed(self, job_id: str, token: str) -> bool:
         """Finish the run as a success, billed to the job's owner as the real runner does."""
         job = self._job(job_id)
-        charge = self.charge(job["kind"], float(job["duration_s"]))  # type: ignore[arg-type]
+        charge = self.charge(job.kind, job.duration_s)
         return self.recorder.finish(
-            job_id, token, Status.SUCCESS, charge=charge, owner=job["owner"]
+            job_id, token, Status.SUCCESS, charge=charge, owner=job.owner
         )
 
     def fail(self, job_id: str, token: str, error: str) -> bool:
         charge = Charge(cost=0.0, description="", gpu_seconds=0.0)
-        owner = self._job(job_id)["owner"]
+        owner = self._job(job_id).owner
         return self.recorder.finish(
             job_id, token, Status.FAILURE, charge=charge, owner=owner, error=error
         )
 
-    def _job(self, job_id: str) -> dict[str, str]:
+    def _job(self, job_id: str) -> JobRecord:
         job = self.recorder.get(job_id)
         assert job is not None, f"no job {job_id}"
         return job

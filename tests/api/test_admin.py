@@ -14,7 +14,7 @@ import redis
 
 from app import billing
 from app.models import Status
-from app.presence import Presence
+from app.worker.presence import Presence
 from tests.api.conftest import Api
 from tests.api.helpers import (
     KEY,
@@ -235,7 +235,7 @@ async def test_an_admin_promotes_another_accounts_job_to_the_front(
     last = theirs[-1]
     assert (await status_of(api, last, SECOND_KEY))["position"] == 4
 
-    caplog.set_level(logging.INFO, logger="app.api.admin")
+    caplog.set_level(logging.INFO, logger="app.api.routes.admin")
     response = await api.client.post(f"/admin/tasks/{last}/promote", headers=KEY)
     assert response.status_code == 200, response.text
     assert (response.json()["task_id"], response.json()["position"]) == (last, 0)
@@ -246,7 +246,7 @@ async def test_an_admin_promotes_another_accounts_job_to_the_front(
     assert (await status_of(api, theirs[0], SECOND_KEY))["position"] > 0
     assert (await queues(api))["short"]["stats"]["promoted"] == 1
 
-    [record] = [rec for rec in caplog.records if rec.name == "app.api.admin"]
+    [record] = [rec for rec in caplog.records if rec.name == "app.api.routes.admin"]
     assert record.levelno == logging.INFO
     assert record.account == OWNER  # type: ignore[attr-defined]
     assert record.task_id == last  # type: ignore[attr-defined]
@@ -295,7 +295,7 @@ async def test_releasing_a_running_jobs_lease_returns_it_to_the_front(
     queue = api.runtime.service.queues["short"]
     assert (queue.pending(), queue.position(waiting)) == (1, 0)
 
-    caplog.set_level(logging.INFO, logger="app.api.admin")
+    caplog.set_level(logging.INFO, logger="app.api.routes.admin")
     response = await api.client.post(f"/admin/tasks/{task_id}/release", headers=KEY)
     assert response.status_code == 200, response.text
     assert response.json()["task_id"] == task_id
@@ -305,7 +305,7 @@ async def test_releasing_a_running_jobs_lease_returns_it_to_the_front(
     assert queue.position(task_id) == 0  # ahead of the job that was waiting
     assert queue.position(waiting) == 1
     assert queue.stats()["released"] == 1
-    [record] = [rec for rec in caplog.records if rec.name == "app.api.admin"]
+    [record] = [rec for rec in caplog.records if rec.name == "app.api.routes.admin"]
     assert (record.account, record.task_id) == (OWNER, task_id)  # type: ignore[attr-defined]
 
     lease = queue.dequeue()  # the next free worker runs it again
@@ -326,7 +326,7 @@ async def test_a_released_job_reads_pending_at_position_zero_to_its_owner(api: A
     assert (seen["status"], seen["position"]) == ("PENDING", 0)
     # The released run no longer holds the job: it cannot finish it.
     job = api.runtime.service.recorder.get(task_id)
-    assert job is not None and job.get("token") != old_token
+    assert job is not None and job.token != old_token
     charge = billing.price(api.runtime.settings, "short", 5)
     recorder = api.runtime.service.recorder
     assert not recorder.finish(task_id, old_token, Status.SUCCESS, charge=charge, owner=SECOND)
@@ -398,7 +398,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
         first = await events.next()
         assert first is not None and first.data["status"] == "PENDING"
 
-        caplog.set_level(logging.INFO, logger="app.api.admin")
+        caplog.set_level(logging.INFO, logger="app.api.routes.admin")
         response = await api.client.post(
             "/admin/queues/short/drop", json={"confirm": "short"}, headers=KEY
         )
@@ -423,7 +423,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
     assert (await queues(api))["long"]["queued"] == 1
     assert short.dequeue() is None
 
-    [record] = [rec for rec in caplog.records if rec.name == "app.api.admin"]
+    [record] = [rec for rec in caplog.records if rec.name == "app.api.routes.admin"]
     assert record.levelno == logging.WARNING
     assert record.account == OWNER  # type: ignore[attr-defined]
     assert (record.queue, record.dropped) == ("short", 3)  # type: ignore[attr-defined]

@@ -65,7 +65,7 @@ async def test_a_successful_job_is_billed_once_to_its_owner(api: Api, worker: Wo
     assert record["gpu_seconds"] == 12.5
     job = await api.runtime.store.get(task_id) or {}
     # billed when it finished (cjson writes 14 significant digits: 0.1 ms at today's epoch)
-    assert record["billed_at"] == pytest.approx(float(job["finished_at"]), abs=1e-3)
+    assert record["billed_at"] == pytest.approx(job.finished_at, abs=1e-3)
 
 
 async def test_a_long_job_is_billed_at_the_long_rate(api: Api, worker: Worker) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from app.store import billing_key
+from app.store.keys import billing_key
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND_KEY, Worker
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis
 
-from app.store import MOVES, job_channel
+from app.store.keys import MOVES, job_channel
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, WAIT_S, EventReader, Worker
 from tests.api.test_stream import submit

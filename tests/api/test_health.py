@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.redis_server import RedisServer, free_port
+from app.dev.redis_server import RedisServer, free_port
 from app.settings import Settings
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND_KEY, UNAUTHORIZED, UNAVAILABLE, USERS_FILE, Worker

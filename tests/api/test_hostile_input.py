@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from app.api import create_app
+from app.api.factory import create_app
 from app.auth import Account
 from app.settings import Settings
 from tests.api.conftest import Api

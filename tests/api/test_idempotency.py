@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import redis
 
-from app.store import job_key
+from app.store.keys import job_key
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND_KEY, Untouched, contents
 

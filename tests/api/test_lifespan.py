@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.api import create_app
+from app.api.factory import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio

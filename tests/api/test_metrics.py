@@ -18,12 +18,13 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import billing
-from app.devstack import as_environment
-from app.models import Status
-from app.presence import ALIVE_BEATS, Presence
-from app.settings import KINDS, Settings
-from app.store import WORKERS, job_key
-from app.tasks import fairness_lag_s
+from app.dev.stack import as_environment
+from app.models import KINDS, Status
+from app.service import fairness_lag_s
+from app.settings import Settings
+from app.store.keys import WORKERS, job_key
+from app.store.workers import ALIVE_BEATS
+from app.worker.presence import Presence
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, OWNER, SECOND, SECOND_KEY, TEAM, TEAM_KEY, Worker
 from tests.support import wait_for
@@ -246,7 +247,7 @@ def worker_process(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, An
     }
     with (tmp_path / "worker.log").open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.worker"], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "app.worker.main"], env=env, stdout=log, stderr=log
         )
     try:
         yield name, process
@@ -330,7 +331,7 @@ async def busy_service(api: Api, worker: Worker) -> set[str]:
 def r_status(worker: Worker, task_id: str) -> str:
     job = worker.recorder.get(task_id)
     assert job is not None
-    return job["status"]
+    return job.status
 
 
 def in_flight(api: Api, task_id: str) -> bool:
@@ -361,7 +362,7 @@ async def test_two_api_processes_on_one_redis_report_the_same_values(
     ids = await busy_service(api, worker)
     pending = next(t for t in ids if r_status(worker, t) == "PENDING" and not in_flight(api, t))
     owner_key = {OWNER: KEY, SECOND: SECOND_KEY, TEAM: TEAM_KEY}[
-        (worker.recorder.get(pending) or {})["owner"]
+        getattr(worker.recorder.get(pending), "owner", "")
     ]
     async with (
         open_api(settings) as other,

@@ -23,7 +23,7 @@ from schemathesis import checks
 from schemathesis.python import asgi
 from starlette.types import Receive, Scope, Send
 
-from app.api import create_app
+from app.api.factory import create_app
 from app.settings import Settings
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, UNAUTHORIZED, USERS_FILE

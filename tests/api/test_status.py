@@ -84,7 +84,9 @@ async def test_positions_count_in_fair_order_within_each_queue(api: Api) -> None
 
 async def test_a_started_job_shows_its_attempt_worker_and_start(api: Api, worker: Worker) -> None:
     task_id = await submit(api)
-    enqueued_at = (await api.runtime.store.get(task_id) or {})["enqueued_at"]
+    job = await api.runtime.store.get(task_id)
+    assert job is not None
+    enqueued_at = job.enqueued_at
     worker.start(task_id, worker.lease(), gpu_id=3)
 
     body = await body_of(api, task_id)

@@ -10,9 +10,9 @@ import httpx
 import pytest
 import redis
 
-from app import listing
+from app.api.live import listing
 from app.settings import Settings
-from app.store import job_key, owned_key
+from app.store.keys import job_key, owned_key
 from tests.api.conftest import Api
 from tests.api.helpers import (
     KEY,

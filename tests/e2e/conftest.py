@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devstack import Stack
+from app.dev.stack import Stack
 from tests.support import DEMO_KEY, OTHER_KEY, fast_settings, wait_for
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devstack import Stack
+from app.dev.stack import Stack
 from tests.e2e.conftest import DEMO_KEY, wait_for
 from tests.e2e.test_jobs import streamed, submit
 

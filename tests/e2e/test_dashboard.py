@@ -29,9 +29,9 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from app.api import create_app
-from app.api.dashboard import ASSETS, FOLDER, PAGE
-from app.devstack import Stack
+from app.api.factory import create_app
+from app.api.routes.dashboard import ASSETS, FOLDER, PAGE
+from app.dev.stack import Stack
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY
 from tests.support import fast_settings
 

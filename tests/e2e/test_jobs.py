@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from app.devstack import Stack
+from app.dev.stack import Stack
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

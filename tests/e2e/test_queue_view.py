@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.devstack import Stack
+from app.dev.stack import Stack
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY, wait_for
 from tests.e2e.test_jobs import finished, status, submit
 

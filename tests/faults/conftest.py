@@ -26,10 +26,11 @@ import httpx
 import pytest
 import redis
 
-from app.devstack import Stack
-from app.redis_server import RedisServer
-from app.settings import KINDS, Settings
-from app.store import billed_key, billing_key, job_key
+from app.dev.redis_server import RedisServer
+from app.dev.stack import Stack
+from app.models import KINDS
+from app.settings import Settings
+from app.store.keys import billed_key, billing_key, job_key
 from app.vtrr.keys import Keys
 from tests.faults.worker_app import RUNS_KEY
 from tests.support import DEMO_KEY, OTHER_KEY, TEAM_KEY, fast_settings, wait_for
@@ -40,7 +41,7 @@ USER_OF = {
     TEAM_KEY: "33333333-3333-3333-3333-333333333333",
 }
 TERMINAL = ("SUCCESS", "FAILURE", "REVOKED")
-APP_WORKER = "app.worker"
+APP_WORKER = "app.worker.main"
 FAULT_WORKER = "tests.faults.worker_app"
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from app.store import LUA_DIR as STORE_LUA
+from app.store.scripts import LUA_DIR as STORE_LUA
 from app.vtrr.scripts import source
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, script_sha, wait_for
 

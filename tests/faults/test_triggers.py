@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from app.auth import Accounts
-from app.tasks import build
+from app.service import build
 from tests.faults.conftest import (
     DEMO_KEY,
     FAULT_WORKER,

@@ -25,11 +25,12 @@ from collections.abc import Callable
 import redis
 from celery import current_task
 
-from app import gpu
 from app.auth import Accounts
-from app.celery_app import worker_argv
 from app.settings import Settings, get_settings
-from app.tasks import Workload, build, worker_name
+from app.vtrr import held_lease
+from app.worker import gpu
+from app.worker.celery_app import worker_argv
+from app.worker.runner import Workload, build_worker, worker_name
 
 POISON_S = 7.77
 STUBBORN_S = 2.22
@@ -38,9 +39,8 @@ RUNS_KEY = "faults:runs"
 
 def _job_id() -> str:
     """The job this run holds (the fair queue's item id, set on the Celery request)."""
-    task = current_task
-    request = vars(task.request) if task is not None else {}
-    return str(request.get("vtrr_task_id", "?"))
+    lease = None if current_task is None else held_lease(current_task)
+    return "?" if lease is None else lease.task_id
 
 
 def fault_workload(settings: Settings) -> Workload:
@@ -65,9 +65,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     device = gpu.CPU
-    service = build(settings, Accounts.load(settings.users_file), device, fault_workload(settings))
-    queues = [q.strip() for q in settings.worker_queues.split(",") if q.strip()]
-    service.celery.worker_main(worker_argv(queues, worker_name(settings, device)))
+    service, _ = build_worker(
+        settings, Accounts.load(settings.users_file), device, fault_workload(settings)
+    )
+    service.celery.worker_main(worker_argv(settings.worker_queues, worker_name(settings, device)))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devstack import Stack
+from app.dev.stack import Stack
 from tests.support import DEMO_KEY, TEAM_KEY, fast_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from app.redis_server import RedisServer, free_port
+from app.dev.redis_server import RedisServer, free_port
 from tests.vtrr.celery_worker_app import (
     CONFIG_ENV,
     FINISHED_KEY,

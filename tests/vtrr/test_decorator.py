@@ -16,7 +16,7 @@ import pytest
 import redis
 from celery import Celery, Task
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 from app.vtrr import VTRRQueue, VTRRTask
 from app.vtrr.celery_queue import TASK_OPTIONS
 

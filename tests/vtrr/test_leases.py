@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from tests.vtrr.helpers import drain, expire, fill, take
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 from celery import Celery, Task
 
-from app.redis_server import RedisServer
+from app.dev.redis_server import RedisServer
 from app.vtrr import VTRRQueue
 from app.vtrr.celery_queue import TRIGGER_MESSAGE_TTL_S
 from app.vtrr.trigger_push import TRIGGER_ID

@@ -1,0 +1,155 @@
+"""Prometheus metrics, read from Redis at each scrape.
+
+Every number lives in Redis (the job scripts count into the `fairgpu:metrics` hash atomically
+with each transition; the fair queues keep their own counters), so any API process answers
+/metrics with the same values, and a restart loses nothing. Labels are the queue, the status and
+the worker: none grows with the number of users or jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+import redis
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from app.models import KINDS, Kind, Status
+from app.service import fairness_lag_s
+from app.store import workers as heartbeats
+from app.store.keys import METRICS
+from app.vtrr import VTRRQueue
+from app.vtrr.queue import as_text
+
+#: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
+BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
+HISTOGRAMS = {
+    "wait": ("fairgpu_job_wait_seconds", "Seconds from submission to a job's first start"),
+    "run": ("fairgpu_job_run_seconds", "Seconds a run of a job took, by how it ended"),
+}
+
+
+def read_counters(client: redis.Redis) -> dict[str, float]:
+    """The service's counters hash (a fixed set of fields: a few per queue and status)."""
+    return {as_text(k): float(v) for k, v in client.hgetall(METRICS).items()}
+
+
+def histogram_buckets(
+    counters: Mapping[str, float], name: str, kind: Kind
+) -> list[tuple[str, float]]:
+    """Cumulative buckets of one histogram, from the per-bucket counts the scripts keep."""
+    buckets, total = [], 0.0
+    for label in [*map(bucket_label, BUCKETS), "+Inf"]:
+        total += counters.get(f"{name}:{kind}:{label}", 0.0)
+        buckets.append((label, total))
+    return buckets
+
+
+def bucket_label(bound: float) -> str:
+    """A bucket's bound as the Lua scripts write it (1 -> "1", 0.5 -> "0.5")."""
+    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
+
+
+class ServiceCollector(Collector):
+    """Collects the service's metrics from Redis when Prometheus scrapes."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        queues: Mapping[Kind, VTRRQueue],
+        heartbeat_s: float,
+        open_streams: Callable[[], int],
+    ) -> None:
+        self.client, self.queues, self.heartbeat_s = client, queues, heartbeat_s
+        self.open_streams = open_streams
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric, freshly read."""
+        counters = read_counters(self.client)
+        yield from self._queue_gauges()
+        yield from self._job_counters(counters)
+        for key, (name, doc) in HISTOGRAMS.items():
+            family = HistogramMetricFamily(name, doc, labels=["queue"])
+            for kind in KINDS:
+                family.add_metric(
+                    [kind],
+                    histogram_buckets(counters, key, kind),
+                    counters.get(f"{key}_sum:{kind}", 0.0),
+                )
+            yield family
+        yield from self._workers()
+        streams = GaugeMetricFamily(
+            "fairgpu_api_open_streams", "Server-sent event streams open on this API process"
+        )
+        streams.add_metric([], self.open_streams())
+        yield streams
+
+    def _queue_gauges(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily("fairgpu_jobs_queued", "Jobs waiting", labels=["queue"])
+        in_flight = GaugeMetricFamily(
+            "fairgpu_jobs_in_flight", "Jobs leased by a worker", labels=["queue"]
+        )
+        lag = GaugeMetricFamily(
+            "fairgpu_fairness_lag_seconds",
+            "GPU-seconds the least-served account with queued jobs is behind the most-served",
+            labels=["queue"],
+        )
+        reclaims = CounterMetricFamily(
+            "fairgpu_queue_reclaims", "Leases that expired and went back", labels=["queue"]
+        )
+        for kind, queue in self.queues.items():
+            queued.add_metric([kind], queue.length())
+            in_flight.add_metric([kind], queue.pending())
+            lag.add_metric([kind], fairness_lag_s(queue))
+            reclaims.add_metric([kind], queue.stats()["reclaimed"])
+        yield from (queued, in_flight, lag, reclaims)
+
+    def _job_counters(self, counters: Mapping[str, float]) -> Iterator[Metric]:
+        finished = CounterMetricFamily(
+            "fairgpu_jobs_finished", "Jobs that ended", labels=["queue", "status"]
+        )
+        attempts = CounterMetricFamily(
+            "fairgpu_job_attempts", "Runs started (a retried job counts each)", labels=["queue"]
+        )
+        cost = CounterMetricFamily("fairgpu_billed_cost", "Total billed", labels=["queue"])
+        gpu_s = CounterMetricFamily(
+            "fairgpu_billed_gpu_seconds", "GPU-seconds billed", labels=["queue"]
+        )
+        for kind in KINDS:
+            for status in (s for s in Status if s.terminal):
+                finished.add_metric([kind, status], counters.get(f"finished:{kind}:{status}", 0))
+            attempts.add_metric([kind], counters.get(f"attempts:{kind}", 0))
+            cost.add_metric([kind], counters.get(f"billed_cost:{kind}", 0))
+            gpu_s.add_metric([kind], counters.get(f"billed_gpu_seconds:{kind}", 0))
+        yield from (finished, attempts, cost, gpu_s)
+
+    def _workers(self) -> Iterator[Metric]:
+        now = time.time()
+        seen = heartbeats.read(self.client, now)
+        beats = GaugeMetricFamily(
+            "fairgpu_worker_last_heartbeat_timestamp_seconds",
+            "When each worker last said it was alive (Unix seconds)",
+            labels=["worker"],
+        )
+        for worker in seen:
+            beats.add_metric([worker.name], worker.seen)
+        alive = GaugeMetricFamily(
+            "fairgpu_workers", "Live workers serving a queue", labels=["queue"]
+        )
+        for kind in KINDS:
+            alive.add_metric([kind], len(heartbeats.alive(seen, kind, now, self.heartbeat_s)))
+        yield from (beats, alive)
+
+
+def registry(collector: ServiceCollector) -> CollectorRegistry:
+    """A registry holding only the service's metrics (no per-process defaults: every API
+    process would report its own, and they would disagree)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return reg

@@ -1,0 +1,98 @@
+"""create_app: the routers, middleware and error handlers of the API for one set of settings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.limits import BodyLimit
+from app.api.routes import admin, bills, dashboard, health, jobs, metrics, tasks
+from app.api.runtime import Runtime
+from app.errors import transient
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API for these settings; Redis is reached when the first request needs it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.open(settings)
+        app.state.runtime = runtime
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(
+        title="fairgpu",
+        version="0.1.0",
+        summary="Fair GPU job scheduling: per-account fair queues on Redis, run by Celery workers.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(RedisError, _redis_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OSError, _redis_error)
+    for module in (jobs, tasks, bills, health, metrics, admin, dashboard):
+        app.include_router(module.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, less the 422 it adds for a task id in the path: a malformed id is the
+    same 404 as an unknown one, so those operations never answer 422."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, summary=app.summary, routes=app.routes
+        )
+        for path, operations in schema["paths"].items():
+            if "{task_id}" in path:
+                for operation in operations.values():
+                    operation["responses"].pop("422", None)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    if request.url.path.startswith(admin.router.prefix + "/"):
+        return await admin.hide_wrong_methods(request, exc)
+    assert isinstance(exc, StarletteHTTPException)
+    return await http_exception_handler(request, exc)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 listing what is wrong, without echoing the input back: it may be huge, or not even
+    representable in JSON (NaN, Infinity)."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+async def _redis_error(request: Request, exc: Exception) -> JSONResponse:
+    """503 with Retry-After while Redis is away or in a transient state (app/errors.py); any
+    other failure of Redis (a bug in a script, a wrong type) is a 500, logged in full."""
+    if transient(exc):
+        log.warning("%s %s: Redis unavailable: %r", request.method, request.url.path, exc)
+        return JSONResponse(
+            {"detail": "the job store is unavailable; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+    log.error("%s %s: Redis failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": "internal error"}, status_code=500)

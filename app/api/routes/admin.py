@@ -1,0 +1,186 @@
+"""Operators' endpoints under /admin: see the queues, promote a job, return a stale lease, drop a
+queue. Only accounts with the admin flag reach them; to anyone else (no key included) they
+answer the same 404 as a path that does not exist. Every action is logged with who did it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.deps import Caller, CallerDep, RuntimeDep, TaskIdDep
+from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status
+from app.api.routing import StrictJSONRequest
+from app.api.runtime import Runtime
+from app.models import (
+    KINDS,
+    AccountQueued,
+    DropRequest,
+    DropResult,
+    ErrorBody,
+    Kind,
+    QueuesView,
+    QueueView,
+    Status,
+    TaskStatus,
+)
+from app.service import fairness_lag_s
+from app.store import JobRecord
+from app.store.keys import MOVES
+
+log = logging.getLogger(__name__)
+HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
+TOP_ACCOUNTS = 10
+
+
+def _hidden() -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
+
+
+class AdminRoute(APIRoute):
+    """An endpoint for admins only: 404 to anyone else before anything is looked at."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """Wrap FastAPI's handler with the admin check and the strict request."""
+        handle = super().get_route_handler()
+
+        async def admin_only(request: Request) -> Response:
+            if not is_admin(request):
+                raise _hidden()
+            return await handle(StrictJSONRequest(request.scope, request.receive))
+
+        return admin_only
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carries an admin's key."""
+    account = request.app.state.runtime.accounts.authenticate(request.headers.get("x-api-key"))
+    return account is not None and account.admin
+
+
+async def hide_wrong_methods(request: Request, exc: Exception) -> Response:
+    """A 405 under /admin would tell a non-admin that the path exists: answer 404 instead."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED and not is_admin(request):
+        exc = _hidden()
+    return await http_exception_handler(request, exc)
+
+
+router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)
+HIDDEN_404: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "not an admin key, or no such task"},
+}
+RESPONSES = {**{k: v for k, v in ERRORS.items() if k != 401}, **HIDDEN_404}
+
+
+AdminDep = CallerDep  # an admin's, once AdminRoute has let the request through
+QueueName = Annotated[Kind, Path(description="short or long")]
+
+
+@router.get("/queues", response_model=QueuesView, responses=RESPONSES)
+async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
+    """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
+    most jobs queued, and the queue's counters."""
+    await admin.spend(runtime)
+    views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
+    return QueuesView(queues=list(views))
+
+
+async def _view(runtime: Runtime, kind: Kind) -> QueueView:
+    queue = runtime.service.queues[kind]  # the sync queue, in a thread: admin reads are rare
+    top, lag, stats = await asyncio.gather(
+        asyncio.to_thread(queue.top_partitions, TOP_ACCOUNTS),
+        asyncio.to_thread(fairness_lag_s, queue),
+        asyncio.to_thread(queue.stats),
+    )
+    load = await runtime.estimator.load(kind, fresh=True)
+    return QueueView(
+        name=kind,
+        queued=await runtime.queues[kind].length(),
+        in_flight=await runtime.queues[kind].pending(),
+        workers=load.workers,
+        fairness_lag_s=lag,
+        top_accounts=[AccountQueued(user_id=p, queued=n) for p, n in top],
+        stats=stats,
+    )
+
+
+@router.post(
+    "/tasks/{task_id}/promote",
+    response_model=TaskStatus,
+    responses={**RESPONSES, **NOT_YOURS, 409: {"model": ErrorBody, "description": "not queued"}},
+)
+async def promote(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
+    """Move a queued job (anyone's) to the front of its queue."""
+    await admin.spend(runtime)
+    job = await any_job(runtime, task_id)
+    kind = job.kind
+    if not await runtime.queues[kind].promote(task_id):
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"the task is {job.status}")
+    await runtime.redis.publish(MOVES, kind)
+    log.info("admin promoted a job", extra=_who(admin, job))
+    return await job_status(runtime, job)
+
+
+@router.post(
+    "/tasks/{task_id}/release",
+    response_model=TaskStatus,
+    responses={**RESPONSES, **NOT_YOURS, 409: {"model": ErrorBody, "description": "not running"}},
+)
+async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
+    """Return a running job's lease to the front of its queue now, without waiting for it to
+    expire (its worker is gone or stuck); the job is PENDING again and the next free worker
+    runs it. The old run, if it is still alive, can no longer finish it."""
+    await admin.spend(runtime)
+    job = await any_job(runtime, task_id)
+    kind = job.kind
+    token = job.token or ""
+    released = job.status is Status.STARTED and await asyncio.to_thread(
+        runtime.service.queues[kind].release, task_id, token
+    )
+    if not released:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"the task is {job.status}")
+    await runtime.store.requeued(task_id, token)  # PENDING again, unless a worker took it already
+    log.info("admin released a lease", extra=_who(admin, job))
+    return await job_status(runtime, await any_job(runtime, task_id))
+
+
+@router.post(
+    "/queues/{name}/drop",
+    response_model=DropResult,
+    responses={
+        **RESPONSES,
+        422: {"model": ErrorBody, "description": "no such queue, or confirm is not its name"},
+    },
+)
+async def drop(
+    name: QueueName, body: DropRequest, admin: AdminDep, runtime: RuntimeDep
+) -> DropResult:
+    """Empty a queue: its queued jobs end REVOKED (unbilled), its running jobs are asked to
+    stop. The body must repeat the queue's name."""
+    if body.confirm != name:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f'confirm must repeat the queue\'s name: {{"confirm": "{name}"}}',
+        )
+    await admin.spend(runtime)
+    dropped = await asyncio.to_thread(runtime.service.queues[name].drop, name)
+    for task_id in [*dropped.queued, *dropped.in_flight]:
+        await runtime.store.revoke(task_id)  # tells each job's owner through its stream
+    await runtime.redis.publish(MOVES, name)
+    log.warning(
+        "admin dropped a queue",
+        extra={"account": admin.account.user_id, "queue": name, "dropped": len(dropped.queued)},
+    )
+    return DropResult(queue=name, dropped=len(dropped.queued))
+
+
+def _who(admin: Caller, job: JobRecord) -> dict[str, str]:
+    return {"account": admin.account.user_id, "task_id": job.task_id, "owner": job.owner}

@@ -1,0 +1,57 @@
+"""The caller's account and its jobs: GET /account and GET /tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from app.api.deps import CallerDep, RuntimeDep
+from app.api.live import listing
+from app.api.responses import ERRORS, job_status
+from app.api.routing import KeyedRoute
+from app.models import AccountView, ErrorBody, Status, TaskPage
+
+router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
+
+
+@router.get("/account", response_model=AccountView, responses=ERRORS)
+async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
+    """Whose key this is: the account, its fair share, and whether it may use /admin."""
+    await caller.spend(runtime)
+    a = caller.account
+    return AccountView(user_id=a.user_id, description=a.description, share=a.share, admin=a.admin)
+
+
+@router.get(
+    "/tasks",
+    response_model=TaskPage,
+    responses={**ERRORS, 422: {"model": ErrorBody, "description": "bad status, limit or cursor"}},
+)
+async def tasks(
+    caller: CallerDep,
+    runtime: RuntimeDep,
+    status_: Annotated[Status | None, Query(alias="status", description="only this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=100, description="most jobs on this page")] = 20,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            pattern="^[A-Za-z0-9_=-]+$",
+            description="the previous page's next_cursor",
+        ),
+    ] = None,
+) -> TaskPage:
+    """The caller's jobs, newest first, a page at a time. With a status filter a page may hold
+    fewer than `limit` jobs and still have a next_cursor: follow it until it is null."""
+    try:
+        after = None if cursor is None else listing.Cursor.decode(cursor)
+    except listing.BadCursorError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
+    await caller.spend(runtime)
+    jobs, more = await listing.page(
+        runtime.redis, caller.account.user_id, limit, status=status_, after=after
+    )
+    shown = await asyncio.gather(*(job_status(runtime, job) for job in jobs))
+    return TaskPage(tasks=list(shown), next_cursor=None if more is None else more.encode())

@@ -1,0 +1,57 @@
+"""The `fairgpu` command. `fairgpu dev` runs the whole stack on this machine (app/dev, imported
+only by that command); the client commands (submit, status, watch, ...) talk to a running one
+over HTTP, and load neither Celery, Redis's client nor the API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from app.client.admin import admin, drop, promote, queues, release
+from app.client.commands import account, billing, cancel, status, submit, tasks, watch
+from app.client.errors import OneLineUsage
+
+cli = typer.Typer(help="fairgpu: fair GPU job scheduling.", no_args_is_help=True)
+
+
+@cli.callback()
+def _root() -> None:
+    """fairgpu: fair GPU job scheduling."""
+
+
+@cli.command()
+def dev(
+    port: Annotated[int, typer.Option(help="port of the API on 127.0.0.1")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=16, help="CPU workers to start")] = 1,
+) -> None:
+    """Run Redis (REDIS_URL when reachable, else an embedded one), the API, CPU workers and the
+    periodic reclaim, until Ctrl-C."""
+    from app.dev import console  # the server stack: loaded only to run it
+
+    console.run(port, workers)
+
+
+def _register(cli: typer.Typer) -> None:
+    """Add the client commands, and the `admin` group, to the `fairgpu` command."""
+    # The order here is the order of `fairgpu --help`.
+    commands: list[Callable[..., None]] = [submit, status, watch, cancel, tasks, billing]
+    for command in [*commands, account, queues]:
+        cli.command(cls=OneLineUsage)(command)
+    admin_commands: list[Callable[..., None]] = [promote, release, drop]
+    for command in admin_commands:
+        admin.command(cls=OneLineUsage)(command)
+    cli.add_typer(admin, name="admin")
+
+
+_register(cli)
+
+
+def main() -> None:
+    """The console script's entry point."""
+    cli()
+
+
+if __name__ == "__main__":
+    main()

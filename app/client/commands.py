@@ -1,0 +1,179 @@
+"""The commands for one account's jobs: submit, status, watch, cancel, tasks, billing and
+account. Tables for people, `--json` for scripts."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.client.errors import session
+from app.client.follow import bill, watch_to_end
+from app.client.http import DEFAULT_URL, FairgpuError
+from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
+from app.client.render import (
+    about,
+    billing_table,
+    fields_table,
+    out,
+    span,
+    task_table,
+    tasks_table,
+)
+from app.models import Kind, Status, TaskPage, TaskStatus
+
+
+def submit(
+    kind: Annotated[Kind, typer.Argument(help="short (up to 60 s) or long (up to 3000 s)")],
+    duration: Annotated[float, typer.Argument(help="GPU-seconds the job runs")],
+    watch_it: Annotated[
+        bool, typer.Option("--watch", help="follow the job with a live status line until it ends")
+    ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="submit at most once per key: a retry returns the same task"),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Submit a job to the short or long queue, and with --watch follow it to its end."""
+    with session(url, key) as client:
+        reply = client.submit(kind, duration, idempotency_key=idempotency_key)
+        if not watch_it:
+            if as_json:
+                typer.echo(reply.model_dump_json())
+            else:
+                out().print(about("Submitted ", reply.task_id, f" ({kind}, {span(duration)})."))
+                out().print(f"Follow it: fairgpu watch {reply.task_id}", style="dim")
+            return
+        if not as_json:
+            out().print(about("Submitted ", reply.task_id, f" ({kind}, {span(duration)})."))
+        try:
+            watch_to_end(client, reply.task_id, as_json)
+        except FairgpuError as exc:
+            # Say which task, or a script that failed to watch it would not know it exists.
+            raise FairgpuError(f"{exc} (watching {reply.task_id}, which was submitted)") from None
+
+
+def status(
+    task_id: TaskId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a job's status: its place in line and start estimate, or its result and cost."""
+    with session(url, key) as client:
+        state = client.status(task_id)
+        if as_json:
+            typer.echo(state.model_dump_json())
+            return
+        out().print(task_table(state, bill(client, state)))
+
+
+def watch(
+    task_id: TaskId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow a job with a live status line (--json: one status per line) until it ends.
+
+    Exits 0 when the job succeeded and 3 when it failed or was revoked."""
+    with session(url, key) as client:
+        watch_to_end(client, task_id, as_json)
+
+
+def cancel(
+    task_id: TaskId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job: a queued one is revoked unbilled; a running one is asked to stop."""
+    with session(url, key) as client:
+        task, stopping = client.cancel(task_id)
+        if as_json:
+            typer.echo(task.model_dump_json())
+        elif stopping:
+            stop = ": it is running, and ends REVOKED, billed for the seconds it ran."
+            out().print(about("Asked ", task_id, " to stop" + stop))
+        else:
+            out().print(about("Revoked ", task_id, ": it was still queued and is not billed."))
+
+
+def tasks(
+    status: Annotated[
+        Status | None, typer.Option(case_sensitive=False, help="only jobs with this status")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100, help="jobs per page")] = 20,
+    cursor: Annotated[
+        str | None, typer.Option(help="the page after this one (next_cursor)")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="every page, following the cursors")] = False,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List your jobs, newest first."""
+    with session(url, key) as client:
+        if every:
+            found, next_cursor = list(client.all_tasks(status, limit)), None
+        else:
+            page = client.tasks(status, limit, cursor)
+            found, next_cursor = page.tasks, page.next_cursor
+        if as_json:
+            typer.echo(_json_page(found, next_cursor))
+            return
+        if found:
+            out().print(tasks_table(found))
+        elif next_cursor is None:
+            out().print("No tasks.")
+        else:
+            # A filtered page can be empty with more pages after it.
+            out().print("No tasks on this page.")
+        if next_cursor is not None:
+            out().print(
+                f"More: fairgpu tasks --cursor {next_cursor} (or --all)",
+                style="dim",
+                soft_wrap=True,
+            )
+
+
+def billing(
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="most records to show")] = 100,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List what your account has been charged, newest first."""
+    with session(url, key) as client:
+        bills = client.billing(limit)
+        if as_json:
+            typer.echo("[" + ",".join(b.model_dump_json() for b in bills) + "]")
+        elif not bills:
+            out().print("No charges.")
+        else:
+            out().print(billing_table(bills))
+
+
+def account(
+    url: UrlOption = DEFAULT_URL, key: KeyOption = None, as_json: JsonOption = False
+) -> None:
+    """Show the account your key belongs to."""
+    with session(url, key) as client:
+        who = client.account()
+        if as_json:
+            typer.echo(who.model_dump_json())
+            return
+        table = fields_table()
+        table.add_row("account", who.user_id)
+        table.add_row("description", who.description)
+        table.add_row("share", f"{who.share:g}")
+        table.add_row("admin", "yes" if who.admin else "no")
+        out().print(table)
+
+
+def _json_page(found: list[TaskStatus], next_cursor: str | None) -> str:
+    """The shape of GET /tasks, also for --all (every page in one, with no next cursor)."""
+    return TaskPage(tasks=found, next_cursor=next_cursor).model_dump_json()

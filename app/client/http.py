@@ -1,0 +1,396 @@
+"""A typed, synchronous HTTP client of the fairgpu API (httpx), for the `fairgpu` command and for
+scripts. Every failure is one FairgpuError whose message is a one-line explanation."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from app.models import (
+    AccountView,
+    BillingRecord,
+    DropResult,
+    EnqueueResponse,
+    Health,
+    Kind,
+    QueuesView,
+    Status,
+    TaskPage,
+    TaskStatus,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a silence is a fault
+ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
+M = TypeVar("M", bound=BaseModel)
+BILLS = TypeAdapter(list[BillingRecord])
+
+
+class FairgpuError(Exception):
+    """A request that did not succeed; str() is a one-line explanation fit for a terminal."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, or None when no answer came
+
+
+class Cancelled(NamedTuple):
+    """What DELETE /tasks/{id} did: the job's status, and whether it was running and is now
+    only asked to stop (202) rather than revoked at once (200)."""
+
+    task: TaskStatus
+    stopping: bool
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event: its id (None when it has no `id:` line) and its data."""
+
+    id: str | None
+    data: str
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
+    """The events in the lines of an event stream; comments (keep-alives) and events without data
+    are skipped, and an event the stream ends in the middle of is dropped, as the SSE rules say."""
+    data: list[str] = []
+    event_id: str | None = None
+    for line in lines:
+        if not line:
+            if data:
+                yield SseEvent(event_id, "\n".join(data))
+            data, event_id = [], None
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "id":
+            event_id = value
+
+
+def one_line(text: str) -> str:
+    """Text with every run of whitespace, newlines included, as one space."""
+    return " ".join(text.split())
+
+
+def describe_detail(detail: Any) -> str:
+    """An error body's `detail` as one line: a string as it is, a validation list as
+    `field: message; ...`."""
+    if isinstance(detail, str):
+        return one_line(detail)
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, dict):
+                loc = [str(p) for p in item.get("loc", []) if p != "body"]
+                msg = str(item.get("msg", item))
+                parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+            else:
+                parts.append(str(item))
+        return one_line("; ".join(parts))
+    return one_line(str(detail))
+
+
+class Client:
+    """The fairgpu API at `url`, spoken to with the API key `key`."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        key: str | None = None,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        reconnects: int = 5,
+        reconnect_delay_s: float = 0.5,
+    ) -> None:
+        self.url = check_url(url)
+        if key is not None and not (key.isascii() and key.isprintable()):
+            # httpx would fail later with an encoding error that names no header.
+            raise ValueError("the API key must be printable ASCII")
+        self.timeout_s = timeout_s
+        self.reconnects = reconnects
+        self.reconnect_delay_s = reconnect_delay_s
+        headers = {"X-API-Key": key} if key else {}
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- endpoints --------------------------------------------------------------------------------
+    def health(self) -> Health:
+        """GET /health (no key needed)."""
+        return self._parse(Health, self._request("GET", "/health"))
+
+    def account(self) -> AccountView:
+        """GET /account: who the key belongs to."""
+        return self._parse(AccountView, self._request("GET", "/account"))
+
+    def submit(
+        self, kind: Kind, duration_s: float, *, idempotency_key: str | None = None
+    ) -> EnqueueResponse:
+        """POST /enqueue-task: queue a job; with an Idempotency-Key, a retry returns the same."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        body = {"kind": kind, "duration_s": duration_s}
+        reply = self._request("POST", "/enqueue-task", json=body, headers=headers)
+        return self._parse(EnqueueResponse, reply)
+
+    def status(self, task_id: str) -> TaskStatus:
+        """GET /task-status/{id}."""
+        return self._parse(TaskStatus, self._request("GET", f"/task-status/{_segment(task_id)}"))
+
+    def cancel(self, task_id: str) -> Cancelled:
+        """DELETE /tasks/{id}: revoke a queued job, or ask a running one to stop."""
+        reply = self._request("DELETE", f"/tasks/{_segment(task_id)}")
+        return Cancelled(self._parse(TaskStatus, reply), reply.status_code == 202)
+
+    def tasks(
+        self, status: Status | None = None, limit: int = 20, cursor: str | None = None
+    ) -> TaskPage:
+        """GET /tasks: one page of the caller's jobs, newest first."""
+        params: dict[str, str | int] = {"limit": limit}
+        if status is not None:
+            params["status"] = status.value
+        if cursor is not None:
+            params["cursor"] = cursor
+        return self._parse(TaskPage, self._request("GET", "/tasks", params=params))
+
+    def all_tasks(self, status: Status | None = None, page_size: int = 100) -> Iterator[TaskStatus]:
+        """Every one of the caller's jobs, newest first, following the pages' cursors."""
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            page = self.tasks(status, page_size, cursor)
+            yield from page.tasks
+            if page.next_cursor is None:
+                return
+            if page.next_cursor in seen:
+                # A server that hands back a cursor twice would have us loop for ever.
+                raise FairgpuError(f"{self.url}/tasks returned the same cursor twice")
+            seen.add(page.next_cursor)
+            cursor = page.next_cursor
+
+    def billing(self, limit: int = 100) -> list[BillingRecord]:
+        """GET /billing-records: the account's charges, newest first."""
+        reply = self._request("GET", "/billing-records", params={"limit": limit})
+        try:
+            return BILLS.validate_json(reply.content)
+        except ValidationError:
+            raise self._unexpected(reply) from None
+
+    def cost_of(self, task_id: str, among: int = 100) -> BillingRecord | None:
+        """The bill of one job, if it is among the account's `among` newest ones."""
+        return next((b for b in self.billing(among) if b.task_id == task_id), None)
+
+    def queues(self) -> QueuesView:
+        """GET /admin/queues (admins only)."""
+        return self._parse(QueuesView, self._request("GET", "/admin/queues", admin=True))
+
+    def promote(self, task_id: str) -> TaskStatus:
+        """POST /admin/tasks/{id}/promote (admins only)."""
+        path = f"/admin/tasks/{_segment(task_id)}/promote"
+        return self._parse(TaskStatus, self._request("POST", path, admin=True))
+
+    def release(self, task_id: str) -> TaskStatus:
+        """POST /admin/tasks/{id}/release (admins only)."""
+        path = f"/admin/tasks/{_segment(task_id)}/release"
+        return self._parse(TaskStatus, self._request("POST", path, admin=True))
+
+    def drop(self, queue: str) -> DropResult:
+        """POST /admin/queues/{name}/drop (admins only): revoke every job queued in it."""
+        path = f"/admin/queues/{_segment(queue)}/drop"
+        reply = self._request("POST", path, json={"confirm": queue}, admin=True)
+        return self._parse(DropResult, reply)
+
+    def watch(self, task_id: str) -> Iterator[TaskStatus]:
+        """The job's statuses as the server streams them, the last one terminal. A connection
+        that drops mid-stream is opened again with Last-Event-ID, at most `reconnects` times in
+        a row; a server that cannot be reached at the start is an error at once."""
+        path = f"/task-status/stream/{_segment(task_id)}"
+        last_id: str | None = None
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+            try:
+                with contextlib.closing(self._stream_once(path, headers)) as events:
+                    for event_id, state in events:
+                        failures = 0  # only drops in a row count against the limit
+                        last_id = event_id or last_id
+                        yield state
+                        if state.status.terminal:
+                            return
+            except _StreamEndedError:
+                yield self.status(task_id)  # the end was seen before; its status says it
+                return
+            except _StreamDroppedError as drop:
+                failures += 1
+                if failures > self.reconnects:
+                    raise FairgpuError(
+                        f"the event stream from {self.url} kept dropping ({drop}); "
+                        f"gave up after {self.reconnects} reconnects"
+                    ) from None
+                time.sleep(self.reconnect_delay_s * failures)  # back off before trying again
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _stream_once(
+        self, path: str, headers: dict[str, str]
+    ) -> Generator[tuple[str | None, TaskStatus], None, None]:
+        """One connection's events. Raises _StreamDroppedError when it breaks or ends before a
+        terminal status, _StreamEndedError on a 204 (the job ended, and Last-Event-ID named its
+        last event)."""
+        timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
+        resuming = "Last-Event-ID" in headers
+        try:
+            with self._http.stream("GET", path, headers=headers, timeout=timeout) as reply:
+                if reply.status_code == 204:
+                    raise _StreamEndedError
+                if not reply.is_success:
+                    reply.read()
+                    raise self._failure(reply)
+                for event in sse_events(reply.iter_lines()):
+                    yield event.id, self._event(event)
+        except httpx.TransportError as exc:
+            if not resuming and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                raise self._unreachable(exc) from None
+            raise _StreamDroppedError(_reason(exc)) from None
+        raise _StreamDroppedError("the server closed it before the job ended")
+
+    def _event(self, event: SseEvent) -> TaskStatus:
+        try:
+            return TaskStatus.model_validate_json(event.data)
+        except ValidationError:
+            raise FairgpuError(
+                f"unexpected event from {self.url}: {one_line(event.data)[:120]}"
+            ) from None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: object = None,
+        params: dict[str, str | int] | None = None,
+        headers: dict[str, str] | None = None,
+        admin: bool = False,
+    ) -> httpx.Response:
+        try:
+            reply = self._http.request(method, path, json=json, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        if admin and reply.status_code == 404 and _detail(reply) == "Not Found":
+            raise self._refused(reply)
+        if not reply.is_success:
+            raise self._failure(reply)
+        return reply
+
+    def _parse(self, model: type[M], reply: httpx.Response) -> M:
+        try:
+            return model.model_validate_json(reply.content)
+        except ValidationError:
+            raise self._unexpected(reply) from None
+
+    def _unexpected(self, reply: httpx.Response) -> FairgpuError:
+        """A success whose body is not what the API answers: likely not a fairgpu server."""
+        where = _where(reply)
+        return FairgpuError(
+            f"unexpected answer from {where} (is {self.url} a fairgpu server?)",
+            status=reply.status_code,
+        )
+
+    def _refused(self, reply: httpx.Response) -> FairgpuError:
+        """Why the admin API answered 404 as for a path that does not exist: it hides itself
+        from a bad key and from non-admins alike, so ask GET /account which it is."""
+        where = _where(reply)
+        try:
+            who = self.account()
+        except FairgpuError as exc:
+            if exc.status == 401:
+                return exc  # the key itself is wrong: say that
+            return FairgpuError(f"404 at {where}: not an admin, or no admin API here", status=404)
+        if who.admin:
+            return FairgpuError(f"404 at {where}: this server has no admin API", status=404)
+        return FairgpuError(f"404 at {where}: account {who.user_id} is not an admin", status=404)
+
+    def _failure(self, reply: httpx.Response) -> FairgpuError:
+        """One line for an error answer: status, the server's detail, where, when to retry."""
+        message = f"{reply.status_code} {_detail(reply)} at {_where(reply)}"
+        retry_after = reply.headers.get("Retry-After")
+        if retry_after is not None:
+            message += f"; retry after {one_line(retry_after)} s"
+        return FairgpuError(message, status=reply.status_code)
+
+    def _unreachable(self, exc: httpx.TransportError) -> FairgpuError:
+        if isinstance(exc, httpx.TimeoutException):
+            return FairgpuError(f"no answer from {self.url} within {self.timeout_s:g} s")
+        return FairgpuError(f"cannot reach {self.url}: {_reason(exc)}")
+
+
+class _StreamDroppedError(Exception):
+    """The event stream broke or ended before a terminal status."""
+
+
+class _StreamEndedError(Exception):
+    """The server answered 204: the job ended and its last event was seen already."""
+
+
+def check_url(url: str) -> str:
+    """The base URL without a trailing slash; ValueError unless it is http(s)://host[:port]."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"invalid server URL {url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"invalid server URL {url!r}: expected http://host:port")
+    return str(parsed).rstrip("/")
+
+
+def _segment(text: str) -> str:
+    """Text made safe as one path segment, so an id can never reach another endpoint."""
+    return quote(text, safe="")
+
+
+def _where(reply: httpx.Response) -> str:
+    url = reply.request.url
+    return str(url.copy_with(query=None))
+
+
+def _detail(reply: httpx.Response) -> str:
+    try:
+        body = reply.json()
+    except ValueError:
+        return reply.reason_phrase or "error"
+    if isinstance(body, dict) and "detail" in body:
+        return describe_detail(body["detail"])
+    return reply.reason_phrase or "error"
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    """What went wrong with a connection, in words: "connection refused", not "[Errno 111] ..."."""
+    text = ERRNO_PREFIX.sub("", one_line(str(exc)))
+    if not text:
+        return type(exc).__name__
+    return text[0].lower() + text[1:]

@@ -1,0 +1,249 @@
+"""What the client commands show people: durations and clock times, the live status line of
+`watch`, and the tables of jobs, charges and queues. Pure functions of the data and the time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from app.client.http import one_line
+from app.models import BillingRecord, QueuesView, Status, TaskStatus
+
+STYLE = {
+    Status.PENDING: "yellow",
+    Status.STARTED: "cyan",
+    Status.SUCCESS: "green",
+    Status.FAILURE: "red",
+    Status.REVOKED: "magenta",
+}
+
+
+def out() -> Console:
+    """The console for people, on whatever stdout is now (a test runner swaps it). Markup is
+    off: text from the server (an error, a worker's name) is printed as it is, never parsed."""
+    return Console(highlight=False, markup=False)
+
+
+def about(before: str, task_id: str, after: str) -> Text:
+    """A sentence about one task, its id in bold."""
+    return Text.assemble(before, (task_id, "bold"), after)
+
+
+def span(seconds: float) -> str:
+    """A duration for people: "0.3 s", "4 s", "42 s", "3 min 5 s", "2 h 10 min"."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def clock(at: float, now: float | None = None) -> str:
+    """A Unix time as local clock time, with the date when it is not today."""
+    today = time.localtime(time.time() if now is None else now)
+    moment = time.localtime(at)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", moment)
+    return time.strftime("%Y-%m-%d %H:%M:%S", moment)
+
+
+def eta(estimated_start_at: float, now: float) -> str:
+    """When a queued job should start: "starts in ~42 s (at 14:03:12)"."""
+    ahead = estimated_start_at - now
+    if ahead < 1:
+        return "starts any moment"
+    return f"starts in ~{span(round(ahead))} (at {clock(estimated_start_at, now)})"
+
+
+def place(position: int) -> str:
+    """A 0-based queue position for people."""
+    if position == 0:
+        return "next in line"
+    return f"{position} job{'s' if position > 1 else ''} ahead"
+
+
+def waiting(state: TaskStatus, now: float) -> str:
+    """A queued job's place and start estimate. A replayed event of a job that has left the
+    queue since carries neither: then it is just "queued"."""
+    if state.position is None:
+        return "queued"
+    if state.estimated_start_at is None:
+        return f"{place(state.position)}, start unknown (no worker serves its queue)"
+    return f"{place(state.position)}, {eta(state.estimated_start_at, now)}"
+
+
+def _worker(state: TaskStatus) -> str:
+    result = state.result
+    if result is None or result.worker is None:
+        return ""
+    gpu = "" if result.gpu_id is None else f", GPU {result.gpu_id}"
+    return f"on {result.worker}{gpu}"
+
+
+def _ran(state: TaskStatus, now: float) -> float | None:
+    result = state.result
+    if result is None or result.started_at is None:
+        return None
+    # max: this machine's clock may be a little behind the server's
+    return max(0.0, (result.finished_at or now) - result.started_at)
+
+
+def live_line(state: TaskStatus, now: float, *, ticking: bool = True) -> Text:
+    """The one line of `watch`: status, kind, then its place and ETA, or where it runs.
+
+    `ticking` adds what changes with the clock (how long it has run), for a live display."""
+    line = Text()
+    line.append(state.status.value, style=f"bold {STYLE[state.status]}")
+    line.append(f"  {state.kind}  ")
+    if state.status is Status.PENDING:
+        line.append(waiting(state, now))
+    else:
+        line.append(_worker(state))
+    ran = _ran(state, now)
+    if ran is not None and (ticking or state.status.terminal):
+        line.append(f"  {'ran' if state.status.terminal else 'running'} {span(ran)}")
+    if state.cancel_requested:
+        line.append("  stopping (cancel requested)", style="magenta")
+    if state.error:
+        line.append(f"  {one_line(state.error)}", style="red")
+    return line
+
+
+def fields_table() -> Table:
+    """An empty two-column table of names (bold) and values, with no frame."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    return table
+
+
+def task_table(state: TaskStatus, bill: BillingRecord | None) -> Table:
+    """One job, field by field, with its cost when it has a bill."""
+    now = time.time()
+    table = fields_table()
+    table.add_row("task", state.task_id)
+    table.add_row("status", Text(state.status.value, style=f"bold {STYLE[state.status]}"))
+    table.add_row("kind", state.kind)
+    for name, value in _job_rows(state, now):
+        table.add_row(name, value)
+    if bill is not None:
+        table.add_row("cost", f"{bill.cost:.2f} ({bill.gpu_seconds:g} GPU-s, {bill.description})")
+    return table
+
+
+def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
+    result = state.result
+    submitted = state.enqueued_at or (result.enqueued_at if result else None)
+    if submitted is not None:
+        yield "submitted", clock(submitted, now)
+    if state.status is Status.PENDING and state.position is not None:
+        yield "position", place(state.position)
+        start = state.estimated_start_at
+        yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
+    yield "attempts", str(state.attempts)
+    if result is not None:
+        yield from _result_rows(state, now)
+    if state.cancel_requested:
+        yield "cancel", "requested; the job is stopping"
+    if state.error:
+        yield "error", one_line(state.error)
+
+
+def _result_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
+    result = state.result
+    assert result is not None
+    if result.worker:
+        yield "worker", _worker(state).removeprefix("on ")
+    if result.started_at is not None:
+        yield "started", clock(result.started_at, now)
+    if result.finished_at is not None:
+        yield "finished", clock(result.finished_at, now)
+    ran = _ran(state, now)
+    if ran is not None:
+        yield "ran", f"{span(ran)} of {span(result.duration_s)} asked"
+    if result.tflops is not None:
+        yield "TFLOP/s", f"{result.tflops:.1f}"
+
+
+def _where(state: TaskStatus, now: float) -> str:
+    if state.status is Status.PENDING:
+        return waiting(state, now)
+    ran = _ran(state, now)
+    where = _worker(state)
+    if ran is not None:
+        where += f", {'ran' if state.status.terminal else 'running'} {span(ran)}"
+    if state.error:
+        where += f"  {one_line(state.error)}"
+    return where.strip(", ")
+
+
+def tasks_table(found: list[TaskStatus]) -> Table:
+    """Jobs, one a row."""
+    now = time.time()
+    table = Table()
+    table.add_column("task", no_wrap=True, min_width=36)
+    for name in ("status", "kind", "submitted", "tries"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("where / when", overflow="fold")
+    for state in found:
+        submitted = state.enqueued_at or (state.result.enqueued_at if state.result else None)
+        table.add_row(
+            state.task_id,
+            Text(state.status.value, style=STYLE[state.status]),
+            state.kind,
+            "" if submitted is None else clock(submitted, now),
+            str(state.attempts),
+            _where(state, now),
+        )
+    return table
+
+
+def billing_table(bills: list[BillingRecord]) -> Table:
+    """Charges, one a row, and their total."""
+    now = time.time()
+    table = Table(show_footer=True)
+    table.add_column("billed", no_wrap=True, footer="total")
+    table.add_column("task", no_wrap=True, min_width=36)
+    table.add_column("kind")
+    table.add_column("GPU-s", justify="right")
+    table.add_column("cost", justify="right", footer=f"{sum(b.cost for b in bills):.2f}")
+    table.add_column("description", overflow="fold")
+    for bill in bills:
+        table.add_row(
+            clock(bill.billed_at, now),
+            bill.task_id,
+            bill.kind,
+            f"{bill.gpu_seconds:g}",
+            f"{bill.cost:.2f}",
+            bill.description,
+        )
+    return table
+
+
+def queues_table(view: QueuesView) -> Table:
+    """Each queue, one a row."""
+    table = Table()
+    for name in ("queue", "queued", "running", "workers", "fairness lag"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "queue" else "right")
+    table.add_column("top accounts (queued)", overflow="fold")
+    table.add_column("counters", overflow="fold")
+    for queue in view.queues:
+        top = ", ".join(f"{a.user_id[:8]}…: {a.queued}" for a in queue.top_accounts)
+        stats = ", ".join(f"{name} {count}" for name, count in sorted(queue.stats.items()))
+        table.add_row(
+            queue.name,
+            str(queue.queued),
+            str(queue.in_flight),
+            str(queue.workers),
+            f"{queue.fairness_lag_s:g} s",
+            top or "-",
+            stats or "-",
+        )
+    return table

@@ -1,0 +1,146 @@
+"""The wiring every fairgpu process shares: the Celery app, the short and long fair queues, the
+job tasks that carry them, and the recorder. The API builds it to queue jobs; a worker builds it
+and attaches a runner (app/worker/runner.py) to run them.
+
+Each queue is a VTRRQueue whose partitions are accounts (weighted by their share) and whose items
+are jobs: item id = job id, weight = the GPU-seconds the job asks for (at least 1). The job tasks
+are registered in every process, since the API sends their triggers; only a worker's run them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+from celery import Celery, Task
+
+from app.auth import Accounts
+from app.models import KINDS, RECLAIM_QUEUE, Kind
+from app.settings import Settings
+from app.store import JobRecorder
+from app.vtrr import Item, VTRRQueue, VTRRTask, held_lease
+from app.worker.celery_app import create_celery
+
+SWEEP_TASK = "fairgpu.sweep_unqueued"
+
+#: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
+#: charged 1.01 s, not 2 s as whole seconds rounded up would.
+WEIGHT_PER_S = 1000
+
+
+def job_weight(duration_s: float) -> int:
+    """A job's weight in its fair queue: the GPU-milliseconds it asks for, at least 1 s worth."""
+    return max(WEIGHT_PER_S, math.ceil(duration_s * WEIGHT_PER_S))
+
+
+def fairness_lag_s(queue: VTRRQueue) -> float:
+    """The queue's fairness lag (see FairQueue.fairness_lag) in GPU-seconds."""
+    return queue.fairness_lag() / WEIGHT_PER_S
+
+
+class Runner(Protocol):
+    """What runs one job under the lease its task holds (app/worker/runner.py's JobRunner)."""
+
+    def run(self, kind: Kind, job_id: str, token: str) -> str:
+        """Run the job; returns what happened, for the worker's log."""
+
+
+@dataclass
+class Service:
+    """What a process of fairgpu works with: the Celery app, the queues, the recorder, and in a
+    worker the runner that its job tasks call."""
+
+    settings: Settings
+    celery: Celery
+    queues: dict[Kind, VTRRQueue]
+    tasks: dict[Kind, VTRRTask]
+    recorder: JobRecorder
+    runner: Runner | None = None
+
+    def run(self, kind: Kind, job_id: str, token: str) -> str:
+        """Run a job with this process's runner; a process without one does not run jobs."""
+        if self.runner is None:
+            raise RuntimeError("this process queues jobs; only a worker runs them")
+        return self.runner.run(kind, job_id, token)
+
+    def sweep(self) -> int:
+        """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued)."""
+        return self.recorder.sweep_unqueued(
+            lambda kind, job_id: self.queues[kind].has(job_id),
+            grace_s=self.settings.unqueued_grace_s,
+        )
+
+    def close(self) -> None:
+        """Release the broker's and Redis's connections."""
+        self.celery.close()
+        self.recorder.redis.close()
+
+    def job_item(self, kind: Kind, job_id: str, duration_s: float) -> Item:
+        """The fair-queue item of a job: its id, the job id as the task's argument, its weight."""
+        spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}
+        return self.tasks[kind].item(spec)
+
+
+def build_queues(
+    client: redis.Redis, celery_app: Celery, settings: Settings, accounts: Accounts
+) -> dict[Kind, VTRRQueue]:
+    """The short and long fair queues, each carried by the Celery queue of the same name."""
+    return {
+        kind: VTRRQueue(
+            client,
+            celery_app,
+            name=kind,
+            celery_queue=kind,
+            max_concurrency=settings.max_concurrency,
+            lease_seconds=settings.lease_seconds,
+            reclaim_interval=settings.reclaim_interval_s,
+            reclaim_queue=RECLAIM_QUEUE,
+            shares=accounts.share,
+        )
+        for kind in KINDS
+    }
+
+
+def build(settings: Settings, accounts: Accounts) -> Service:
+    """Wire the Celery app, the two queues, the job tasks and the sweep; connects to nothing."""
+    celery_app = create_celery(settings)
+    client = redis.Redis.from_url(settings.redis_url)
+    queues = build_queues(client, celery_app, settings, accounts)
+    tasks: dict[Kind, VTRRTask] = {}
+    service = Service(settings, celery_app, queues, tasks, JobRecorder(client, settings))
+
+    @queues["short"].task(acks_late=True, reject_on_worker_lost=True)
+    def run_short_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run one short job."""
+        return service.run("short", job_id, _token(self))
+
+    @queues["long"].task(acks_late=True, reject_on_worker_lost=True)
+    def run_long_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run one long job."""
+        return service.run("long", job_id, _token(self))
+
+    tasks["short"], tasks["long"] = run_short_job, run_long_job
+
+    @celery_app.task(name=SWEEP_TASK, ignore_result=True, shared=False)
+    def sweep_unqueued() -> int:
+        """Remove jobs that were created but never queued."""
+        return service.sweep()
+
+    celery_app.conf.beat_schedule = {
+        **(celery_app.conf.beat_schedule or {}),
+        SWEEP_TASK: {
+            "task": SWEEP_TASK,
+            "schedule": settings.unqueued_grace_s,
+            "options": {"queue": RECLAIM_QUEUE},
+        },
+    }
+    return service
+
+
+def _token(task: Task) -> str:  # type: ignore[type-arg]
+    lease = held_lease(task)
+    if lease is None:
+        raise RuntimeError(f"{task.name} ran without a lease of its fair queue")
+    return lease.token

@@ -1,0 +1,103 @@
+"""JobStore: the API's side of the job records (asyncio): create jobs, read them, their events,
+and the billing records."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from app.models import Kind
+from app.settings import Settings
+from app.store.keys import (
+    CHANNEL,
+    JOB_PREFIX,
+    METRICS,
+    UNQUEUED,
+    billing_key,
+    events_key,
+    idempotency_key,
+    job_key,
+    owned_key,
+)
+from app.store.record import JobRecord
+from app.store.scripts import AsyncScripts
+from app.vtrr.queue import as_text
+
+#: The most jobs an account's index keeps for GET /tasks (the newest).
+LISTED_PER_ACCOUNT = 10_000
+
+
+class JobStore:
+    """Create, read, cancel and requeue jobs; read their events and bills."""
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self._ttl = settings.job_ttl_s
+        self._idempotency_ttl = settings.idempotency_ttl_s
+        self._scripts = AsyncScripts(client, "create", "revoke", "requeue")
+
+    async def create(
+        self,
+        job_id: str,
+        owner: str,
+        kind: Kind,
+        duration_s: float,
+        once: tuple[str, str] | None = None,
+    ) -> tuple[str, bool]:
+        """Write a new PENDING job owned by owner; returns (its id, True).
+
+        With once = (Idempotency-Key, request fingerprint), a key already used by this account
+        for the same request returns (the first job's id, False) and writes nothing; used for
+        another request, it raises IdempotencyMismatchError. An id that exists already raises
+        JobExistsError.
+        """
+        keys = [job_key(job_id), events_key(job_id), UNQUEUED, owned_key(owner)]
+        args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
+        args.append(LISTED_PER_ACCOUNT)
+        if once is not None:
+            keys.append(idempotency_key(owner, once[0]))
+            args += [once[1], self._idempotency_ttl, JOB_PREFIX]
+        outcome, value = await self._scripts.run("create", keys, args)
+        return (job_id, True) if as_text(outcome) == "created" else (as_text(value), False)
+
+    async def revoke(self, job_id: str) -> str:
+        """Cancel a job: 'revoked' (it was queued), 'stopping' (its worker is asked to stop),
+        its final status when it had already ended, or 'gone'."""
+        keys = [job_key(job_id), events_key(job_id), METRICS]
+        return as_text(await self._scripts.run("revoke", keys, [job_id, CHANNEL, self._ttl]))
+
+    async def requeued(self, job_id: str, token: str) -> bool:
+        """Mark a running job PENDING again after its lease `token` went back to the queue;
+        False when another run holds it already."""
+        keys = [job_key(job_id), events_key(job_id)]
+        args: list[str | int] = [job_id, token, CHANNEL, self._ttl]
+        return bool(await self._scripts.run("requeue", keys, args))
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The job, or None when it does not exist (or has expired)."""
+        fields = await self.redis.hgetall(job_key(job_id))  # a fixed, small set of fields
+        return JobRecord.parse(fields) if fields else None
+
+    async def queued(self, job_id: str) -> None:
+        """Note that the job is in its fair queue now: the sweep need not look at it."""
+        await self.redis.zrem(UNQUEUED, job_id)
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        """Forget a job that could not be queued."""
+        await self.redis.delete(job_key(job_id), events_key(job_id))
+        await self.redis.zrem(UNQUEUED, job_id)
+        await self.redis.zrem(owned_key(owner), job_id)
+
+    async def events_after(self, job_id: str, after: str) -> list[tuple[str, JobRecord]]:
+        """The job's events after the event id `after` ("0" for all), oldest first; each is the
+        job as it was then."""
+        start = f"({after}" if after != "0" else "-"
+        entries = await self.redis.xrange(events_key(job_id), min=start) or []
+        return [
+            (as_text(event_id), JobRecord.parse(fields))
+            for event_id, fields in entries
+            if event_id and fields
+        ]
+
+    async def billing(self, user_id: str, limit: int) -> list[str]:
+        """The account's billing records as JSON texts, newest first."""
+        return [as_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]

@@ -1,0 +1,72 @@
+"""Every Redis key and channel name of the service; the fair queue's are in app/vtrr/keys.py.
+
+    fairgpu:job:<id>          hash    the job: owner, kind, duration_s, status, attempts, times,
+                                      worker, gpu_id, tflops, error, current lease token
+    fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash
+    fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
+    fairgpu:billed:<id>       string  "already billed" marker, set with the record
+    fairgpu:idem:<account>:<sha256 of key>
+                              string  "<job id> <request fingerprint>" for an Idempotency-Key
+    fairgpu:rate:<key digest>:<second>
+                              string  requests made with one API key in one second
+    fairgpu:owned:<user>      zset    the account's jobs by submission time (the newest
+                                      LISTED_PER_ACCOUNT), for GET /tasks
+    fairgpu:metrics           hash    counters and histogram buckets (see app/api/collector.py)
+    fairgpu:workers           hash    worker name -> its last heartbeat (see app/store/workers.py)
+    fairgpu:changes:<id>      channel the job's id, published at every change of the job
+    fairgpu:changes:moves     channel a queue's name, whenever its order changes
+    fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
+
+Job hashes and event streams expire job_ttl_s after their last change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+CHANNEL = "fairgpu:changes"  # the scripts publish on channel .. ':' .. job id, and on MOVES
+MOVES = f"{CHANNEL}:moves"
+METRICS = "fairgpu:metrics"
+WORKERS = "fairgpu:workers"
+UNQUEUED = "fairgpu:unqueued"
+JOB_PREFIX = "fairgpu:job:"
+
+
+def job_key(job_id: str) -> str:
+    """The hash that holds one job."""
+    return f"{JOB_PREFIX}{job_id}"
+
+
+def idempotency_key(user_id: str, key: str) -> str:
+    """The record of one Idempotency-Key of one account (the key itself is not stored)."""
+    return f"fairgpu:idem:{user_id}:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def events_key(job_id: str) -> str:
+    """The stream of one job's changes."""
+    return f"fairgpu:events:{job_id}"
+
+
+def job_channel(job_id: str) -> str:
+    """The channel a job's changes are announced on (a job id is a UUID, never "moves")."""
+    return f"{CHANNEL}:{job_id}"
+
+
+def rate_key(key_digest: str, second: int) -> str:
+    """The counter of one API key's requests in one second."""
+    return f"fairgpu:rate:{key_digest}:{second}"
+
+
+def billing_key(user_id: str) -> str:
+    """The list of one account's billing records."""
+    return f"fairgpu:billing:{user_id}"
+
+
+def owned_key(user_id: str) -> str:
+    """The index of one account's jobs, by submission time."""
+    return f"fairgpu:owned:{user_id}"
+
+
+def billed_key(job_id: str) -> str:
+    """The marker that says a job has been billed."""
+    return f"fairgpu:billed:{job_id}"

@@ -1,0 +1,104 @@
+"""JobRecord: one job as the store keeps it, parsed once from its Redis hash (or an event's copy).
+
+The scripts in lua/ write every field as text; here they become typed, so the rest of the code
+reads `job.status` and `job.kind`, never a string out of a dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.models import KINDS, JobResult, Kind, Status, TaskStatus
+from app.vtrr.queue import as_text
+
+
+def decode(fields: Mapping[Any, Any]) -> dict[str, str]:
+    """A Redis hash (or stream entry) as str -> str."""
+    return {as_text(k): as_text(v) for k, v in fields.items()}
+
+
+def _number(fields: Mapping[str, str], name: str) -> float | None:
+    value = fields.get(name)
+    return float(value) if value else None
+
+
+def _kind(value: str) -> Kind:
+    for kind in KINDS:
+        if value == kind:
+            return kind
+    raise ValueError(f"not a queue: {value!r}")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job: who owns it, which queue, its status, its runs' times and outcome."""
+
+    task_id: str
+    owner: str
+    kind: Kind
+    status: Status
+    duration_s: float
+    enqueued_at: float
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None
+    gpu_id: int | None = None
+    tflops: float | None = None
+    error: str | None = None
+    token: str | None = None  # the lease of the run that holds it now
+    cancel_requested: bool = False
+
+    @classmethod
+    def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
+        """The record in a job's hash, as create.lua and the other scripts write it."""
+        fields = decode(raw)
+        gpu = fields.get("gpu_id")
+        return cls(
+            task_id=fields["task_id"],
+            owner=fields["owner"],
+            kind=_kind(fields["kind"]),
+            status=Status(fields["status"]),
+            duration_s=float(fields["duration_s"]),
+            enqueued_at=float(fields["enqueued_at"]),
+            attempts=int(fields.get("attempts", "0")),
+            started_at=_number(fields, "started_at"),
+            finished_at=_number(fields, "finished_at"),
+            worker=fields.get("worker"),
+            gpu_id=int(gpu) if gpu else None,
+            tflops=_number(fields, "tflops"),
+            error=fields.get("error"),
+            token=fields.get("token"),
+            cancel_requested="cancel" in fields,
+        )
+
+    def status_view(
+        self, position: int | None = None, estimated_start_at: float | None = None
+    ) -> TaskStatus:
+        """The status a client sees; the place in line only while the job is queued."""
+        pending = self.status is Status.PENDING
+        result = None
+        if self.status is Status.SUCCESS or self.started_at is not None:
+            result = JobResult(
+                worker=self.worker,
+                gpu_id=self.gpu_id,
+                duration_s=self.duration_s,
+                enqueued_at=self.enqueued_at,
+                started_at=self.started_at,
+                finished_at=self.finished_at,
+                tflops=self.tflops,
+            )
+        return TaskStatus(
+            task_id=self.task_id,
+            status=self.status,
+            enqueued_at=self.enqueued_at,
+            result=result,
+            kind=self.kind,
+            attempts=self.attempts,
+            position=position if pending else None,
+            estimated_start_at=estimated_start_at if pending else None,
+            error=self.error,
+            cancel_requested=self.cancel_requested and self.status is Status.STARTED,
+        )

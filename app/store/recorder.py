@@ -1,0 +1,121 @@
+"""JobRecorder: the workers' side of the job records: start and finish runs, fenced by the run's
+lease token, and sweep away jobs that were created but never queued."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from app.billing import Charge
+from app.models import Kind, Status
+from app.settings import Settings
+from app.store.keys import (
+    CHANNEL,
+    METRICS,
+    UNQUEUED,
+    billed_key,
+    billing_key,
+    events_key,
+    job_key,
+    owned_key,
+)
+from app.store.record import JobRecord
+from app.store.scripts import Scripts
+from app.vtrr.queue import as_text
+
+SWEEP_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Started:
+    """What start() decided: run (with the attempt number, the owner and the asked-for
+    duration, so that the worker needs no second read), or do not run."""
+
+    run: bool
+    attempt: int = 0
+    reason: str = ""
+    owner: str = ""
+    duration_s: float = 0.0
+
+
+class JobRecorder:
+    """Start and finish runs of jobs, on a blocking client."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self._ttl = settings.job_ttl_s
+        self._max_attempts = settings.max_attempts
+        self._scripts = Scripts(client, "start", "finish")
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """The job, or None."""
+        fields = self.redis.hgetall(job_key(job_id))
+        return JobRecord.parse(fields) if fields else None
+
+    def sweep_unqueued(self, is_known: Callable[[Kind, str], bool], grace_s: float) -> int:
+        """Delete PENDING jobs that the API created more than grace_s ago but never queued (it
+        lost Redis, or died, between its two writes); returns how many. is_known(kind, id)
+        says whether a job's fair queue has it, queued or in flight. Their clients got an
+        error, not a task id, so nobody waits for them."""
+        seconds, micros = self.redis.time()
+        cutoff = seconds + micros / 1e6 - grace_s
+        removed = 0
+        while True:  # in batches, each taking what it looked at off the list
+            due: list[bytes] = self.redis.zrangebyscore(  # type: ignore[assignment]
+                UNQUEUED, "-inf", cutoff, start=0, num=SWEEP_BATCH
+            )
+            for job_id in map(as_text, due):
+                job = self.get(job_id)
+                if job and job.status is Status.PENDING and not is_known(job.kind, job_id):
+                    self.redis.delete(job_key(job_id), events_key(job_id))
+                    self.redis.zrem(owned_key(job.owner), job_id)
+                    removed += 1
+                self.redis.zrem(UNQUEUED, job_id)
+            if len(due) < SWEEP_BATCH:
+                return removed
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether the job's owner has asked for it to stop."""
+        return bool(self.redis.hexists(job_key(job_id), "cancel"))
+
+    def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
+        """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
+        keys = [job_key(job_id), events_key(job_id), METRICS]
+        gpu = "" if gpu_id is None else str(gpu_id)
+        args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
+        raw = self._scripts.run("start", keys, args)
+        reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]
+        if reply[0] == "run":
+            return Started(True, int(reply[1]), owner=reply[2], duration_s=float(reply[3]))
+        return Started(run=False, reason=reply[0])
+
+    def finish(
+        self,
+        job_id: str,
+        token: str,
+        status: Status,
+        *,
+        charge: Charge,
+        owner: str,
+        error: str = "",
+        tflops: float | None = None,
+    ) -> bool:
+        """Record the run's end (and bill it once); False when this run no longer holds the job
+        (its lease was reclaimed and another run took over)."""
+        keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
+        keys.append(METRICS)
+        args: list[str | int] = [
+            job_id,
+            token,
+            status.value,
+            error,
+            "" if tflops is None else repr(tflops),
+            repr(charge.cost),
+            charge.description,
+            repr(charge.gpu_seconds),
+            CHANNEL,
+            self._ttl,
+        ]
+        return bool(self._scripts.run("finish", keys, args))

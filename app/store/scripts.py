@@ -1,0 +1,50 @@
+"""The one way into the store's Lua (lua/*.lua, each after _lib.lua): error replies become the
+exceptions of app/errors.py here, for the API's asyncio client and the workers' blocking one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript, Script
+from redis.exceptions import ResponseError
+
+from app.errors import from_reply
+from app.vtrr.scripts import source
+
+LUA_DIR = Path(__file__).with_name("lua")
+Args = list[str | int]
+
+
+class Scripts:
+    """Some of the store's scripts, on a blocking client."""
+
+    def __init__(self, client: Redis, *names: str) -> None:
+        self._scripts: dict[str, Script] = {
+            n: client.register_script(source(n, LUA_DIR)) for n in names
+        }
+
+    def run(self, name: str, keys: list[str], args: Args) -> Any:
+        """Run one script; its error replies become our exceptions."""
+        try:
+            return self._scripts[name](keys=keys, args=args)
+        except ResponseError as exc:
+            raise from_reply(exc) from None
+
+
+class AsyncScripts:
+    """Some of the store's scripts, on an asyncio client."""
+
+    def __init__(self, client: AsyncRedis, *names: str) -> None:
+        self._scripts: dict[str, AsyncScript] = {
+            n: client.register_script(source(n, LUA_DIR)) for n in names
+        }
+
+    async def run(self, name: str, keys: list[str], args: Args) -> Any:
+        """Run one script; its error replies become our exceptions."""
+        try:
+            return await self._scripts[name](keys=keys, args=args)
+        except ResponseError as exc:
+            raise from_reply(exc) from None

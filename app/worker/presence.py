@@ -1,0 +1,64 @@
+"""A worker's heartbeat in Redis: written every heartbeat_seconds from a daemon thread and
+whenever the worker starts or ends a job, deleted when it stops (app/store/workers.py reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import redis
+from redis.exceptions import RedisError
+
+from app.store.keys import WORKERS
+
+log = logging.getLogger(__name__)
+
+
+class Presence:
+    """Keeps one worker's heartbeat fresh while it runs."""
+
+    def __init__(self, client: redis.Redis, name: str, queues: list[str], every: float) -> None:
+        self.client, self.name, self.queues, self.every = client, name, queues, every
+        self._busy_until: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+
+    def beat(self) -> None:
+        """Write the heartbeat now."""
+        seconds, micros = self.client.time()
+        entry = {"queues": self.queues, "seen": seconds + micros / 1e6}
+        entry["busy_until"] = self._busy_until
+        self.client.hset(WORKERS, self.name, json.dumps(entry))
+
+    def busy(self, until: float | None) -> None:
+        """Say that a job started and should end at `until` (Unix seconds), or, with None, that
+        the worker is idle again; written at once, so estimates see it."""
+        self._busy_until = until
+        try:
+            self.beat()
+        except RedisError:
+            log.warning("heartbeat of %s not written; the next beat retries", self.name)
+
+    def start(self) -> None:
+        """Beat now and then every `every` seconds, in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and say goodbye (a worker that dies just stops beating)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.every)
+        try:
+            self.client.hdel(WORKERS, self.name)
+        except RedisError:
+            log.warning("could not remove the heartbeat of %s", self.name)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+            except RedisError:
+                log.warning("heartbeat of %s not written; retrying", self.name, exc_info=True)
+            self._stop.wait(self.every)

@@ -1,0 +1,213 @@
+"""The job runner, in process, on a real Redis: how runs start, end, fail and are billed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from app.auth import Accounts
+from app.billing import price
+from app.models import Status
+from app.service import Service, job_weight
+from app.settings import Settings
+from app.store import JobRecorder
+from app.store.keys import UNQUEUED, billing_key, job_key
+from app.worker import gpu
+from app.worker.runner import build_worker
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
+OWNER = "11111111-1111-1111-1111-111111111111"
+
+
+@pytest.fixture
+def make_service(redis_url: str) -> Iterator[Callable[..., Service]]:
+    """Build the service's worker side on the test Redis; closed after the test."""
+    built: list[Service] = []
+
+    def make(workload: Callable[..., gpu.Outcome] = gpu.run) -> Service:
+        settings = Settings(redis_url=redis_url, users_file=FIXTURES, max_attempts=2)
+        built.append(build_worker(settings, Accounts.load(FIXTURES), workload=workload)[0])
+        return built[-1]
+
+    yield make
+    for service in built:
+        service.close()
+
+
+def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0.01) -> str:
+    """A PENDING job as the API writes it, queued and leased as a worker's trigger would."""
+    r.hset(
+        job_key(job_id),
+        mapping={
+            "task_id": job_id,
+            "owner": OWNER,
+            "kind": "short",
+            "duration_s": repr(duration_s),
+            "status": "PENDING",
+            "attempts": 0,
+            "enqueued_at": 1.0,
+        },
+    )
+    queue = service.queues["short"]
+    queue.enqueue(OWNER, [service.job_item("short", job_id, duration_s)])
+    lease = queue.dequeue()
+    assert lease is not None
+    return lease.token
+
+
+def test_a_job_runs_and_is_billed_once(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    token = new_job(service, r, "job-1")
+    assert service.runner.run("short", "job-1", token) == "done"
+    job = service.recorder.get("job-1")
+    assert job is not None
+    assert job is not None and (job.status, job.attempts) == ("SUCCESS", 1)
+    assert r.llen(billing_key(OWNER)) == 1
+    # A second run of the same delivery (a redelivered trigger) finds the job ended.
+    assert service.runner.run("short", "job-1", token) == "ended"
+    assert r.llen(billing_key(OWNER)) == 1
+
+
+def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    def broken(device: gpu.Device, duration_s: float, should_stop: object) -> gpu.Outcome:
+        raise RuntimeError("CUDA error: out of memory")
+
+    service = make_service(workload=broken)
+    token = new_job(service, r, "job-2")
+    assert service.runner.run("short", "job-2", token) == "failed"
+    job = service.recorder.get("job-2")
+    assert job is not None
+    assert job is not None and job.status == "FAILURE"
+    assert job.error == "RuntimeError: CUDA error: out of memory"
+    assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    new_job(service, r, "job-3")
+    recorder: JobRecorder = service.recorder
+    assert recorder.start("job-3", "run-1", "cpu1@h", None).attempt == 1  # this run dies
+    assert recorder.start("job-3", "run-2", "cpu2@h", None).attempt == 2  # and this one
+    third = recorder.start("job-3", "run-3", "cpu3@h", None)
+    assert (third.run, third.reason) == (False, "exhausted")
+    job = recorder.get("job-3")
+    assert job is not None
+    assert job is not None and job.status == "FAILURE"
+    assert "lost 2 times" in (job.error or "")
+    assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_a_stale_run_cannot_finish_or_bill(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    new_job(service, r, "job-4")
+    recorder = service.recorder
+    recorder.start("job-4", "stale", "cpu1@h", None)
+    recorder.start("job-4", "fresh", "cpu2@h", None)  # the job was reclaimed and restarted
+    bill = price(service.runner.settings, "short", 1.0)
+    assert not recorder.finish("job-4", "stale", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert r.llen(billing_key(OWNER)) == 0
+    assert recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert not recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
+    assert r.llen(billing_key(OWNER)) == 1
+
+
+@pytest.mark.parametrize(
+    ("duration", "weight"),
+    [(0.2, 1000), (1.0, 1000), (1.01, 1010), (1.5, 1500), (2.0001, 2001), (3000, 3_000_000)],
+)
+def test_job_weight_is_its_gpu_milliseconds_at_least_one_second(
+    duration: float, weight: int
+) -> None:
+    assert job_weight(duration) == weight
+
+
+def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    def cancelled_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
+        r.hset(job_key("job-5"), "cancel", 1)  # the owner's DELETE, as revoke.lua writes it
+        assert should_stop()
+        return gpu.Outcome(seconds=2.0, tflops=None, stopped=True)
+
+    service = make_service(workload=cancelled_midway)
+    token = new_job(service, r, "job-5", duration_s=30)
+    assert service.runner.run("short", "job-5", token) == "cancelled"
+    job = service.recorder.get("job-5")
+    assert job is not None
+    assert job is not None and job.status == "REVOKED"
+    records = [json.loads(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    assert [(x["task_id"], x["gpu_seconds"], x["cost"]) for x in records] == [("job-5", 2.0, 1.0)]
+    assert "cancelled after 2.0 s" in records[0]["description"]
+
+
+def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_billed_for_its_time(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    """An admin's drop deletes the lease and asks the job to stop: the run sees both (its
+    heartbeat finds the lease gone) and still ends the job, fenced by its token, instead of
+    leaving it STARTED for good."""
+
+    def dropped_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
+        service.queues["short"].drop("short")
+        r.hset(job_key("job-7"), "cancel", 1)  # what the API's revoke writes after the drop
+        return gpu.Outcome(seconds=1.0, tflops=None, stopped=True)
+
+    service = make_service(workload=dropped_midway)
+    token = new_job(service, r, "job-7", duration_s=30)
+    assert service.runner.run("short", "job-7", token) == "cancelled"
+    job = service.recorder.get("job-7")
+    assert job is not None
+    assert job is not None and job.status == "REVOKED"
+    assert r.llen(billing_key(OWNER)) == 1
+
+
+def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    token = new_job(service, r, "job-6")
+    r.hset(job_key("job-6"), mapping={"status": "STARTED", "cancel": 1})  # the lost run's state
+    assert service.runner.run("short", "job-6", token) == "ended"
+    job = service.recorder.get("job-6")
+    assert job is not None
+    assert job is not None and job.status == "REVOKED"
+    assert r.llen(billing_key(OWNER)) == 0
+
+
+def test_the_sweep_removes_a_job_written_but_never_queued(
+    make_service: Callable[..., Service], r: redis.Redis
+) -> None:
+    service = make_service()
+    seconds, _ = r.time()
+    long_ago = seconds - 120  # past UNQUEUED_GRACE_S (60 s)
+    for job_id in ("orphan", "queued"):
+        r.hset(
+            job_key(job_id),
+            mapping={
+                "task_id": job_id,
+                "owner": OWNER,
+                "kind": "short",
+                "status": "PENDING",
+                "duration_s": "1.0",
+                "enqueued_at": long_ago,
+            },
+        )
+        r.zadd(UNQUEUED, {job_id: long_ago})
+    service.queues["short"].enqueue(OWNER, [service.job_item("short", "queued", 1.0)])
+    r.zadd(UNQUEUED, {"recent": seconds})  # inside the grace: left alone
+    assert service.sweep() == 1
+    assert not r.exists(job_key("orphan"))
+    assert r.exists(job_key("queued"))
+    assert r.zrange(UNQUEUED, 0, -1) == [b"recent"]
