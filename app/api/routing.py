@@ -1,6 +1,6 @@
-"""KeyedRoute: the route class of every endpoint that needs an API key.
+"""KeyedRoute and AdminRoute: the route classes of every endpoint that needs an API key.
 
-It answers 401 for a missing or unknown key before anything else is looked at (the task id,
+KeyedRoute answers 401 for a missing or unknown key before anything else is looked at (the task id,
 the body), and hands the endpoint a request whose JSON is read strictly: UTF-8 only (a BOM or
 UTF-16 is refused), no duplicate keys (the last one would silently win), and a body that the
 parser cannot take at all (nested too deep, a number too long) is the 422 of any malformed
@@ -9,14 +9,21 @@ JSON rather than a 400.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request, Response, status
 from fastapi.routing import APIRoute
 
+from app.api.limits import RateLimiter
+from app.auth import Account, digest
+
 UNAUTHORIZED = "missing or invalid API key (header X-API-Key)"
+HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
 
 
 def unauthorized() -> HTTPException:
@@ -49,17 +56,85 @@ class StrictJSONRequest(Request):
         return self._json
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the account, and which of its keys (by digest) was used."""
+
+    account: Account
+    key_digest: str
+
+
+def authenticated(request: Request) -> Caller | None:
+    """The caller whose key came in X-API-Key, or None for a missing or unknown key."""
+    key = request.headers.get("x-api-key")
+    account = request.app.state.runtime.accounts.authenticate(key)
+    return None if account is None else Caller(account, digest(key or ""))
+
+
 class KeyedRoute(APIRoute):
-    """An endpoint that needs an API key: 401 first, then strict JSON."""
+    """An endpoint that needs an API key: 401 first, then strict JSON, then one count against
+    the key's rate once the request has passed validation (a refused request writes nothing).
+
+    The key is checked once, here; the endpoint's Caller comes from `request.state.caller`.
+    Counting wraps the endpoint itself, which FastAPI calls only for a valid request, so no
+    route of this class can forget it.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _counted(endpoint), **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """Wrap FastAPI's handler with the key check and the strict request."""
         handle = super().get_route_handler()
 
         async def keyed(request: Request) -> Response:
-            accounts = request.app.state.runtime.accounts
-            if accounts.authenticate(request.headers.get("x-api-key")) is None:
-                raise unauthorized()
+            caller = authenticated(request)
+            if caller is None or not self.admits(caller):
+                raise self.refusal()
+            request.state.caller = caller
+            _visit.set((caller, request.app.state.runtime.limiter))
             return await handle(StrictJSONRequest(request.scope, request.receive))
 
         return keyed
+
+    def admits(self, caller: Caller) -> bool:
+        """Whether this caller may use the endpoint at all."""
+        return True
+
+    def refusal(self) -> HTTPException:
+        """The answer to a caller who may not."""
+        return unauthorized()
+
+
+class AdminRoute(KeyedRoute):
+    """An endpoint for admins only: anyone else gets the 404 of a path that does not exist."""
+
+    def admits(self, caller: Caller) -> bool:
+        """Admins only."""
+        return caller.account.admin
+
+    def refusal(self) -> HTTPException:
+        """Starlette's own 404, so the path's existence is not given away."""
+        return HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
+
+
+#: The caller and rate limiter of the request in progress, for the endpoint's wrapper.
+_visit: ContextVar[tuple[Caller, RateLimiter]] = ContextVar("fairgpu_visit")
+
+
+def _counted(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """The endpoint, counting one request against the caller's key before it runs."""
+
+    @functools.wraps(endpoint)  # FastAPI reads the parameters through __wrapped__
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        caller, limiter = _visit.get()
+        retry_after = await limiter.spend(caller.key_digest)
+        if retry_after is not None:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=f"more than {limiter.per_second} requests a second with this key",
+                headers={"Retry-After": str(retry_after)},
+            )
+        return await endpoint(*args, **kwargs)
+
+    return counted

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import httpx
+from httpx_sse import EventSource, SSEError, connect_sse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.models import (
@@ -53,29 +54,20 @@ class Cancelled(NamedTuple):
 
 @dataclass(frozen=True)
 class SseEvent:
-    """One server-sent event: its id (None when it has no `id:` line) and its data."""
+    """One server-sent event: the stream's last event id (None before the first `id:` line; an
+    event without one carries the one before, as the SSE rules say) and its data."""
 
     id: str | None
     data: str
 
 
-def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
-    """The events in the lines of an event stream; comments (keep-alives) and events without data
-    are skipped, and an event the stream ends in the middle of is dropped, as the SSE rules say."""
-    data: list[str] = []
-    event_id: str | None = None
-    for line in lines:
-        if not line:
-            if data:
-                yield SseEvent(event_id, "\n".join(data))
-            data, event_id = [], None
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        elif name == "id":
-            event_id = value
+def sse_events(source: EventSource) -> Iterator[SseEvent]:
+    """The events of an event stream, parsed by httpx-sse; comments (keep-alives) and events
+    without data are skipped, and an event the stream ends in the middle of is dropped. Raises
+    SSEError, a TransportError, if the answer is not text/event-stream."""
+    for event in source.iter_sse():
+        if event.data:
+            yield SseEvent(event.id or None, event.data)
 
 
 def one_line(text: str) -> str:
@@ -261,18 +253,22 @@ class Client:
     ) -> Generator[tuple[str | None, TaskStatus], None, None]:
         """One connection's events. Raises _StreamDroppedError when it breaks or ends before a
         terminal status, _StreamEndedError on a 204 (the job ended, and Last-Event-ID named its
-        last event)."""
+        last event), FairgpuError for an error answer or a success that is not an event stream."""
         timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
         resuming = "Last-Event-ID" in headers
         try:
-            with self._http.stream("GET", path, headers=headers, timeout=timeout) as reply:
+            with connect_sse(self._http, "GET", path, headers=headers, timeout=timeout) as source:
+                reply = source.response
                 if reply.status_code == 204:
                     raise _StreamEndedError
                 if not reply.is_success:
                     reply.read()
                     raise self._failure(reply)
-                for event in sse_events(reply.iter_lines()):
-                    yield event.id, self._event(event)
+                try:
+                    for event in sse_events(source):
+                        yield event.id, self._event(event)
+                except SSEError:
+                    raise self._unexpected(reply) from None  # a 200 that is not an event stream
         except httpx.TransportError as exc:
             if not resuming and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 raise self._unreachable(exc) from None

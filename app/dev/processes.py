@@ -26,10 +26,20 @@ def spawn(
     env: Mapping[str, str],
     log: Path,
     cwd: Path | None = None,
+    *,
+    new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start argv with exactly this environment, its stdout and stderr appended to log."""
+    """Start argv with exactly this environment, its stdout and stderr appended to log; with
+    new_session, as the leader of a process group of its own, which os.killpg can end whole."""
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=out, stderr=out)
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=out,
+            stderr=out,
+            start_new_session=new_session,
+        )
 
 
 def stop(process: subprocess.Popen[bytes] | None, grace_s: float = 10.0) -> int | None:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
 import redis
+
+from app.dev import processes
 
 START_TIMEOUT_S = 10.0
 
@@ -82,45 +82,46 @@ class RedisServer:
             "--appendfsync",
             self.fsync,
             "--logfile",
-            str(self.directory / "redis.log"),
+            str(self.log),
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # --logfile takes the server's own log; what it prints before opening that goes there too.
+        self.process = processes.spawn(args, os.environ, self.log)
         self._wait_ready()
         return self
 
+    @property
+    def log(self) -> Path:
+        """The server's log file."""
+        return self.directory / "redis.log"
+
     def _wait_ready(self) -> None:
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        what = f"redis-server on port {self.port}"
         try:
-            while time.monotonic() < deadline:
-                assert self.process is not None
-                if self.process.poll() is not None:
-                    log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"redis-server exited at start:\n{log}")
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.RedisError:
-                    time.sleep(0.02)  # the server is still starting; nothing to wait on but time
-            raise TimeoutError(
-                f"redis-server on port {self.port} did not answer within {START_TIMEOUT_S}s"
-            )
+            processes.wait_until(lambda: self._answers(client), START_TIMEOUT_S, what, every=0.02)
         finally:
             client.close()
 
+    def _answers(self, client: redis.Redis) -> bool:
+        """Whether the server answers PING; RuntimeError at once if its process has exited."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            log = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"redis-server exited at start:\n{log}")
+        try:
+            return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
     def stop(self) -> None:
-        """Shut down cleanly (SIGTERM) and wait for the process."""
-        self._signal(signal.SIGTERM)
+        """Shut down cleanly (SIGTERM, SIGKILL if that takes too long) and reap the process."""
+        processes.stop(self.process, grace_s=START_TIMEOUT_S)
 
     def kill(self) -> None:
         """Kill the process (SIGKILL), as a crash would."""
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(sig)
-        self.process.wait(timeout=START_TIMEOUT_S)
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=START_TIMEOUT_S)
 
     def __enter__(self) -> RedisServer:
         return self.start()

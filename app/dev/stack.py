@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -21,6 +21,7 @@ import httpx
 import redis
 
 from app.auth import Accounts
+from app.dev import processes
 from app.dev.redis_server import RedisServer
 from app.service import build
 from app.settings import Settings
@@ -107,27 +108,21 @@ class Stack:
         process.wait(timeout=START_TIMEOUT_S)
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        out = (self.log_dir / f"{name}.log").open("ab")
-        try:
-            return subprocess.Popen(
-                [sys.executable, "-m", module], env={**self.env, **env}, stdout=out, stderr=out
-            )
-        finally:
-            out.close()  # the child has its own copy of the descriptor
+        argv = [sys.executable, "-m", module]
+        return processes.spawn(argv, {**self.env, **env}, self.log_dir / f"{name}.log")
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.api is not None
-            if self.api.poll() is not None:
-                raise RuntimeError(f"the API exited at start; see {self.log_dir / 'api.log'}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)  # the API is still starting
-        raise TimeoutError(f"the API did not answer within {START_TIMEOUT_S}s")
+        processes.wait_until(self._healthy, START_TIMEOUT_S, "the API's /health")
+
+    def _healthy(self) -> bool:
+        """Whether the API answers /health; RuntimeError at once if its process has exited."""
+        assert self.api is not None
+        if self.api.poll() is not None:
+            raise RuntimeError(f"the API exited at start; see {self.log_dir / 'api.log'}")
+        try:
+            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _reclaim_loop(self) -> None:
         """The dev stack's own timer in place of Celery Beat: reclaim_and_dispatch per queue."""
@@ -155,16 +150,10 @@ class Stack:
     def stop(self) -> None:
         """Stop the timer, the workers, the API, and the Redis this stack started."""
         self._stop.set()
-        processes = [*self.workers.values(), *([self.api] if self.api else [])]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        children = [*self.workers.values(), *([self.api] if self.api else [])]
+        if children:  # all at once, so that the slowest sets the time, not the sum
+            with ThreadPoolExecutor(len(children)) as pool:
+                list(pool.map(processes.stop, children))
         if self._reclaimer is not None:
             self._reclaimer.join(timeout=10)
         if self.redis_server is not None:

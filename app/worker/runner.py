@@ -13,6 +13,14 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+)
+
 from app import billing
 from app.auth import Accounts
 from app.billing import Charge
@@ -119,17 +127,18 @@ class JobRunner:
         away, the error goes up and the fair queue keeps the lease (see VTRRQueue), so the job
         is not acked as done without a record of its end.
         """
-        deadline = time.monotonic() + FINISH_PATIENCE_S
-        pause = 0.1
-        while True:
-            try:
-                return finish()
-            except UNREACHABLE:
-                if time.monotonic() + pause > deadline:
-                    raise
-                log.warning("Redis unreachable; the job's end is not recorded yet", extra=who)
-                time.sleep(pause)  # waiting out a Redis restart, not polling a test condition
-                pause = min(pause * 2, 2.0)
+
+        def warn(attempt: RetryCallState) -> None:
+            log.warning("Redis unreachable; the job's end is not recorded yet", extra=who)
+
+        patiently = Retrying(
+            retry=retry_if_exception_type(UNREACHABLE),
+            wait=wait_exponential(multiplier=0.1, max=2.0),  # 0.1 s, doubling, at most 2 s
+            stop=stop_before_delay(FINISH_PATIENCE_S),  # no pause that would end past it
+            before_sleep=warn,
+            reraise=True,  # the last UNREACHABLE error, not tenacity's RetryError
+        )
+        return patiently(finish)
 
 
 def worker_name(settings: Settings, device: gpu.Device) -> str:

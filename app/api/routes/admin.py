@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.deps import Caller, CallerDep, RuntimeDep, TaskIdDep
+from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status
-from app.api.routing import StrictJSONRequest
+from app.api.routing import HIDDEN, AdminRoute, Caller, authenticated
 from app.api.runtime import Runtime
 from app.models import (
     KINDS,
@@ -36,40 +34,20 @@ from app.store import JobRecord
 from app.store.keys import MOVES
 
 log = logging.getLogger(__name__)
-HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
 TOP_ACCOUNTS = 10
-
-
-def _hidden() -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
-
-
-class AdminRoute(APIRoute):
-    """An endpoint for admins only: 404 to anyone else before anything is looked at."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """Wrap FastAPI's handler with the admin check and the strict request."""
-        handle = super().get_route_handler()
-
-        async def admin_only(request: Request) -> Response:
-            if not is_admin(request):
-                raise _hidden()
-            return await handle(StrictJSONRequest(request.scope, request.receive))
-
-        return admin_only
 
 
 def is_admin(request: Request) -> bool:
     """Whether the request carries an admin's key."""
-    account = request.app.state.runtime.accounts.authenticate(request.headers.get("x-api-key"))
-    return account is not None and account.admin
+    caller = authenticated(request)
+    return caller is not None and caller.account.admin
 
 
 async def hide_wrong_methods(request: Request, exc: Exception) -> Response:
     """A 405 under /admin would tell a non-admin that the path exists: answer 404 instead."""
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED and not is_admin(request):
-        exc = _hidden()
+        exc = HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
     return await http_exception_handler(request, exc)
 
 
@@ -88,7 +66,6 @@ QueueName = Annotated[Kind, Path(description="short or long")]
 async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
     """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
     most jobs queued, and the queue's counters."""
-    await admin.spend(runtime)
     views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
     return QueuesView(queues=list(views))
 
@@ -119,7 +96,6 @@ async def _view(runtime: Runtime, kind: Kind) -> QueueView:
 )
 async def promote(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> TaskStatus:
     """Move a queued job (anyone's) to the front of its queue."""
-    await admin.spend(runtime)
     job = await any_job(runtime, task_id)
     kind = job.kind
     if not await runtime.queues[kind].promote(task_id):
@@ -138,7 +114,6 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
     """Return a running job's lease to the front of its queue now, without waiting for it to
     expire (its worker is gone or stuck); the job is PENDING again and the next free worker
     runs it. The old run, if it is still alive, can no longer finish it."""
-    await admin.spend(runtime)
     job = await any_job(runtime, task_id)
     kind = job.kind
     token = job.token or ""
@@ -152,6 +127,19 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
     return await job_status(runtime, await any_job(runtime, task_id))
 
 
+async def confirmed(name: QueueName, body: DropRequest) -> Kind:
+    """The queue to drop, if the body repeats its name; 422 otherwise, before anything counts."""
+    if body.confirm != name:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f'confirm must repeat the queue\'s name: {{"confirm": "{name}"}}',
+        )
+    return name
+
+
+ConfirmedQueue = Annotated[Kind, Depends(confirmed)]
+
+
 @router.post(
     "/queues/{name}/drop",
     response_model=DropResult,
@@ -160,17 +148,9 @@ async def release(task_id: TaskIdDep, admin: AdminDep, runtime: RuntimeDep) -> T
         422: {"model": ErrorBody, "description": "no such queue, or confirm is not its name"},
     },
 )
-async def drop(
-    name: QueueName, body: DropRequest, admin: AdminDep, runtime: RuntimeDep
-) -> DropResult:
+async def drop(name: ConfirmedQueue, admin: AdminDep, runtime: RuntimeDep) -> DropResult:
     """Empty a queue: its queued jobs end REVOKED (unbilled), its running jobs are asked to
     stop. The body must repeat the queue's name."""
-    if body.confirm != name:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f'confirm must repeat the queue\'s name: {{"confirm": "{name}"}}',
-        )
-    await admin.spend(runtime)
     dropped = await asyncio.to_thread(runtime.service.queues[name].drop, name)
     for task_id in [*dropped.queued, *dropped.in_flight]:
         await runtime.store.revoke(task_id)  # tells each job's owner through its stream

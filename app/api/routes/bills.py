@@ -21,6 +21,5 @@ async def billing_records(
     limit: Annotated[int, Query(ge=1, le=1000, description="most records to return")] = 100,
 ) -> list[BillingRecord]:
     """The caller's billing records, newest first."""
-    await caller.spend(runtime)
     texts = await runtime.store.billing(caller.account.user_id, limit)
     return [BillingRecord.model_validate_json(text) for text in texts]

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Response, status
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -41,6 +41,20 @@ QUEUE_FULL_RETRY_S = 30
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 
 
+async def valid_job(body: EnqueueRequest, runtime: RuntimeDep) -> EnqueueRequest:
+    """The job, if its duration is within its queue's limit (a setting); 422 otherwise."""
+    limit = runtime.settings.max_duration_s(body.kind)
+    if body.duration_s > limit:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
+        )
+    return body
+
+
+ValidJob = Annotated[EnqueueRequest, Depends(valid_job)]
+
+
 @router.post(
     "/enqueue-task",
     response_model=EnqueueResponse,
@@ -51,7 +65,7 @@ ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have starte
     },
 )
 async def enqueue_task(
-    body: EnqueueRequest,
+    body: ValidJob,
     caller: CallerDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKeyHeader = None,
@@ -61,13 +75,6 @@ async def enqueue_task(
     With an Idempotency-Key, repeating the request returns the first request's task instead of
     queueing another; the same key with a different body is a 422.
     """
-    limit = runtime.settings.max_duration_s(body.kind)
-    if body.duration_s > limit:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
-        )
-    await caller.spend(runtime)
     account = caller.account
     once = None if idempotency_key is None else (idempotency_key, body.fingerprint())
     try:
@@ -121,7 +128,6 @@ async def _enqueue(
 @router.get("/task-status/{task_id}", response_model=TaskStatus, responses={**ERRORS, **NOT_YOURS})
 async def task_status(task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep) -> TaskStatus:
     """The job's status, result, attempts, and its place in line while queued."""
-    await caller.spend(runtime)
     return await job_status(runtime, await owned_job(runtime, caller.account, task_id))
 
 
@@ -145,7 +151,6 @@ async def cancel_task(
     task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep, response: Response
 ) -> TaskStatus:
     """Cancel one of the caller's jobs."""
-    await caller.spend(runtime)
     job = await owned_job(runtime, caller.account, task_id)
     outcome = await runtime.store.revoke(task_id)
     log.info("job cancelled", extra={"task_id": task_id, "account": caller.account.user_id})
@@ -200,7 +205,6 @@ async def task_stream(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Server-sent events of the job's changes; resume with Last-Event-ID."""
-    await caller.spend(runtime)
     job = await owned_job(runtime, caller.account, task_id)
     after = resume_point(last_event_id)
     if job.status.terminal and not await runtime.store.events_after(task_id, after):

@@ -19,7 +19,6 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 @router.get("/account", response_model=AccountView, responses=ERRORS)
 async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
     """Whose key this is: the account, its fair share, and whether it may use /admin."""
-    await caller.spend(runtime)
     a = caller.account
     return AccountView(user_id=a.user_id, description=a.description, share=a.share, admin=a.admin)
 
@@ -49,7 +48,6 @@ async def tasks(
         after = None if cursor is None else listing.Cursor.decode(cursor)
     except listing.BadCursorError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
-    await caller.spend(runtime)
     jobs, more = await listing.page(
         runtime.redis, caller.account.user_id, limit, status=status_, after=after
     )

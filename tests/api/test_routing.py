@@ -1,0 +1,74 @@
+"""Every keyed endpoint is counted against its key's rate, and Redis failures map to 503 only
+when a retry can help (app/errors.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+
+import pytest
+import redis
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader
+from starlette.routing import BaseRoute
+
+from app.api.factory import create_app
+from app.api.routing import AdminRoute, KeyedRoute
+from app.settings import Settings
+from app.store.keys import job_key
+from tests.api.conftest import Api
+from tests.api.helpers import KEY, USERS_FILE
+
+pytestmark = pytest.mark.anyio
+OPEN_PATHS = {"/health", "/metrics", "/dashboard", "/dashboard/static/{name}"}
+
+
+def api_routes(routes: Iterable[BaseRoute]) -> Iterator[APIRoute]:
+    """Every endpoint of the app, looking inside the routers it includes."""
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI's included router
+        if included is not None:
+            yield from api_routes(included.routes)
+        elif isinstance(route, APIRoute):
+            yield route
+
+
+def takes_a_key(dependant: Dependant) -> bool:
+    """Whether the endpoint, or any dependency of it, reads the API key."""
+    return isinstance(dependant.call, APIKeyHeader) or any(
+        takes_a_key(sub) for sub in dependant.dependencies
+    )
+
+
+def test_every_route_that_takes_a_key_is_a_keyed_route_that_counts() -> None:
+    routes = list(api_routes(create_app(Settings(users_file=USERS_FILE)).routes))
+    keyed = [route for route in routes if takes_a_key(route.dependant)]
+    assert {route.path for route in routes if route not in keyed} == OPEN_PATHS
+    for route in keyed:
+        assert isinstance(route, KeyedRoute), route.path
+        # FastAPI calls the counting wrapper, not the module's function itself.
+        assert getattr(route.endpoint, "__wrapped__", None) is not None, route.path
+    admin = {route.path for route in keyed if isinstance(route, AdminRoute)}
+    assert admin == {route.path for route in keyed if route.path.startswith("/admin/")}
+    assert admin
+
+
+async def test_a_served_request_counts_once_against_its_key(api: Api, r: redis.Redis) -> None:
+    assert (await api.client.get("/account", headers=KEY)).status_code == 200
+    counters = [k for k in r.keys("fairgpu:rate:*")]
+    assert len(counters) == 1
+    assert r.get(counters[0]) == b"1"
+
+
+async def test_a_script_or_type_error_in_redis_is_a_500_not_a_retry(
+    api: Api, r: redis.Redis
+) -> None:
+    task_id = str(uuid.uuid4())
+    r.set(job_key(task_id), "not a hash")  # WRONGTYPE: no retry makes this work
+
+    response = await api.client.get(f"/task-status/{task_id}", headers=KEY)
+
+    assert response.status_code == 500
+    assert response.json() == {"detail": "internal error"}
+    assert "retry-after" not in response.headers
