@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
-from app.vtrr.queue import STAT_NAMES, Item, Shares, as_text, enqueue_args
+from app.vtrr.queue import Item, Shares, enqueue_args, rank_of, ranks_of, stats_of
 from app.vtrr.scripts import AsyncScripts, TriggerKeys
 
 
@@ -64,15 +64,11 @@ class AsyncFairQueue:
 
     async def position(self, task_id: str) -> int | None:
         """The item's 0-based place in dispatch order, or None when it is not queued."""
-        rank = await self._scripts.run("position", task_id)
-        return None if rank is None else int(rank)
+        return rank_of(await self._scripts.run("position", task_id))
 
     async def positions(self, task_ids: list[str]) -> list[int | None]:
         """The places of many items in one call (None for one not queued)."""
-        if not task_ids:
-            return []
-        ranks = await self._scripts.run("positions", *task_ids)
-        return [None if int(rank) < 0 else int(rank) for rank in ranks]
+        return ranks_of(await self._scripts.run("positions", *task_ids) if task_ids else [])
 
     async def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other; False when it is not queued."""
@@ -88,7 +84,4 @@ class AsyncFairQueue:
 
     async def stats(self) -> dict[str, int]:
         """The queue's counters (see FairQueue.stats)."""
-        counts = {
-            as_text(k): int(v) for k, v in (await self.redis.hgetall(self.keys.stats)).items()
-        }
-        return {name: counts.get(name, 0) for name in STAT_NAMES}
+        return stats_of(await self.redis.hgetall(self.keys.stats))

@@ -14,7 +14,7 @@ import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from redis import Redis
 
@@ -230,15 +230,11 @@ class FairQueue:
 
     def position(self, task_id: str) -> int | None:
         """The item's 0-based place in dispatch order, or None when it is not queued."""
-        rank = self._scripts.run("position", task_id)
-        return None if rank is None else int(rank)
+        return rank_of(self._scripts.run("position", task_id))
 
     def positions(self, task_ids: list[str]) -> list[int | None]:
         """The places of many items in one call (None for one not queued)."""
-        if not task_ids:
-            return []
-        ranks = self._scripts.run("positions", *task_ids)
-        return [None if int(rank) < 0 else int(rank) for rank in ranks]
+        return ranks_of(self._scripts.run("positions", *task_ids) if task_ids else [])
 
     def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other; False when it is not queued."""
@@ -258,9 +254,7 @@ class FairQueue:
 
     def stats(self) -> dict[str, int]:
         """Counters since the queue was created or dropped: enqueued, dequeued, acked, ..."""
-        raw = self.redis.hgetall(self.keys.stats)
-        counts = {as_text(k): int(v) for k, v in raw.items()}
-        return {name: counts.get(name, 0) for name in STAT_NAMES}
+        return stats_of(self.redis.hgetall(self.keys.stats))
 
     def drop(self, confirm: str) -> Dropped:
         """Delete every key of this queue; confirm must repeat the queue's name. Returns the ids
@@ -296,6 +290,23 @@ class FairQueue:
         raw = self.redis.hgetall(self.keys.partition_queued)
         counts = [(as_text(p), int(c)) for p, c in raw.items()]
         return heapq.nlargest(n, counts, key=lambda pc: (pc[1], pc[0]))
+
+
+# -- replies, parsed alike for FairQueue and AsyncFairQueue ------------------------------------
+def rank_of(reply: Any) -> int | None:
+    """position.lua's reply: a 0-based rank, or nil for an item not queued."""
+    return None if reply is None else int(reply)
+
+
+def ranks_of(reply: Any) -> list[int | None]:
+    """positions.lua's reply: a rank per item, -1 for one not queued."""
+    return [None if int(rank) < 0 else int(rank) for rank in reply]
+
+
+def stats_of(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """The stats hash, with every counter of STAT_NAMES (0 when never counted)."""
+    counts = {as_text(k): int(v) for k, v in raw.items()}
+    return {name: counts.get(name, 0) for name in STAT_NAMES}
 
 
 def task_id_of(member: bytes | str) -> str:

@@ -53,30 +53,40 @@ def no_trigger_push(keys: Keys) -> TriggerKeys:
     return lambda: (never, never)
 
 
-class Scripts:
+class _Bound:
+    """What both kinds of Scripts share: the queue's keys, then the trigger keys of the moment."""
+
+    def __init__(self, keys: Keys, trigger_keys: TriggerKeys | None) -> None:
+        self._keys = keys.all()
+        self._trigger_keys = trigger_keys or no_trigger_push(keys)
+
+    def keys(self) -> list[str]:
+        """Every script's KEYS."""
+        return [*self._keys, *self._trigger_keys()]
+
+
+class Scripts(_Bound):
     """The scripts of one queue, bound to its client and keys."""
 
     def __init__(self, client: Redis, keys: Keys, trigger_keys: TriggerKeys | None = None) -> None:
-        self._keys = keys.all()
-        self._trigger_keys = trigger_keys or no_trigger_push(keys)
+        super().__init__(keys, trigger_keys)
         self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in NAMES}
 
     def run(self, name: str, *args: str | int | float) -> Any:
         """Run one script with the queue's keys; Lua error replies become our exceptions."""
         try:
-            return self._scripts[name](keys=[*self._keys, *self._trigger_keys()], args=args)
+            return self._scripts[name](keys=self.keys(), args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None
 
 
-class AsyncScripts:
+class AsyncScripts(_Bound):
     """The same scripts on an asyncio client, for code that must not block its event loop."""
 
     def __init__(
         self, client: AsyncRedis, keys: Keys, trigger_keys: TriggerKeys | None = None
     ) -> None:
-        self._keys = keys.all()
-        self._trigger_keys = trigger_keys or no_trigger_push(keys)
+        super().__init__(keys, trigger_keys)
         self._scripts: dict[str, AsyncScript] = {
             n: client.register_script(source(n)) for n in NAMES
         }
@@ -84,7 +94,6 @@ class AsyncScripts:
     async def run(self, name: str, *args: str | int | float) -> Any:
         """Run one script with the queue's keys; Lua error replies become our exceptions."""
         try:
-            keys = [*self._keys, *self._trigger_keys()]
-            return await self._scripts[name](keys=keys, args=args)
+            return await self._scripts[name](keys=self.keys(), args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None
