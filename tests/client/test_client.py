@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from httpx_sse import EventSource
 
 from app.client.http import Client, FairgpuError, SseEvent, check_url, describe_detail, sse_events
 from app.models import Status
@@ -63,7 +64,19 @@ def test_events_are_split_on_blank_lines_with_their_ids_and_comments_skipped() -
         "id: 2-0",
         "data: cut off",
     ]
-    assert list(sse_events(lines)) == [SseEvent("1-0", "{}"), SseEvent(None, "first\nsecond")]
+    events = list(sse_events(EventSource(sse("\n".join(lines).encode()))))
+    # The second event has no id line: it carries the stream's last event id, as the SSE rules
+    # (and httpx-sse) say, which is the id to resume after.
+    assert events == [SseEvent("1-0", "{}"), SseEvent("1-0", "first\nsecond")]
+
+
+def test_a_stream_that_is_not_an_event_stream_is_one_line() -> None:
+    page = httpx.Response(200, text="<html>\nwelcome</html>")
+    with (
+        client(lambda request: page) as c,
+        pytest.raises(FairgpuError, match=r"is http://fairgpu\.test a fairgpu server"),
+    ):
+        next(c.watch(TASK))
 
 
 def test_a_validation_error_list_reads_as_one_line() -> None:
