@@ -211,3 +211,34 @@ def test_the_sweep_removes_a_job_written_but_never_queued(
     assert not r.exists(job_key("orphan"))
     assert r.exists(job_key("queued"))
     assert r.zrange(UNQUEUED, 0, -1) == [b"recent"]
+
+
+def test_the_end_of_a_run_is_recorded_once_redis_answers_again(
+    make_service: Callable[..., Service],
+) -> None:
+    runner = make_service().runner
+    replies: list[Exception | bool] = [redis.ConnectionError("down"), redis.TimeoutError(), True]
+
+    def finish() -> bool:
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    assert runner._finish({}, finish) is True
+    assert replies == []
+
+
+def test_a_failure_that_is_not_redis_being_away_is_not_retried(
+    make_service: Callable[..., Service],
+) -> None:
+    runner = make_service().runner
+    calls: list[int] = []
+
+    def finish() -> bool:
+        calls.append(1)
+        raise redis.ResponseError("WRONGTYPE")
+
+    with pytest.raises(redis.ResponseError):
+        runner._finish({}, finish)
+    assert len(calls) == 1
