@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from app.dev.processes import wait_until
 from app.dev.redis_server import free_port
 from app.settings import Settings
 
@@ -31,11 +31,8 @@ def fast_settings(**overrides: object) -> Settings:
 
 
 def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
-    """Poll check() until it returns something truthy, or fail after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+    """wait_until with the tests' default of 30 s: check()'s first truthy value, or the test
+    fails with a TimeoutError."""
+    value = wait_until(check, timeout, what)
+    assert value is not None  # wait_until returns only a truthy value
+    return value

@@ -176,7 +176,7 @@ class Stack:
 def as_environment(settings: Settings) -> dict[str, str]:
     """The settings as the environment variables that make a child process read them back."""
     return {
-        name.upper(): str(value)
+        name.upper(): ",".join(value) if isinstance(value, list) else str(value)  # lists: a,b
         for name, value in settings.model_dump().items()
         if value is not None  # unset stays unset: "None" would not parse back
     }

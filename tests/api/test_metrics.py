@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import billing
+from app.dev.processes import spawn, stop
 from app.dev.stack import as_environment
 from app.models import KINDS, Status
 from app.service import fairness_lag_s
@@ -245,20 +245,11 @@ def worker_process(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, An
         "CUDA_VISIBLE_DEVICES": "",
         "LOG_FORMAT": "text",
     }
-    with (tmp_path / "worker.log").open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.worker.main"], env=env, stdout=log, stderr=log
-        )
+    process = spawn([sys.executable, "-m", "app.worker.main"], env, tmp_path / "worker.log")
     try:
         yield name, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, grace_s=30)
 
 
 @pytest.mark.integration
@@ -287,10 +278,8 @@ async def test_a_job_run_by_a_real_worker_moves_the_metrics(
     assert r.hget(job_key(task_id), "status") == b"SUCCESS"
     # The record ends before the worker acks the fair queue (late ack), so the lease may
     # still be out for a moment after SUCCESS.
-    queue = api.runtime.queues["short"]
-    deadline = asyncio.get_running_loop().time() + 30
-    while await queue.pending() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)  # polling a condition with a deadline
+    inflight = api.runtime.queues["short"].keys.inflight
+    await asyncio.to_thread(wait_for, lambda: r.zcard(inflight) == 0, 30, "the lease to be acked")
     after = await scrape(api)
 
     def moved(metric: str, **labels: str) -> float:

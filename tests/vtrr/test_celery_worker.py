@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
+from app.dev.processes import spawn, wait_until
 from app.dev.redis_server import RedisServer, free_port
 from tests.vtrr.celery_worker_app import (
     CONFIG_ENV,
@@ -102,15 +102,7 @@ class Cluster:
             "-n", f"w{n}-{self.h.config.task_name}@localhost",
             "--without-heartbeat", "--without-mingle", "--without-gossip", "-l", "warning",
         ]  # fmt: skip
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                args,
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = spawn(args, env, log, cwd=ROOT, new_session=True)
         self.workers.append((process, log))
         return process
 
@@ -153,16 +145,11 @@ class Cluster:
         return counts == (0, 0, 0, 0)
 
     def wait_for(self, condition: Callable[[], T], what: str, timeout: float = WAIT_S) -> T:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"timed out after {timeout}s waiting for {what}\n{self.report()}"
-                )
-            time.sleep(0.05)
+        """condition()'s first truthy value; past the timeout, a failure showing the cluster."""
+        try:
+            return wait_until(condition, timeout, what)
+        except TimeoutError as timed_out:
+            raise AssertionError(f"{timed_out}\n{self.report()}") from None
 
     def wait_past_lease(self, task_id: str) -> None:
         """Wait until Redis's clock has passed the item's lease expiry."""
