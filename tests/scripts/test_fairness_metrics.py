@@ -1,5 +1,5 @@
-"""The fairness metrics of scripts/fairness on small schedules computed by hand, and their
-invariants on random valid schedules (hypothesis)."""
+"""The fairness metrics of scripts/benchkit/fairness on small schedules computed by hand, and
+their invariants on random valid schedules (hypothesis)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scripts.fairness import metrics as m
-from scripts.fairness.analysis import first_release, verdicts
-from scripts.fairness.scenarios import SCENARIOS, Params, interleave, jobs
+from scripts.benchkit.fairness import metrics as m
+from scripts.benchkit.fairness.analysis import first_release, verdicts
+from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, interleave, jobs
 
 
 def run(account: str, enqueued: float, started: float, finished: float, worker: str = "w1"):
@@ -140,12 +140,6 @@ def test_first_release_is_the_submit_when_a_worker_is_free() -> None:
     busy = [run("H", 0, 0, 1, "w1"), run("H", 0, 0, 1.2, "w2"), job]
     assert first_release(job, busy, workers=2) == 1
     assert first_release(job, busy, workers=3) == 0.5
-
-
-def test_percentile_interpolates() -> None:
-    assert m.percentile([4, 1, 3, 2], 50) == 2.5
-    assert m.percentile([1, 2, 3, 4], 99) == pytest.approx(3.97)
-    assert math.isnan(m.percentile([], 50))
 
 
 def test_verdicts_check_the_scenarios_targets() -> None:

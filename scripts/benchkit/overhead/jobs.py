@@ -2,7 +2,7 @@
 
 The variants (plain Celery; the fair queue, its triggers pushed by its scripts; the fair queue
 with every trigger published by Kombu) run on the same redis-server, through the same Celery app
-and the same worker processes (scripts/overhead/worker_app.py), in alternating rounds:
+and the same worker processes (scripts/benchkit/overhead/worker_app.py), in alternating rounds:
 
 - throughput: a round submits n jobs at once (plain: n apply_async on one producer; fair: one
   `noop.queue()` call per 1,000 items, which also publishes the first triggers) and waits for
@@ -26,23 +26,12 @@ from pathlib import Path
 
 import redis
 
-from scripts.overhead import worker_app
-from scripts.overhead.common import (
-    Report,
-    Section,
-    alternate,
-    cpu_seconds,
-    log,
-    machine,
-    median,
-    met,
-    pct,
-    ratio,
-    redis_server,
-    spawn,
-    stop,
-    wait_until,
-)
+from app.dev.processes import stop, wait_until
+from scripts.benchkit.children import celery_worker, embedded_redis, spawn
+from scripts.benchkit.host import cpu_seconds, log, machine
+from scripts.benchkit.overhead import worker_app
+from scripts.benchkit.report import Report, Section, met
+from scripts.benchkit.stats import alternate, median, percentile, ratio
 
 VARIANTS = ("plain", "fair", "fair-published")
 BATCH = 1000
@@ -122,7 +111,7 @@ class Driver:
 
     def collect(self, count: int, timeout: float) -> list[Record]:
         """Wait for count records, then take them off the list."""
-        wait_until(lambda: int(self.client.llen(worker_app.DONE_KEY)) >= count, "jobs", timeout)
+        wait_until(lambda: int(self.client.llen(worker_app.DONE_KEY)) >= count, timeout, "jobs")
         raw: list[bytes] = self.client.lrange(worker_app.DONE_KEY, 0, -1)  # type: ignore[assignment]
         self.client.delete(worker_app.DONE_KEY)
         return [Record.parse(r) for r in raw]
@@ -161,7 +150,11 @@ def start_workers(url: str, count: int, logs: Path) -> list[subprocess.Popen[byt
     env = {worker_app.URL_ENV: url, "CUDA_VISIBLE_DEVICES": ""}
     host = socket.gethostname()
     return [
-        spawn(worker_app.worker_args(f"bench{i}@{host}"), env, logs / f"worker{i}.log")
+        spawn(
+            celery_worker(worker_app.__name__, worker_app.QUEUES, f"bench{i}@{host}"),
+            env,
+            logs / f"worker{i}.log",
+        )
         for i in range(count)
     ]
 
@@ -169,7 +162,7 @@ def start_workers(url: str, count: int, logs: Path) -> list[subprocess.Popen[byt
 def measure(plan: Plan) -> dict[str, Samples]:
     """Start Redis and the workers, run the alternating rounds, stop everything."""
     samples = {variant: Samples() for variant in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp, redis_server(Path(tmp)) as rs:
+    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp, embedded_redis(Path(tmp)) as rs:
         workers = start_workers(rs.url, plan.workers, Path(tmp))
         assert rs.process is not None
         driver = Driver(rs.url, [w.pid for w in workers] + [rs.process.pid])
@@ -214,30 +207,39 @@ def throughput_report(samples: dict[str, Samples], plan: Plan) -> Report:
     return report
 
 
+def gap_percentiles(s: Samples) -> dict[str, float]:
+    """p50 and p99 of the busy gap and of the idle start, in ms."""
+    return {
+        "gap50": percentile(s.gaps_ms, 50),
+        "gap99": percentile(s.gaps_ms, 99),
+        "idle50": percentile(s.idle_ms, 50),
+        "idle99": percentile(s.idle_ms, 99),
+    }
+
+
 def gap_report(samples: dict[str, Samples], plan: Plan) -> Report:
     """The gap table: p50/p99 of the busy gap and of the idle start, per variant."""
     columns = ("variant", "busy gap p50 ms", "busy gap p99 ms", "idle start p50 ms",
                "idle start p99 ms", "gaps", "idle jobs")  # fmt: skip
-    rows: list[Sequence[object]] = []
-    for v in VARIANTS:
-        s = samples[v]
-        rows.append((v, pct(s.gaps_ms, 50), pct(s.gaps_ms, 99), pct(s.idle_ms, 50),
-                     pct(s.idle_ms, 99), len(s.gaps_ms), len(s.idle_ms)))  # fmt: skip
-    fair = samples["fair"]
-    worst50 = max(pct(fair.gaps_ms, 50), pct(fair.idle_ms, 50))
-    worst99 = max(pct(fair.gaps_ms, 99), pct(fair.idle_ms, 99))
-    plain, published = samples["plain"], samples["fair-published"]
+    pcts = {v: gap_percentiles(samples[v]) for v in VARIANTS}
+    rows: list[Sequence[object]] = [
+        (v, pcts[v]["gap50"], pcts[v]["gap99"], pcts[v]["idle50"], pcts[v]["idle99"],
+         len(samples[v].gaps_ms), len(samples[v].idle_ms))
+        for v in VARIANTS
+    ]  # fmt: skip
+    fair, plain, published = pcts["fair"], pcts["plain"], pcts["fair-published"]
+    worst50 = max(fair["gap50"], fair["idle50"])
+    worst99 = max(fair["gap99"], fair["idle99"])
     report = Report("gap", [Section("dispatch gap", columns, rows)])
     report.notes = [
         f"{machine()}; {plan.workers} worker(s), {plan.rounds} rounds",
         f"fair path, worst of busy gap and idle start: p50 {worst50:.2f} ms (target <= "
         f"{GAP_P50_MS:g}): {met(worst50 <= GAP_P50_MS)}; p99 {worst99:.2f} ms (target <= "
         f"{GAP_P99_MS:g}): {met(worst99 <= GAP_P99_MS)}",
-        f"fair / plain: busy gap p50 {ratio(pct(fair.gaps_ms, 50), pct(plain.gaps_ms, 50)):.2f}x,"
-        f" idle start p50 {ratio(pct(fair.idle_ms, 50), pct(plain.idle_ms, 50)):.2f}x",
-        f"fair-published / plain: busy gap p50 "
-        f"{ratio(pct(published.gaps_ms, 50), pct(plain.gaps_ms, 50)):.2f}x, idle start p50 "
-        f"{ratio(pct(published.idle_ms, 50), pct(plain.idle_ms, 50)):.2f}x",
+        f"fair / plain: busy gap p50 {ratio(fair['gap50'], plain['gap50']):.2f}x,"
+        f" idle start p50 {ratio(fair['idle50'], plain['idle50']):.2f}x",
+        f"fair-published / plain: busy gap p50 {ratio(published['gap50'], plain['gap50']):.2f}x,"
+        f" idle start p50 {ratio(published['idle50'], plain['idle50']):.2f}x",
     ]
     report.data = {
         v: {"gaps_ms": samples[v].gaps_ms, "idle_ms": samples[v].idle_ms} for v in VARIANTS

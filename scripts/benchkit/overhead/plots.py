@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from scripts.overhead.common import Report
+from scripts.benchkit.report import Report
 
 
 def _cdf(ax: Any, values: list[float], label: str) -> None:

@@ -1,16 +1,16 @@
-"""The command line: `uv run python -m scripts.overhead [--only NAME ...] [--quick] [--json]`."""
+"""The command line of `uv run scripts/bench.py [--only NAME ...] [--quick] [--json]`."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 
-from scripts.overhead.common import Report, log, machine
+from scripts.benchkit.host import log, machine
+from scripts.benchkit.report import Report
 
 Runner = Callable[[argparse.Namespace], list[Report]]
 NAMES = ("throughput", "gap", "enqueue", "sse", "scaling")
@@ -18,7 +18,7 @@ NAMES = ("throughput", "gap", "enqueue", "sse", "scaling")
 
 def run_jobs(args: argparse.Namespace) -> list[Report]:
     """throughput and gap share their rounds: one run gives both reports."""
-    from scripts.overhead import jobs
+    from scripts.benchkit.overhead import jobs
 
     plan = jobs.Plan(
         rounds=args.rounds or (2 if args.quick else 6),
@@ -38,7 +38,7 @@ def run_jobs(args: argparse.Namespace) -> list[Report]:
 
 def run_enqueue(args: argparse.Namespace) -> list[Report]:
     """The enqueue benchmark."""
-    from scripts.overhead import enqueue
+    from scripts.benchkit.overhead import enqueue
 
     plan = enqueue.Plan(
         rounds=args.rounds or (1 if args.quick else 5),
@@ -50,7 +50,7 @@ def run_enqueue(args: argparse.Namespace) -> list[Report]:
 
 def run_sse(args: argparse.Namespace) -> list[Report]:
     """The SSE benchmark."""
-    from scripts.overhead import sse
+    from scripts.benchkit.overhead import sse
 
     plan = sse.Plan(
         streams=args.streams or (30 if args.quick else 5000),
@@ -62,7 +62,7 @@ def run_sse(args: argparse.Namespace) -> list[Report]:
 
 def run_scaling(args: argparse.Namespace) -> list[Report]:
     """The scaling benchmark."""
-    from scripts.overhead import scaling
+    from scripts.benchkit.overhead import scaling
 
     plan = scaling.plan_for(args.quick, args.ops)
     return [scaling.report(scaling.measure(plan), plan)]
@@ -84,7 +84,7 @@ def runners(only: Sequence[str]) -> list[Runner]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.overhead", description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen benchmarks and print their tables (or JSON)."""
     args = parse_args(argv)
     if args.replot:
-        from scripts.overhead import plots
+        from scripts.benchkit.overhead import plots
 
         for path in plots.write(plots.from_saved(args.replot), args.plots or Path(".")):
             log(f"wrote {path}")
@@ -120,14 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.save:
             args.save.write_text(json.dumps([r.as_json() for r in reports], indent=1))
     if args.plots:
-        from scripts.overhead import plots
+        from scripts.benchkit.overhead import plots
 
         for path in plots.write(reports, args.plots):
             log(f"wrote {path}")
     if args.json:
         print(json.dumps([r.as_json() for r in reports], indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,15 +5,16 @@ Variants, in alternating rounds of the same length:
 - fairgpu: the real API (app.serve, one uvicorn process) on an embedded Redis; each client uses
   its own account's key, the rate limit and the per-account cap raised out of reach;
 - baseline-http: the same server stack with an endpoint that validates the same body and
-  answers the same model without touching Redis (scripts/overhead/trivial_api.py): the floor of
-  HTTP, uvicorn and FastAPI;
+  answers the same model without touching Redis (scripts/benchkit/overhead/trivial_api.py):
+  the floor of HTTP, uvicorn and FastAPI;
 - fairgpu-2proc: the same API with API_WORKERS=2, two uvicorn processes on one port: what the
   second core buys (not the target's setup, which is one process);
 - handler-only: the enqueue handler's own work (rate limit, create.lua, enqueue.lua, the
   unqueued-list update) called in this process by 16 concurrent coroutines, no HTTP: the floor
   of the Redis round trips and the Python around them.
 
-The load generator (scripts/overhead/httpload.py) runs in this process, on the same 2 cores.
+The load generator (scripts/benchkit/overhead/httpload.py) runs in this process, on the same
+2 cores.
 """
 
 from __future__ import annotations
@@ -36,21 +37,12 @@ from app.auth import digest
 from app.dev.redis_server import free_port
 from app.models import EnqueueRequest
 from app.settings import Settings
-from scripts.overhead import httpload
-from scripts.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
-from scripts.overhead.common import (
-    Report,
-    Section,
-    alternate,
-    log,
-    machine,
-    median,
-    met,
-    pct,
-    ratio,
-    redis_server,
-    tree_cpu_seconds,
-)
+from scripts.benchkit.children import embedded_redis
+from scripts.benchkit.host import log, machine, tree_cpu_seconds
+from scripts.benchkit.overhead import httpload
+from scripts.benchkit.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
+from scripts.benchkit.report import Report, Section, met
+from scripts.benchkit.stats import alternate, median, percentile, ratio
 
 CLIENTS = 16
 BODY = b'{"kind": "short", "duration_s": 1}'
@@ -150,7 +142,7 @@ def measure(plan: Plan) -> Rounds:
     """
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-enqueue-")))
-        servers = [stack.enter_context(redis_server(work / f"r{i}")) for i in range(3)]
+        servers = [stack.enter_context(embedded_redis(work / f"r{i}")) for i in range(3)]
         settings, keys = fairgpu_settings(servers[0].url, work, CLIENTS)
         one = settings.model_copy(update={"redis_url": servers[1].url})
         two = settings.model_copy(
@@ -175,14 +167,10 @@ def report(rounds: Rounds, plan: Plan) -> Report:
         rates = [r.per_second for r in runs]
         latencies = [x for r in runs for x in r.latencies_ms]
         errors = sum(n for r in runs for s, n in r.statuses.items() if not 200 <= s < 300)
-        summary[variant] = {
-            "rps": median(rates),
-            "p50": pct(latencies, 50),
-            "p99": pct(latencies, 99),
-        }
+        p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+        summary[variant] = {"rps": median(rates), "p50": p50, "p99": p99}
         rows.append((variant, median(rates), min(rates, default=0), max(rates, default=0),
-                     pct(latencies, 50), pct(latencies, 99), median(rounds.cpu_ms[variant]),
-                     len(latencies), errors))  # fmt: skip
+                     p50, p99, median(rounds.cpu_ms[variant]), len(latencies), errors))  # fmt: skip
     mine, http, handler, two = (summary[v]["rps"] for v in VARIANTS)
     mine_p99 = summary["fairgpu"]["p99"]
     ok = mine >= TARGET_RPS and mine_p99 <= TARGET_P99_MS

@@ -34,8 +34,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scripts.load import percentile as percentile  # one definition, shared with load.py
-
 EPS = 1e-9
 
 

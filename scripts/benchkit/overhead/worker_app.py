@@ -20,7 +20,6 @@ measured inside one process.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from app.worker.celery_app import create_celery
 URL_ENV = "BENCH_REDIS_URL"
 DONE_KEY = "bench:done"
 PLAIN_QUEUE, FAIR_QUEUE, PUBLISHED_QUEUE = "plain", "fair", "fair_published"
+QUEUES = (PLAIN_QUEUE, FAIR_QUEUE, PUBLISHED_QUEUE)  # the one set of workers serves all three
 PLAIN_TASK = "bench.plain"
 MAX_CONCURRENCY = 8  # fairgpu's default MAX_CONCURRENCY: triggers waiting in the broker
 
@@ -110,15 +110,3 @@ def build(url: str) -> BenchApp:
 
 bench = build(os.environ.get(URL_ENV, "redis://127.0.0.1:1/0"))
 app = bench.celery
-
-
-def worker_args(hostname: str) -> list[str]:
-    """The command line of one benchmark worker, as fairgpu's (app.celery_app.worker_argv) but
-    at log level WARNING, so that neither variant pays for a log line per task."""
-    return [
-        sys.executable,
-        "-m", "celery", "-A", __name__, "worker",
-        "--pool", "solo", "--concurrency", "1", "--prefetch-multiplier", "1",
-        "--queues", f"{PLAIN_QUEUE},{FAIR_QUEUE},{PUBLISHED_QUEUE}", "--hostname", hostname,
-        "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
-    ]  # fmt: skip

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,11 +24,12 @@ from typing import Any
 
 from rich.console import Console
 
-from . import report
-from .analysis import Result, analyse, verdicts
-from .runner import note, run_scenario, warm_up
-from .scenarios import SCENARIOS, Params, Scenario
-from .systems import FairSystem, FifoSystem, System
+from scripts.benchkit.fairness import report
+from scripts.benchkit.fairness.analysis import Result, analyse, verdicts
+from scripts.benchkit.fairness.runner import run_scenario, warm_up
+from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, Scenario
+from scripts.benchkit.fairness.systems import FairSystem, FifoSystem, System
+from scripts.benchkit.host import log
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -71,7 +71,7 @@ async def run_all(
     out: dict[str, dict[str, Result]] = {}
     try:
         for scenario in scenarios:
-            note(f"scenario {scenario.name}")
+            log(f"scenario {scenario.name}")
             out[scenario.name] = {
                 s.name: analyse(s.name, scenario, await run_scenario(s, scenario), workers)
                 for s in systems
@@ -129,13 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         md.append(report.markdown(scenario, res, checks))
         if a.plots is not None:
             for path in report.plot(scenario, res, a.plots):
-                note(f"wrote {path}")
+                log(f"wrote {path}")
     if a.markdown is not None:
         a.markdown.write_text("\n\n".join(md) + "\n")
     if a.json:
         print(report.as_json(run))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

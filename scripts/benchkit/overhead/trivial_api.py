@@ -5,7 +5,7 @@ it, sse-starlette) with endpoints that touch no Redis.
   response model with a fresh id;
 - GET /stream/{n} sends one event, then a second when POST /poke/{n} arrives, and ends.
 
-Run as `python -m scripts.overhead.trivial_api` with PORT set.
+Run as `python -m scripts.benchkit.overhead.trivial_api` with PORT set.
 """
 
 from __future__ import annotations

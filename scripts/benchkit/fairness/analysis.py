@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import metrics as m
-from .scenarios import Scenario
+from scripts.benchkit.fairness import metrics as m
+from scripts.benchkit.fairness.scenarios import Scenario
+from scripts.benchkit.stats import percentile
 
 SHARE_TARGET = 0.99
 
@@ -76,8 +77,8 @@ def _light_numbers(scenario: Scenario, runs: Sequence[m.Run], workers: int) -> d
     return {
         "light_accounts": list(scenario.light),
         "light_jobs": len(light),
-        "light_wait_p50_s": m.percentile(waits, 50),
-        "light_wait_p99_s": m.percentile(waits, 99),
+        "light_wait_p50_s": percentile(waits, 50),
+        "light_wait_p99_s": percentile(waits, 99),
         "light_wait_max_s": max(waits, default=math.nan),
         "light_waits_s": waits,
         "light_submits_s": [r.enqueued for r in light],
@@ -93,8 +94,8 @@ def _idle_numbers(runs: Sequence[m.Run], workers: int) -> dict[str, Any]:
         "idle_while_waiting_s": idle,
         "idle_per_job_ms": idle / len(runs) * 1000,
         "dispatch_gaps": len(gaps),
-        "dispatch_gap_p50_ms": m.percentile(gaps, 50) * 1000,
-        "dispatch_gap_p99_ms": m.percentile(gaps, 99) * 1000,
+        "dispatch_gap_p50_ms": percentile(gaps, 50) * 1000,
+        "dispatch_gap_p99_ms": percentile(gaps, 99) * 1000,
         "dispatch_gap_max_ms": max(gaps, default=math.nan) * 1000,
     }
 

@@ -5,7 +5,7 @@ late acks, like fairgpu's) runs them in the broker's order. The task sleeps for 
 duration, as a fairgpu CPU worker does, and records its start, end and worker in the job's
 Redis hash, where the submitter wrote its enqueue time. Workers run this module:
 
-    python -m celery -A scripts.fairness.fifo_app worker --pool solo ...
+    python -m celery -A scripts.benchkit.fairness.fifo_app worker --pool solo ...
 
 with FAIRNESS_FIFO_REDIS set to the Redis URL (a database of its own).
 """
@@ -21,6 +21,7 @@ from celery import Celery, Task
 from celery.signals import worker_ready
 
 TASK_NAME = "fairness.fifo.run"
+QUEUES = ("short", "long")  # the Celery queues its workers consume, as fairgpu's do
 READY_KEY = "fifo:ready"  # set of worker names that are up
 STARTED_KEY = "fifo:started"  # jobs started so far (a counter)
 URL_ENV = "FAIRNESS_FIFO_REDIS"

@@ -1,6 +1,6 @@
 """The two systems under test, behind one small interface.
 
-- `FairSystem`: a whole fairgpu stack (`app.devstack.Stack`: embedded Redis, the API, N CPU
+- `FairSystem`: a whole fairgpu stack (`app.dev.stack.Stack`: embedded Redis, the API, N CPU
   workers), driven over its HTTP API only. Results come from GET /task-status.
 - `FifoSystem`: N plain Celery workers (`fifo_app`) on a database of their own in the same
   Redis; jobs are published straight to the `short`/`long` Celery queues.
@@ -10,12 +10,9 @@ Both report each job as a `metrics.Run` from the timestamps the job returns.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,16 +23,17 @@ from typing import Protocol
 import httpx
 import redis
 
+from app.dev import processes
 from app.dev.redis_server import free_port
 from app.dev.stack import Stack
+from app.models import Status
 from app.settings import Settings
+from scripts.benchkit.children import celery_worker, spawn
+from scripts.benchkit.fairness import fifo_app
+from scripts.benchkit.fairness.metrics import Run
+from scripts.benchkit.fairness.scenarios import Account, JobSpec, Scenario, users_file
+from scripts.benchkit.polling import until
 
-from . import fifo_app
-from .metrics import Run
-from .scenarios import Account, JobSpec, Scenario, users_file
-
-ROOT = Path(__file__).resolve().parents[2]
-TERMINAL = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 POLL_S = 0.02  # between looks at a job or a queue while a scenario runs
 START_TIMEOUT_S = 60.0
 WARMUP = Account("fairness-warmup")
@@ -133,27 +131,28 @@ class FairSystem:
         state: dict[str, object] = reply.json()
         return state
 
+    async def _ended(self, handle: Handle) -> dict[str, object] | None:
+        """The job's state once it has ended; None before."""
+        state = await self._status(handle)
+        return state if Status(str(state["status"])).terminal else None
+
     async def finished(self, handle: Handle) -> bool:
         """Whether the job has ended."""
-        return (await self._status(handle))["status"] in TERMINAL
+        return await self._ended(handle) is not None
+
+    async def _drained(self) -> bool:
+        return await self.queued() == 0
 
     async def collect(self, handles: Sequence[Handle], timeout_s: float) -> list[Run]:
         """Wait until every job has ended, then read their timestamps."""
         deadline = time.monotonic() + timeout_s
-        while await self.queued() > 0:
-            if time.monotonic() > deadline:
-                raise RunError("jobs still queued at the deadline")
-            await asyncio.sleep(0.1)  # the queues drain at the workers' pace
-        runs: list[Run] = []
-        for handle in handles:
-            runs.append(await self._run_of(handle, deadline))
-        return runs
+        await until(self._drained, timeout_s, "fairgpu's queues drained", every=0.1)
+        return [await self._run_of(handle, deadline) for handle in handles]
 
     async def _run_of(self, handle: Handle, deadline: float) -> Run:
-        while (state := await self._status(handle))["status"] not in TERMINAL:
-            if time.monotonic() > deadline:
-                raise RunError(f"job {handle.job_id} still {state['status']} at the deadline")
-            await asyncio.sleep(POLL_S)  # it is running
+        left = max(0.0, deadline - time.monotonic())
+        ended = functools.partial(self._ended, handle)
+        state = await until(ended, left, f"job {handle.job_id} ended", every=POLL_S)
         result = state.get("result")
         if state["status"] != "SUCCESS" or not isinstance(result, dict):
             raise RunError(f"job {handle.job_id} ended {state['status']}: {state.get('error')}")
@@ -189,36 +188,24 @@ class FifoSystem:
     def start(self) -> None:
         """Start the workers and wait until each says it consumes."""
         self.redis.flushdb()
-        env = {**os.environ, fifo_app.URL_ENV: self.url, "PYTHONPATH": str(ROOT)}
+        env = {fifo_app.URL_ENV: self.url}
         for i in range(1, self.workers + 1):
-            with (self.log_dir / f"fifo{i}.log").open("ab") as out:
-                self.processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "celery", "-A", "scripts.fairness.fifo_app",
-                         "worker", "--pool", "solo", "--concurrency", "1",
-                         "--prefetch-multiplier", "1", "--queues", "short,long",
-                         "--hostname", f"fifo{i}@%h", "--without-gossip", "--without-mingle",
-                         "--without-heartbeat", "--loglevel", "WARNING"],
-                        cwd=ROOT, env=env, stdout=out, stderr=out,
-                    )
-                )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while int(self.redis.scard(fifo_app.READY_KEY)) < self.workers:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
-                raise RunError(f"FIFO workers did not start; see {self.log_dir}")
-            time.sleep(0.1)  # polling the workers' ready marks
+            argv = celery_worker(
+                fifo_app.__name__, fifo_app.QUEUES, f"fifo{i}@%h", "--without-heartbeat"
+            )
+            self.processes.append(spawn(argv, env, self.log_dir / f"fifo{i}.log"))
+        processes.wait_until(self._ready, START_TIMEOUT_S, "the FIFO workers")
+
+    def _ready(self) -> bool:
+        """Whether every worker has said it consumes; RunError if one has exited."""
+        if any(p.poll() is not None for p in self.processes):
+            raise RunError(f"a FIFO worker exited at start; see {self.log_dir}")
+        return int(self.redis.scard(fifo_app.READY_KEY)) >= self.workers
 
     def stop(self) -> None:
         """Stop the workers and close the connections."""
         for p in self.processes:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.processes:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            processes.stop(p)
         self.celery.close()
         self.redis.close()
 
@@ -249,10 +236,9 @@ class FifoSystem:
         deadline = time.monotonic() + timeout_s
         runs: list[Run] = []
         for handle in handles:
-            while not await self.finished(handle):
-                if time.monotonic() > deadline:
-                    raise RunError(f"FIFO job {handle.job_id} not finished at the deadline")
-                await asyncio.sleep(0.05)  # the workers drain the queue at their pace
+            left = max(0.0, deadline - time.monotonic())
+            finished = functools.partial(self.finished, handle)
+            await until(finished, left, f"FIFO job {handle.job_id} finished")
             raw = self.redis.hgetall(fifo_app.job_key(handle.job_id))
             runs.append(
                 Run(

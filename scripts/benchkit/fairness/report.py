@@ -12,8 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .analysis import Result, Verdict
-from .scenarios import Scenario
+from scripts.benchkit.fairness.analysis import Result, Verdict
+from scripts.benchkit.fairness.scenarios import Scenario
+from scripts.benchkit.report import json_safe
 
 SYSTEMS = ("fairgpu", "fifo")
 
@@ -100,20 +101,9 @@ def markdown(scenario: Scenario, results: dict[str, Result], checks: Sequence[Ve
     return "\n".join(lines)
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
 def as_json(run: dict[str, Any]) -> str:
     """The whole run as JSON (NaN as null)."""
-    return json.dumps(_clean(run), indent=2)
+    return json.dumps(json_safe(run), indent=2)
 
 
 def scenario_json(

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import sys
+import functools
+import math
 import time
 from collections.abc import Sequence
 
-from .metrics import Run
-from .scenarios import Batch, Flood, JobSpec, Scenario, Stream, Trickle, jobs_of
-from .systems import POLL_S, WARMUP, Handle, RunError, System
+from scripts.benchkit.fairness.metrics import Run
+from scripts.benchkit.fairness.scenarios import (
+    Batch,
+    Flood,
+    JobSpec,
+    Scenario,
+    Stream,
+    Trickle,
+    jobs_of,
+)
+from scripts.benchkit.fairness.systems import POLL_S, WARMUP, Handle, RunError, System
+from scripts.benchkit.host import log
+from scripts.benchkit.polling import until
 
 WARMUP_S = 0.2
 DRAIN_SLACK_S = 120.0
@@ -50,8 +61,9 @@ class Driver:
         await self._at(stream.at)
         for _ in range(stream.n):
             handle = await self.submit(stream.job)
-            while not await self.system.finished(handle):
-                await asyncio.sleep(POLL_S)  # the light user waits for its job
+            finished = functools.partial(self.system.finished, handle)
+            # The light user waits as long as it takes; collect() bounds the whole run.
+            await until(finished, math.inf, "the trickle's job", every=POLL_S)
             await asyncio.sleep(stream.think)  # the light user's pause between jobs
 
     async def flood(self, stream: Flood) -> None:
@@ -80,7 +92,7 @@ class Driver:
         submitted = time.monotonic()
         work = sum(h.spec.duration for h in self.handles) / self.system.workers
         runs = await self.system.collect(self.handles, timeout_s=4 * work + DRAIN_SLACK_S)
-        note(
+        log(
             f"  {self.system.name}: {len(runs)} jobs, submitted in {submitted - self.t0:.1f} s, "
             f"done in {time.monotonic() - self.t0:.1f} s"
         )
@@ -108,8 +120,3 @@ async def warm_up(system: System, deadline_s: float = 60.0) -> None:
 def all_specs(scenario: Scenario) -> Sequence[JobSpec]:
     """Every job template of a scenario (for sizes and checks)."""
     return [j for s in scenario.streams for j in jobs_of(s)]
-
-
-def note(text: str) -> None:
-    """Progress, on stderr."""
-    print(text, file=sys.stderr, flush=True)

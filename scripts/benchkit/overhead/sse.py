@@ -5,8 +5,8 @@ Each round starts a fresh API process, opens n streams to it and keeps them open
 - fairgpu: GET /task-status/stream/{id} on n PENDING jobs (no workers run, so they stay
   PENDING), each with its owner's key; a change is a cancel, DELETE /tasks/{id}, which writes
   REVOKED and its event and publishes the id; the API's one subscription wakes that stream.
-- baseline: GET /stream/{i} of scripts/overhead/trivial_api.py on the same server stack (uvicorn,
-  FastAPI, sse-starlette), woken in-process by POST /poke/{i}: no Redis.
+- baseline: GET /stream/{i} of scripts/benchkit/overhead/trivial_api.py on the same server
+  stack (uvicorn, FastAPI, sse-starlette), woken in-process by POST /poke/{i}: no Redis.
 
 Memory per stream is the API process's VmRSS with all n streams open (each has had its first
 event) minus VmRSS just before they were opened, over n. Delivery latency is from sending the
@@ -32,21 +32,12 @@ from app.api.runtime import Runtime
 from app.auth import digest
 from app.models import EnqueueRequest
 from app.settings import Settings
-from scripts.overhead import httpload
-from scripts.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
-from scripts.overhead.common import (
-    Report,
-    Section,
-    alternate,
-    log,
-    machine,
-    median,
-    pct,
-    raise_fd_limit,
-    ratio,
-    redis_server,
-    rss_kib,
-)
+from scripts.benchkit.children import embedded_redis
+from scripts.benchkit.host import log, machine, raise_fd_limit, rss_kib
+from scripts.benchkit.overhead import httpload
+from scripts.benchkit.overhead.apis import Api, baseline_api, fairgpu_api, fairgpu_settings
+from scripts.benchkit.report import Report, Section
+from scripts.benchkit.stats import alternate, median, percentile, ratio
 
 VARIANTS = ("fairgpu", "baseline")
 ACCOUNTS = 16
@@ -220,7 +211,7 @@ def measure(plan: Plan) -> dict[str, Samples]:
     """Start Redis, run the alternating rounds, each on a fresh API process."""
     raise_fd_limit()
     samples = {v: Samples() for v in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="bench-sse-") as tmp, redis_server(Path(tmp)) as rs:
+    with tempfile.TemporaryDirectory(prefix="bench-sse-") as tmp, embedded_redis(Path(tmp)) as rs:
         settings, keys = fairgpu_settings(rs.url, Path(tmp), ACCOUNTS)
         for index, variant in alternate(plan.rounds, VARIANTS):
             uvloop.run(one_round(variant, settings, keys, plan, samples[variant], Path(tmp)))
@@ -239,7 +230,7 @@ def report(samples: dict[str, Samples], plan: Plan) -> Report:
         s = samples[v]
         lat = s.latencies_ms
         rows.append((v, median(s.kib_per_stream), min(s.kib_per_stream, default=0),
-                     max(s.kib_per_stream, default=0), pct(lat, 50), pct(lat, 99),
+                     max(s.kib_per_stream, default=0), percentile(lat, 50), percentile(lat, 99),
                      max(lat, default=0), len(lat), s.late, sum(s.lost)))  # fmt: skip
     mine, base = samples["fairgpu"], samples["baseline"]
     result = Report(
@@ -249,7 +240,7 @@ def report(samples: dict[str, Samples], plan: Plan) -> Report:
         f"{machine()}; {plan.rounds} rounds per variant, each on a fresh API process",
         f"fairgpu / baseline: memory per stream "
         f"{ratio(median(mine.kib_per_stream), median(base.kib_per_stream)):.2f}x, delivery p50 "
-        f"{ratio(pct(mine.latencies_ms, 50), pct(base.latencies_ms, 50)):.2f}x",
+        f"{ratio(percentile(mine.latencies_ms, 50), percentile(base.latencies_ms, 50)):.2f}x",
     ]
     if sum(mine.lost) or mine.late:
         result.notes.append(

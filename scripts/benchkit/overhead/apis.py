@@ -1,8 +1,9 @@
 """The API processes the HTTP benchmarks load: fairgpu's (app.serve, as main.py runs it) and the
-baseline (scripts/overhead/trivial_api.py), each one uvicorn process on a free port."""
+baseline (scripts/benchkit/overhead/trivial_api.py), each one uvicorn process on a free port."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import httpx
 
+from app.dev.processes import stop, wait_until
 from app.dev.redis_server import free_port
 from app.dev.stack import as_environment
 from app.settings import Settings
-from scripts.overhead.common import spawn, stop, wait_until, write_users
+from scripts.benchkit.children import spawn
 
 UNLIMITED = 10**9
+START_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,17 @@ class Api:
     def pid(self) -> int:
         """Its process id."""
         return self.process.pid
+
+
+def write_users(path: Path, accounts: int) -> list[str]:
+    """An accounts file with numbered accounts, one plain key each; returns the keys."""
+    keys = [f"bench-key-{i:05d}" for i in range(accounts)]
+    entries = [
+        {"user_id": f"00000000-0000-0000-0000-{i:012d}", "api_keys": [key]}
+        for i, key in enumerate(keys)
+    ]
+    path.write_text(json.dumps({"accounts": entries}))
+    return keys
 
 
 def fairgpu_settings(redis_url: str, workdir: Path, accounts: int) -> tuple[Settings, list[str]]:
@@ -62,7 +76,8 @@ def serve(module: str, env: dict[str, str], port: int, probe: str, log: Path) ->
     """Run `python -m module` until the block ends; ready once GET probe answers 200."""
     process = spawn([sys.executable, "-m", module], env, log)
     try:
-        wait_until(lambda: _ready(f"http://127.0.0.1:{port}{probe}", process), module)
+        ready = f"http://127.0.0.1:{port}{probe}"
+        wait_until(lambda: _ready(ready, process), START_TIMEOUT_S, module)
         yield Api(process, port)
     finally:
         stop(process)
@@ -80,5 +95,5 @@ def baseline_api(log: Path) -> Iterator[Api]:
     """The baseline API."""
     port = free_port()
     env = {"PORT": str(port)}
-    with serve("scripts.overhead.trivial_api", env, port, "/openapi.json", log) as api:
+    with serve("scripts.benchkit.overhead.trivial_api", env, port, "/openapi.json", log) as api:
         yield api
