@@ -26,7 +26,7 @@ from pathlib import Path
 
 import uvloop
 
-from app.api.deps import Caller
+from app.api.routing import Caller
 from app.api.routes import jobs as jobs_api
 from app.api.runtime import Runtime
 from app.auth import digest
