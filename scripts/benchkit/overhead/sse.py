@@ -26,8 +26,8 @@ from pathlib import Path
 
 import uvloop
 
-from app.api.routing import Caller
 from app.api.routes import jobs as jobs_api
+from app.api.routing import Caller
 from app.api.runtime import Runtime
 from app.auth import digest
 from app.models import EnqueueRequest
