@@ -43,9 +43,13 @@ class EnqueueRequest(BaseModel):
     def _finite_number(cls, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("duration_s must be a number")
-        if not math.isfinite(value):
+        try:
+            number = float(value)  # an integer past a float's range overflows here
+        except OverflowError:
+            raise ValueError("duration_s must be finite") from None
+        if not math.isfinite(number):
             raise ValueError("duration_s must be finite")
-        return float(value)
+        return number
 
     def fingerprint(self) -> str:
         """What identifies this request for an Idempotency-Key."""
@@ -115,10 +119,12 @@ class BillingRecord(BaseModel):
 
     user_id: str
     task_id: str
-    cost: float
+    cost: float = Field(description="price per second x billed_seconds, exact to the micro-unit")
+    cost_micros: int = Field(description="the cost in millionths: bills add up exactly")
     description: str
     kind: Kind
-    gpu_seconds: float
+    gpu_seconds: float = Field(description="GPU-seconds used (asked for, when it succeeded)")
+    billed_seconds: float = Field(description="the seconds billed: gpu_seconds, at least 1 s")
     billed_at: float
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from app.api.limits import RateLimiter
@@ -38,6 +39,27 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(set(keys)) != len(keys):
         raise ValueError("a key appears twice in one object")
     return dict(pairs)
+
+
+def require_json(request: Request) -> None:
+    """A body that is not declared JSON is a 422 that says so, rather than FastAPI's "Input
+    should be a valid dictionary" about a body it never parsed."""
+    given = request.headers.get("content-type", "")
+    media = given.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    said = f"got {given!r}" if given else "none was given"
+    raise RequestValidationError(
+        [
+            {
+                "type": "content_type",
+                "loc": ("header", "content-type"),
+                "msg": f"the body must be JSON with Content-Type: application/json ({said})",
+            }
+        ]
+    )
 
 
 class StrictJSONRequest(Request):
@@ -91,6 +113,8 @@ class KeyedRoute(APIRoute):
             caller = authenticated(request)
             if caller is None or not self.admits(caller):
                 raise self.refusal()
+            if self.body_field is not None:
+                require_json(request)
             request.state.caller = caller
             _visit.set((caller, request.app.state.runtime.limiter))
             return await handle(StrictJSONRequest(request.scope, request.receive))

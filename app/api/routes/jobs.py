@@ -87,7 +87,7 @@ async def enqueue_task(
             detail="this Idempotency-Key was used with a different request",
         ) from None
     if created:
-        await _enqueue(runtime, account.user_id, body, job_id, forget_on_failure=True)
+        await _enqueue(runtime, account.user_id, body, job_id, replay=False)
         log.info(
             "job queued",
             extra={"task_id": job_id, "account": account.user_id, "queue": body.kind},
@@ -96,21 +96,25 @@ async def enqueue_task(
         job = await runtime.store.get(job_id)
         if job is not None and job.status is Status.PENDING:
             # The first request may have died between its two steps: make sure it is queued.
-            await _enqueue(runtime, account.user_id, body, job_id, forget_on_failure=False)
+            await _enqueue(runtime, account.user_id, body, job_id, replay=True)
     return EnqueueResponse(task_id=job_id)
 
 
 async def _enqueue(
-    runtime: Runtime, user_id: str, body: EnqueueRequest, job_id: str, *, forget_on_failure: bool
+    runtime: Runtime, user_id: str, body: EnqueueRequest, job_id: str, *, replay: bool
 ) -> None:
+    """Put a created job in its fair queue. A replay (a repeated Idempotency-Key) was accepted
+    under the quota already: it is never refused for it, and is a no-op once queued."""
     item = runtime.service.job_item(body.kind, job_id, body.duration_s)
     most = runtime.settings.max_queued_per_account
     try:
-        _, triggers = await runtime.queues[body.kind].enqueue(user_id, [item], max_queued=most)
+        _, triggers = await runtime.queues[body.kind].enqueue(
+            user_id, [item], max_queued=None if replay else most
+        )
     except DuplicateTaskError:
-        return  # a concurrent request with the same Idempotency-Key queued it already
+        return  # queued already, by the first request or a concurrent replay
     except BaseException as exc:
-        if forget_on_failure:
+        if not replay:
             await runtime.store.delete(job_id, user_id)  # nothing half-written: no one saw this id
         if isinstance(exc, QueueFullError):
             raise HTTPException(
