@@ -5,6 +5,8 @@ and attaches a runner (app/worker/runner.py) to run them.
 Each queue is a VTRRQueue whose partitions are accounts (weighted by their share) and whose items
 are jobs: item id = job id, weight = the GPU-seconds the job asks for (at least 1). The job tasks
 are registered in every process, since the API sends their triggers; only a worker's run them.
+In a process whose WORKER_QUEUES holds both queues, a trigger of either runs the job that
+app/worker/short_first.py picks: short first, long every LONG_EVERY-th dispatch while both wait.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from app.auth import Accounts
 from app.models import KINDS, RECLAIM_QUEUE, Kind
 from app.settings import Settings
 from app.store import JobRecorder
-from app.vtrr import Item, VTRRQueue, VTRRTask, held_lease
+from app.vtrr import Item, VTRRQueue, VTRRTask, held_lease, serve_together
 from app.worker.celery_app import create_celery
+from app.worker.short_first import ShortFirst
 
 SWEEP_TASK = "fairgpu.sweep_unqueued"
 
@@ -122,6 +125,10 @@ def build(settings: Settings, accounts: Accounts) -> Service:
         return service.run("long", job_id, _token(self))
 
     tasks["short"], tasks["long"] = run_short_job, run_long_job
+    if set(KINDS) <= set(settings.worker_queues):
+        # A worker serving both: whichever trigger arrives, short goes first (see short_first).
+        policy = ShortFirst(queues, settings.long_every)
+        serve_together(list(queues.values()), policy.take)
 
     @celery_app.task(name=SWEEP_TASK, ignore_result=True, shared=False)
     def sweep_unqueued() -> int:

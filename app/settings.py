@@ -34,10 +34,16 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(8, ge=1, description="triggers waiting in the broker, per queue")
     reclaim_interval_s: float = Field(10, gt=0, description="period of reclaim_and_dispatch")
     price_short_per_s: float = Field(
-        0.5, ge=0, description="price of a GPU-second in the short queue"
+        0.5, ge=0, allow_inf_nan=False, description="price of a GPU-second in the short queue"
     )
     price_long_per_s: float = Field(
-        0.25, ge=0, description="price of a GPU-second in the long queue"
+        0.25, ge=0, allow_inf_nan=False, description="price of a GPU-second in the long queue"
+    )
+    min_billed_s: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="least GPU-seconds a bill is for"
+    )
+    long_every: int = Field(
+        4, ge=1, description="a worker serving both queues: long's turn, 1 dispatch in N"
     )
     max_short_s: float = Field(60, gt=0, description="longest duration_s of a short job")
     max_long_s: float = Field(3000, gt=0, description="longest duration_s of a long job")
@@ -55,6 +61,12 @@ class Settings(BaseSettings):
         60, gt=0, description="after this, a job created but never queued is swept away"
     )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
+    sse_outage_s: float = Field(
+        30, gt=0, description="how long a stream waits out Redis being away before event: error"
+    )
+    api_redis_connections: int = Field(
+        16, ge=1, description="Redis connections one API process may hold for its requests"
+    )
     max_body_bytes: int = Field(64 * 1024, gt=0, description="largest request body accepted")
     worker_queues: Annotated[list[str], NoDecode] = Field(
         ["short", "long"],
@@ -90,6 +102,14 @@ class Settings(BaseSettings):
         if not names or unknown:
             raise ValueError(f"{names!r}: use short, long or short,long")
         return names
+
+    @field_validator("price_short_per_s", "price_long_per_s")
+    @classmethod
+    def _whole_micro_units(cls, value: float) -> float:
+        # Bills are kept in integer micro-units: a finer price would be rounded on every bill.
+        if round(value, 6) != value:
+            raise ValueError(f"{value!r}: a price has at most 6 decimals (micro-units)")
+        return value
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

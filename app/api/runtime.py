@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from prometheus_client.registry import CollectorRegistry
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from app.api.collector import ServiceCollector, registry
 from app.api.limits import RateLimiter
@@ -21,7 +23,12 @@ from app.vtrr.aio import AsyncFairQueue
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.
 REDIS_TIMEOUT_S = 2.0
-REDIS_CONNECTIONS = 1024
+#: How long a call waits for one of the pool's connections before it fails (503, or a stream's
+#: retry): a burst queues for a moment instead of opening a connection per waiting call.
+POOL_WAIT_S = 5.0
+#: The names the API's connections carry in CLIENT LIST, so an operator can count them.
+CLIENT_NAME = "fairgpu-api"
+HUB_CLIENT_NAME = "fairgpu-api-events"
 
 
 @dataclass
@@ -44,20 +51,27 @@ class Runtime:
     def open(cls, settings: Settings) -> Runtime:
         """Build everything for one API process; nothing connects until first used."""
         accounts = Accounts.load(settings.users_file)
-        # Room for many streams' calls at once (redis-py's default is 100). A pool that waits for
-        # a free connection instead of failing cost a quarter of the API's CPU per request
-        # (docs/benchmarks.md); past this bound a call fails, and answers 503 or ends a stream.
-        pool = aioredis.ConnectionPool.from_url(
+        # A plain pool keeps every connection it ever opened, one per call that was in flight
+        # at the busiest moment (200 streams opened at once left 209): a bounded one that
+        # waits makes calls queue instead, and costs no more CPU per request (docs/benchmarks.md).
+        # Streams hold none of these while they wait: they share the hub's one connection.
+        pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url,
-            max_connections=REDIS_CONNECTIONS,
+            max_connections=settings.api_redis_connections,
+            timeout=POOL_WAIT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             health_check_interval=30,
+            client_name=CLIENT_NAME,
         )
         client = aioredis.Redis.from_pool(pool)
-        # The hub's subscription waits for messages indefinitely: no read timeout on it.
+        # The hub's subscription waits for messages indefinitely: no read timeout on it. It
+        # reconnects itself, so that it knows when it did: no retries inside redis-py.
         hub_client = aioredis.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S
+            settings.redis_url,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            client_name=HUB_CLIENT_NAME,
+            retry=Retry(NoBackoff(), 0),
         )
         service = build(settings, accounts)
         queues = {kind: q.aio(client) for kind, q in service.queues.items()}
@@ -74,7 +88,7 @@ class Runtime:
             service,
             hub,
             RateLimiter(client, settings.rate_limit_per_s),
-            Estimator(client, settings.heartbeat_seconds),
+            Estimator(client, settings.heartbeat_seconds, settings.long_every),
             registry(collector),
             Places(hub, queues),
         )

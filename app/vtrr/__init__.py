@@ -11,7 +11,16 @@
 This package imports redis and celery only; nothing else of fairgpu.
 """
 
-from app.vtrr.celery_queue import Delivery, HeldLease, VTRRQueue, VTRRTask, held_lease
+from app.vtrr.celery_queue import (
+    Delivery,
+    HeldLease,
+    Taken,
+    VTRRQueue,
+    VTRRTask,
+    held_lease,
+    serve_together,
+    take_first,
+)
 from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
@@ -29,9 +38,12 @@ __all__ = [
     "Lease",
     "QueueFullError",
     "RedisQueue",
+    "Taken",
     "Task",
     "VTRRError",
     "VTRRQueue",
     "VTRRTask",
     "held_lease",
+    "serve_together",
+    "take_first",
 ]

@@ -82,6 +82,10 @@ class AsyncFairQueue:
         """How many items are in flight."""
         return int(await self.redis.zcard(self.keys.inflight))
 
+    async def queued_weight(self) -> int:
+        """The sum of the weights of the items queued (see FairQueue.queued_weight)."""
+        return int(await self.redis.get(self.keys.queued_weight) or 0)
+
     async def stats(self) -> dict[str, int]:
         """The queue's counters (see FairQueue.stats)."""
         return stats_of(await self.redis.hgetall(self.keys.stats))

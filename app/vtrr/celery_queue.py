@@ -8,6 +8,9 @@ A retry keeps the lease; process death leaves it to expire and be reclaimed.
 When the broker is the queue's own Redis, the scripts push the triggers themselves, in the same
 call that made them due (see `_trigger_keys`): a trigger then costs no Kombu publish and no
 round trip of its own.
+
+Queues that one worker serves together may share their triggers (`serve_together`): a trigger
+of any of them then runs the item that a policy of the application picks among them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,17 @@ class Delivery(NamedTuple):
     task_id: str
     token: str
     timeouts: int
+
+
+class Taken(NamedTuple):
+    """An item a trigger's run leased, and the queue it came from (see serve_together)."""
+
+    queue: VTRRQueue
+    delivery: Delivery
+
+
+#: Chooses and leases the item a trigger of the given queue runs (see serve_together).
+Take = Callable[["VTRRQueue"], Taken | None]
 
 
 class HeldLease(NamedTuple):
@@ -151,6 +165,9 @@ class VTRRQueue(FairQueue):
         self.reclaim_queue = reclaim_queue
         self.reclaim_task_name = f"vtrr_queue.reclaim.{name}"
         self._task: VTRRTask | None = None
+        self._function: Callable[..., Any] | None = None
+        self._take_with: Take | None = None
+        self._peers: dict[str, VTRRQueue] = {name: self}
         self._push_option = push_triggers
         self._trigger_route: tuple[str, str] | None = None
         self._trigger_message: str | None = None
@@ -183,6 +200,7 @@ class VTRRQueue(FairQueue):
                     "use one VTRRQueue per task"
                 )
             self._task = VTRRTask(self, self._celery_task(f, options))
+            self._function = f
             return self._task
 
         return decorate if fun is None else decorate(fun)
@@ -193,18 +211,21 @@ class VTRRQueue(FairQueue):
 
         def run(task: Task, *_: Any, **kwargs: Any) -> Any:  # type: ignore[type-arg]
             held = kwargs.get(LEASE_KWARG)
-            delivery = vtrr._resume(*held) if held else vtrr._dequeue()
-            if delivery is None:
+            taken = vtrr._resume_held(held) if held else vtrr._next()
+            if taken is None:
                 return None
-            # self.request.vtrr_* tell the function which item and lease it runs under. A retry
-            # re-sends request.kwargs: this one names the lease, not the item's data.
+            source, delivery = taken
+            # self.request.vtrr_* tell the function which item and lease it runs under, and
+            # vtrr_queue the queue that holds the lease. A retry re-sends request.kwargs: this
+            # one names the lease and its queue, not the item's data.
             vars(task.request).update(
+                vtrr_queue=source.name,
                 vtrr_timeouts=delivery.timeouts,
                 vtrr_task_id=delivery.task_id,
                 vtrr_token=delivery.token,
-                kwargs={LEASE_KWARG: [delivery.task_id, delivery.token]},
+                kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
             )
-            return fun(task, *delivery.args, **delivery.kwargs)
+            return source._call(task, delivery)
 
         def after_return(task: Task, status: str, retval: Any, *rest: Any) -> None:  # type: ignore[type-arg]
             # Called for SUCCESS and FAILURE only; a retry keeps its lease, and a process that
@@ -214,7 +235,8 @@ class VTRRQueue(FairQueue):
             held = held_lease(task)
             unreachable = status == celery_states.FAILURE and isinstance(retval, UNREACHABLE)
             if status in _FINAL_STATES and held is not None and not unreachable:
-                vtrr.ack(held.task_id, held.token)
+                source = vtrr._peers.get(vars(task.request).get("vtrr_queue", vtrr.name), vtrr)
+                source.ack(held.task_id, held.token)
             base.after_return(task, status, retval, *rest)
 
         run.__name__, run.__qualname__, run.__module__ = (
@@ -240,6 +262,32 @@ class VTRRQueue(FairQueue):
     def _resume(self, task_id: str, token: str) -> Delivery | None:
         """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
         return _delivery(self.resume(task_id, token))
+
+    def _resume_held(self, held: Sequence[str]) -> Taken | None:
+        """A retry's run, on the queue its lease came from (this one, or a peer's)."""
+        source = self._peers.get(held[2], self) if len(held) > 2 else self
+        delivery = source._resume(held[0], held[1])
+        return None if delivery is None else Taken(source, delivery)
+
+    def _next(self) -> Taken | None:
+        """What a trigger of this queue runs: its own fairest item, or what serve_together's
+        policy picks."""
+        if self._take_with is not None:
+            return self._take_with(self)
+        delivery = self._dequeue()
+        return None if delivery is None else Taken(self, delivery)
+
+    def _call(self, task: Task, delivery: Delivery) -> Any:  # type: ignore[type-arg]
+        """Run this queue's decorated function on one of its items."""
+        if self._function is None:
+            raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to run its items")
+        return self._function(task, *delivery.args, **delivery.kwargs)
+
+    def consume_trigger(self) -> None:
+        """Count one of this queue's triggers as run although it leased from another queue,
+        and top the triggers up, so this queue's items keep a trigger each (up to the cap)."""
+        count, _ = self._scripts.run("triggers", "consume", 0, self._trigger_cap)
+        self._publish(int(count))
 
     def aio(self, redis_client: AsyncRedis) -> AsyncFairQueue:
         """This queue on an asyncio client (same name, shares and trigger cap), for web handlers;
@@ -358,6 +406,44 @@ class VTRRQueue(FairQueue):
         )
         schedule = dict(self.celery_app.conf.beat_schedule or {})
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
+
+
+def serve_together(queues: Sequence[VTRRQueue], take: Take) -> None:
+    """Let a trigger of any of these queues run the item that `take` leases from any of them.
+
+    For a worker that serves several queues and has a policy among them (one before another,
+    say): `take(trigger_queue)` chooses, leases with `take_first` and returns what it took, or
+    None. The function of the item's own queue runs it, and the lease is acked, resumed on a
+    retry and reclaimed in that queue. Call it in the processes that run the triggers.
+    """
+    peers = {queue.name: queue for queue in queues}
+    for queue in queues:
+        queue._take_with, queue._peers = take, peers
+
+
+def take_first(trigger: VTRRQueue, queues: Sequence[VTRRQueue]) -> Taken | None:
+    """Lease the fairest item of the first of `queues` with one queued, for a run of a trigger
+    of `trigger`; None when all are empty.
+
+    The trigger is counted as run exactly once, in its own queue, whichever queue's item runs:
+    each queue's trigger count stays what its broker queue holds (reclaim_and_dispatch relies
+    on that), a queue whose trigger ran another queue's item tops its own triggers up, and a
+    queue whose item ran on another's trigger keeps a trigger that finds the next item or none.
+    """
+    counted = False
+    for queue in queues:
+        if queue is trigger:
+            delivery = queue._dequeue()
+            counted = True
+        else:
+            delivery = _delivery(queue._take(consumes_trigger=False))
+        if delivery is not None:
+            if not counted:
+                trigger.consume_trigger()
+            return Taken(queue, delivery)
+    if not counted:
+        trigger.consume_trigger()
+    return None
 
 
 def _delivery(lease: Lease | None) -> Delivery | None:

@@ -24,6 +24,7 @@ class Keys:
     triggers: str
     stats: str
     wake: str
+    queued_weight: str
 
     @classmethod
     def for_queue(cls, name: str) -> Keys:

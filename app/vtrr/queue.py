@@ -94,7 +94,8 @@ def enqueue_args(
         task_id = secrets.token_hex(16) if item.id is None else item.id
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
-        args += [task_id, repr(check_weight(item.weight) / share), item.payload]
+        weight = check_weight(item.weight)
+        args += [task_id, repr(weight / share), str(weight), item.payload]
         ids.append(task_id)
     return ids, args
 
@@ -251,6 +252,10 @@ class FairQueue:
     def pending(self) -> int:
         """How many items are in flight (leased and not yet acked)."""
         return int(self.redis.zcard(self.keys.inflight))
+
+    def queued_weight(self) -> int:
+        """The sum of the weights of the items queued, kept as a running sum (O(1))."""
+        return int(self.redis.get(self.keys.queued_weight) or 0)
 
     def stats(self) -> dict[str, int]:
         """Counters since the queue was created or dropped: enqueued, dequeued, acked, ..."""

@@ -4,7 +4,7 @@
 -- the hash tag {name}); each script's header names the ones it touches.
 --   KEYS[1]  queue                   ZSET  member -> virtual start time
 --   KEYS[2]  task                    HASH  task id -> payload, while queued
---   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m}, until ack
+--   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m}, until ack (w: weight)
 --   KEYS[4]  inflight                ZSET  task id -> lease expiry (Redis TIME, seconds)
 --   KEYS[5]  inflight_task           HASH  task id -> payload, while leased
 --   KEYS[6]  lease                   HASH  task id -> lease token
@@ -17,9 +17,10 @@
 --   KEYS[13] triggers                STRING Celery triggers published and not yet consumed
 --   KEYS[14] stats                   HASH  counter -> value
 --   KEYS[15] wake                    LIST  tokens that wake blocked RedisQueue.get calls
---   KEYS[16] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
+--   KEYS[16] queued_weight           STRING sum of the weights of the items queued
+--   KEYS[17] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
 --                                           (set by a VTRRQueue whose broker is this Redis)
---   KEYS[17] broker queue            LIST  the Celery queue those triggers go to
+--   KEYS[18] broker queue            LIST  the Celery queue those triggers go to
 --
 -- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
 -- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
@@ -29,7 +30,7 @@ local K = {
   queue = KEYS[1], task = KEYS[2], meta = KEYS[3], inflight = KEYS[4], inflight_task = KEYS[5],
   lease = KEYS[6], timeouts = KEYS[7], cvt = KEYS[8], pvt = KEYS[9], pqueued = KEYS[10],
   idle = KEYS[11], seq = KEYS[12], triggers = KEYS[13], stats = KEYS[14], wake = KEYS[15],
-  trigger_message = KEYS[16], broker = KEYS[17],
+  queued_weight = KEYS[16], trigger_message = KEYS[17], broker = KEYS[18],
 }
 
 local FRONT_BASE = 999999999999999
@@ -99,11 +100,18 @@ local function partition_queued(p, delta)
   end
 end
 
+-- The running sum of the queued items' weights, moved by one item's weight (sign 1 or -1), so
+-- that readers (start estimates) learn the work queued in O(1). Items queued before weights
+-- were kept in meta count 0.
+local function weigh(info, sign)
+  if info.w then redis.call('INCRBY', K.queued_weight, sign * tonumber(info.w)) end
+end
+
 -- Once nothing is queued, the virtual clock starts again from zero. Returns how many are queued.
 local function reset_if_drained()
   local queued = redis.call('ZCARD', K.queue)
   if queued == 0 then
-    redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued)
+    redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight)
   end
   return queued
 end
@@ -122,6 +130,7 @@ local function place(id, info, front)
     info.m = arrival_member(id)
   end
   partition_queued(info.p, 1)
+  weigh(info, 1)
   redis.call('ZADD', K.queue, score, info.m)
   redis.call('HSET', K.meta, id, cjson.encode(info))
   return score

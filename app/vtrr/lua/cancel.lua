@@ -1,6 +1,6 @@
 -- cancel.lua: remove a queued item (not a leased one).
 -- KEYS: all (see _lib.lua); touches queue, task, meta, timeouts, current_virtual_time,
---       partition_virtual_time, partition_queued, idle_partitions, stats.
+--       partition_virtual_time, partition_queued, idle_partitions, stats, queued_weight.
 -- ARGV[1] task id
 -- Reply: 1 when removed, 0 when the item is not queued.
 local id = ARGV[1]
@@ -21,6 +21,7 @@ if raw then
   redis.call('HSET', K.pvt, info.p, pvt)
 end
 partition_queued(info.p, -1)
+weigh(info, -1)
 count('cancelled', 1)
 reset_if_drained()
 return 1

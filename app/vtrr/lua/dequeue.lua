@@ -27,7 +27,9 @@ local id = task_id_of(head[1])
 if not from_rear then
   redis.call('SET', K.cvt, head[2])
 end
-partition_queued(cjson.decode(redis.call('HGET', K.meta, id)).p, -1)
+local info = cjson.decode(redis.call('HGET', K.meta, id))
+partition_queued(info.p, -1)
+weigh(info, -1)
 
 local payload = redis.call('HGET', K.task, id)
 redis.call('HDEL', K.task, id)

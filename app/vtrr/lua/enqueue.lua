@@ -1,22 +1,22 @@
 -- enqueue.lua: add a batch of items of one partition, all or none.
 -- KEYS: all (see _lib.lua); touches queue, task, meta, lease, partition_virtual_time,
---       partition_queued, idle_partitions, seq, triggers, stats, wake.
+--       partition_queued, idle_partitions, seq, triggers, stats, wake, queued_weight.
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
 -- ARGV[5] most items the partition may have queued (-1: no limit)
--- ARGV[6..] per item, three each: task id, cost (weight / share), payload
+-- ARGV[6..] per item, four each: task id, cost (weight / share), weight, payload
 -- Reply: {triggers to publish, score of item 1, score of item 2, ...}
 -- Errors, after which nothing is written: "DUPLICATE <task id>" when an id is queued or in
 --        flight, or appears twice in the batch; "FULL <limit>" when the batch would take the
 --        partition past its limit.
 local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == 'front', ARGV[4] == '1'
 local limit, first = tonumber(ARGV[5]), 6
-local n = (#ARGV - first + 1) / 3
+local n = (#ARGV - first + 1) / 4
 if limit >= 0 and tonumber(redis.call('HGET', K.pqueued, partition) or '0') + n > limit then
   return redis.error_reply('FULL ' .. ARGV[5])
 end
 local seen = {}
-for i = first, #ARGV, 3 do
+for i = first, #ARGV, 4 do
   local id = ARGV[i]
   if seen[id] or redis.call('HEXISTS', K.meta, id) == 1 then
     return redis.error_reply('DUPLICATE ' .. id)
@@ -24,10 +24,10 @@ for i = first, #ARGV, 3 do
   seen[id] = true
 end
 local reply = {0}
-for i = first, #ARGV, 3 do
+for i = first, #ARGV, 4 do
   local id = ARGV[i]
-  redis.call('HSET', K.task, id, ARGV[i + 2])
-  local score = place(id, {p = partition, c = ARGV[i + 1]}, front)
+  redis.call('HSET', K.task, id, ARGV[i + 3])
+  local score = place(id, {p = partition, c = ARGV[i + 1], w = ARGV[i + 2]}, front)
   reply[#reply + 1] = tostring(score)
 end
 count('enqueued', n)

@@ -1,0 +1,192 @@
+"""A worker serving both queues: short before long, long one dispatch in LONG_EVERY while both
+wait, each queue's fair order kept, and every trigger counted in its own queue.
+
+The service's job tasks run in this process on a real Redis through `celery_task.apply()`, as a
+worker runs a trigger it took from the broker; which queue's trigger arrives is the test's
+choice, since Kombu may hand the worker either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from app.auth import Accounts
+from app.models import Kind
+from app.service import Service
+from app.settings import Settings
+from app.store.keys import job_key
+from app.worker import gpu
+from app.worker.runner import build_worker
+from app.worker.short_first import order
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
+ALICE = "11111111-1111-1111-1111-111111111111"
+BOB = "22222222-2222-2222-2222-222222222222"
+
+
+class Worker:
+    """A worker's service whose workload only notes which job it ran."""
+
+    def __init__(self, redis_url: str, queues: str = "short,long", long_every: int = 4) -> None:
+        self.ran: list[str] = []
+        self.names: dict[float, str] = {}
+        settings = Settings(
+            redis_url=redis_url, users_file=FIXTURES, worker_queues=queues, long_every=long_every
+        )  # type: ignore[call-arg]
+        self.service: Service = build_worker(
+            settings, Accounts.load(FIXTURES), workload=self._workload
+        )[0]
+
+    def _workload(
+        self, device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]
+    ) -> gpu.Outcome:
+        self.ran.append(self.names[duration_s])
+        return gpu.Outcome(seconds=duration_s, tflops=None, stopped=False)
+
+    def submit(self, r: redis.Redis, kind: Kind, name: str, owner: str = ALICE) -> None:
+        """A job as the API writes and queues it; its duration, unique, names it to the
+        workload."""
+        duration = (10.0 if kind == "short" else 100.0) + len(self.names) / 1000
+        self.names[duration] = name
+        fields = {"task_id": name, "owner": owner, "kind": kind, "duration_s": repr(duration)}
+        r.hset(
+            job_key(name),
+            mapping={**fields, "status": "PENDING", "attempts": 0, "enqueued_at": 1.0},
+        )
+        self.service.queues[kind].enqueue(owner, [self.service.job_item(kind, name, duration)])
+
+    def trigger(self, kind: Kind) -> None:
+        """Run one trigger of the queue `kind`, as the worker does when Kombu hands it one."""
+        self.service.tasks[kind].celery_task.apply()
+
+
+@pytest.fixture
+def worker(redis_url: str) -> Iterator[Callable[..., Worker]]:
+    built: list[Worker] = []
+
+    def make(**options: object) -> Worker:
+        built.append(Worker(redis_url, **options))  # type: ignore[arg-type]
+        return built[-1]
+
+    yield make
+    for w in built:
+        w.service.close()
+
+
+def triggers(r: redis.Redis, kind: Kind) -> int:
+    return int(r.get(f"vtrr:{{{kind}}}:triggers") or 0)
+
+
+def test_a_waiting_short_job_goes_before_a_waiting_long_one_whichever_trigger_arrives(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker()
+    w.submit(r, "long", "L1")
+    w.submit(r, "short", "S1")
+    w.trigger("long")  # the long queue's trigger: it still runs the short job
+    w.trigger("long")
+    assert w.ran == ["S1", "L1"]
+    assert all(w.service.queues[k].pending() == 0 for k in ("short", "long"))  # both acked
+
+
+@pytest.mark.parametrize("long_every", [1, 2, 4])
+def test_while_both_wait_long_gets_one_dispatch_in_long_every(
+    worker: Callable[..., Worker], r: redis.Redis, long_every: int
+) -> None:
+    w = worker(long_every=long_every)
+    for i in range(3):
+        w.submit(r, "long", f"L{i}")
+    for i in range(10):
+        w.submit(r, "short", f"S{i}")
+    for n in range(13):
+        w.trigger("short" if n % 2 else "long")  # Kombu's round robin between the queues
+    kinds = "".join(name[0] for name in w.ran)
+    expected = {1: "LLLSSSSSSSSSS", 2: "SLSLSLSSSSSSS", 4: "SSSLSSSLSSSLS"}[long_every]
+    assert kinds == expected
+    assert sorted(w.ran) == sorted([f"L{i}" for i in range(3)] + [f"S{i}" for i in range(10)])
+
+
+def test_shorts_that_ran_while_no_long_waited_do_not_count_towards_long_s_turn(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker()
+    for i in range(5):
+        w.submit(r, "short", f"S{i}")
+    w.trigger("short")
+    w.trigger("short")  # two shorts ran with no long waiting
+    w.submit(r, "long", "L0")
+    for _ in range(4):
+        w.trigger("long")
+    assert w.ran == ["S0", "S1", "S2", "S3", "S4", "L0"]
+
+
+def test_within_each_queue_the_fair_order_between_accounts_holds(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker()
+    for i in range(3):
+        w.submit(r, "long", f"La{i}")
+    w.submit(r, "long", "Lb0", owner=BOB)
+    for i in range(3):
+        w.submit(r, "short", f"Sa{i}")
+    w.submit(r, "short", "Sb0", owner=BOB)
+    for _ in range(8):
+        w.trigger("long")
+    assert [n for n in w.ran if n[0] == "S"] == ["Sa0", "Sb0", "Sa1", "Sa2"]
+    assert [n for n in w.ran if n[0] == "L"] == ["La0", "Lb0", "La1", "La2"]
+
+
+def test_a_worker_serving_one_queue_runs_only_that_queue(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker(queues="long")
+    w.submit(r, "long", "L1")
+    w.submit(r, "short", "S1")
+    w.trigger("long")
+    w.trigger("long")
+    assert w.ran == ["L1"]
+    assert w.service.queues["short"].length() == 1
+
+
+def test_each_trigger_is_counted_in_its_own_queue_whatever_it_ran(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    """Each queue's count stays the triggers its broker queue holds, so reclaim_and_dispatch's
+    top-up from the broker's depth stays right, and no queued job is left without one."""
+    w = worker()
+    w.submit(r, "short", "S1")
+    w.submit(r, "long", "L1")
+    w.submit(r, "long", "L2")
+    assert (triggers(r, "short"), triggers(r, "long")) == (1, 2)
+    w.trigger("long")  # runs S1: long's trigger is spent, long tops up for its 2 queued jobs
+    assert w.ran == ["S1"]
+    assert (triggers(r, "short"), triggers(r, "long")) == (1, 2)
+    w.trigger("short")  # runs L1 (no short waits): short's last trigger is spent
+    assert w.ran == ["S1", "L1"]
+    assert (triggers(r, "short"), triggers(r, "long")) == (0, 2)
+    w.trigger("long")  # L2
+    w.trigger("long")  # finds nothing: a no-op that is still counted
+    assert w.ran == ["S1", "L1", "L2"]
+    assert (triggers(r, "short"), triggers(r, "long")) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("short", "long", "passed", "every", "first"),
+    [
+        (True, True, 0, 4, "short"),
+        (True, True, 2, 4, "short"),
+        (True, True, 3, 4, "long"),
+        (True, False, 9, 4, "short"),
+        (False, True, 0, 4, "long"),
+        (True, True, 0, 1, "long"),
+        (False, False, 0, 4, "short"),
+    ],
+)
+def test_the_order_prefers_short_until_long_is_due(
+    short: bool, long: bool, passed: int, every: int, first: str
+) -> None:
+    assert order(short, long, passed, every)[0] == first
