@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: The two queues: short jobs (at most MAX_SHORT_S) and long ones.
 Kind = Literal["short", "long"]
 KINDS: tuple[Kind, ...] = ("short", "long")
+#: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
+StoppedBy = Literal["owner", "operator"]
 #: The Celery queue of the fair queues' periodic reclaim (a worker may consume it too).
 RECLAIM_QUEUE = "fairgpu.reclaim"
 
@@ -124,7 +126,7 @@ class BillingRecord(BaseModel):
     description: str
     kind: Kind
     gpu_seconds: float = Field(description="GPU-seconds used (asked for, when it succeeded)")
-    billed_seconds: float = Field(description="the seconds billed: gpu_seconds, at least 1 s")
+    billed_seconds: float = Field(description="gpu_seconds, at least MIN_BILLED_S (1 s)")
     billed_at: float
 
 
@@ -176,7 +178,8 @@ class DropResult(BaseModel):
     """What dropping a queue removed."""
 
     queue: Kind
-    dropped: int = Field(description="jobs that were queued and are now REVOKED")
+    dropped: int = Field(description="jobs that were queued and are now REVOKED, unbilled")
+    stopped: int = Field(description="jobs that were running and are now REVOKED, unbilled")
 
 
 class ErrorBody(BaseModel):

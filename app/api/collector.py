@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from app.billing import MICROS, MS
 from app.models import KINDS, Kind, Status
 from app.service import fairness_lag_s
 from app.store import workers as heartbeats
@@ -125,8 +126,12 @@ class ServiceCollector(Collector):
             for status in (s for s in Status if s.terminal):
                 finished.add_metric([kind, status], counters.get(f"finished:{kind}:{status}", 0))
             attempts.add_metric([kind], counters.get(f"attempts:{kind}", 0))
-            cost.add_metric([kind], counters.get(f"billed_cost:{kind}", 0))
-            gpu_s.add_metric([kind], counters.get(f"billed_gpu_seconds:{kind}", 0))
+            # exact integer totals; the float ones are what releases before exact billing
+            # counted, added so that the counters never go down across an upgrade
+            billed = counters.get(f"billed_micros:{kind}", 0) / MICROS
+            cost.add_metric([kind], billed + counters.get(f"billed_cost:{kind}", 0))
+            billed_s = counters.get(f"billed_ms:{kind}", 0) / MS
+            gpu_s.add_metric([kind], billed_s + counters.get(f"billed_gpu_seconds:{kind}", 0))
         yield from (finished, attempts, cost, gpu_s)
 
     def _workers(self) -> Iterator[Metric]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from app.models import Kind
+from app.models import Kind, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
@@ -59,11 +59,14 @@ class JobStore:
         outcome, value = await self._scripts.run("create", keys, args)
         return (job_id, True) if as_text(outcome) == "created" else (as_text(value), False)
 
-    async def revoke(self, job_id: str) -> str:
-        """Cancel a job: 'revoked' (it was queued), 'stopping' (its worker is asked to stop),
-        its final status when it had already ended, or 'gone'."""
+    async def revoke(self, job_id: str, by: StoppedBy = "owner") -> str:
+        """Cancel a job, as its owner or as an operator: 'revoked' (it was queued), 'stopping'
+        (running, its owner's cancel: its worker is asked to stop, and bills the time it ran),
+        'stopped' (running, an operator's: REVOKED now, unbilled), its final status when it had
+        already ended, or 'gone'."""
         keys = [job_key(job_id), events_key(job_id), METRICS]
-        return as_text(await self._scripts.run("revoke", keys, [job_id, CHANNEL, self._ttl]))
+        args: list[str | int] = [job_id, CHANNEL, self._ttl, by]
+        return as_text(await self._scripts.run("revoke", keys, args))
 
     async def requeued(self, job_id: str, token: str) -> bool:
         """Mark a running job PENDING again after its lease `token` went back to the queue;

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import redis
 
-from app.billing import Charge
-from app.models import Kind, Status
+from app.billing import MS, Charge
+from app.models import Kind, Status, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
@@ -77,8 +77,16 @@ class JobRecorder:
                 return removed
 
     def cancel_requested(self, job_id: str) -> bool:
-        """Whether the job's owner has asked for it to stop."""
+        """Whether the job's owner or an operator has asked for it to stop."""
         return bool(self.redis.hexists(job_key(job_id), "cancel"))
+
+    def stopped_by(self, job_id: str) -> StoppedBy | None:
+        """Who asked the job to stop, if anyone (see revoke.lua)."""
+        raw = self.redis.hget(job_key(job_id), "cancel")
+        if raw is None:
+            return None
+        # an operator is always named; a bare flag is an owner's cancel of an older release
+        return "operator" if as_text(raw) == "operator" else "owner"
 
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
@@ -97,25 +105,20 @@ class JobRecorder:
         token: str,
         status: Status,
         *,
-        charge: Charge,
+        charge: Charge | None,
         owner: str,
         error: str = "",
         tflops: float | None = None,
     ) -> bool:
-        """Record the run's end (and bill it once); False when this run no longer holds the job
-        (its lease was reclaimed and another run took over)."""
+        """Record the run's end, and bill it once with charge (None: no bill; a FAILURE is never
+        billed); False when this run no longer holds the job (its lease was reclaimed and
+        another run took over, or an operator ended it)."""
         keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
         keys.append(METRICS)
-        args: list[str | int] = [
-            job_id,
-            token,
-            status.value,
-            error,
-            "" if tflops is None else repr(tflops),
-            repr(charge.cost),
-            charge.description,
-            repr(charge.gpu_seconds),
-            CHANNEL,
-            self._ttl,
-        ]
+        bill: list[str | int] = ["", "", "", ""]
+        if charge is not None:
+            billed_ms = round(charge.billed_seconds * MS)
+            bill = [charge.micros, charge.description, repr(charge.gpu_seconds), billed_ms]
+        args: list[str | int] = [job_id, token, status.value, error]
+        args += ["" if tflops is None else repr(tflops), *bill, CHANNEL, self._ttl]
         return bool(self._scripts.run("finish", keys, args))

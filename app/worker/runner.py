@@ -23,7 +23,6 @@ from tenacity import (
 
 from app import billing
 from app.auth import Accounts
-from app.billing import Charge
 from app.models import Kind, Status
 from app.service import Service, build
 from app.settings import Settings
@@ -35,7 +34,6 @@ from app.worker import gpu
 log = logging.getLogger(__name__)
 
 Workload = Callable[[gpu.Device, float, Callable[[], bool]], gpu.Outcome]
-NO_CHARGE = Charge(cost=0.0, description="", gpu_seconds=0.0)
 
 #: How long a run keeps trying to record its end while Redis is unreachable. After that it
 #: gives up without acking: its lease expires and the job runs again, billed once.
@@ -96,21 +94,12 @@ class JobRunner:
                 error = f"{type(exc).__name__}: {exc}"
                 failed = partial(
                     self.recorder.finish, job_id, token, Status.FAILURE,
-                    charge=NO_CHARGE, owner=owner, error=error,
+                    charge=None, owner=owner, error=error,
                 )  # fmt: skip
                 self._finish(who, failed)
                 return "failed"
-        if outcome.stopped and self.recorder.cancel_requested(job_id):
-            # Its owner cancelled it (or an admin dropped its queue, lease and all): REVOKED,
-            # billed for the time it ran. Fenced: if another run holds the job now, it refuses.
-            charge = billing.price(self.settings, kind, outcome.seconds, cancelled=True)
-            revoked = partial(
-                self.recorder.finish, job_id, token, Status.REVOKED, charge=charge, owner=owner
-            )
-            self._finish(who, revoked)
-            return "cancelled"
         if outcome.stopped:
-            return "lease lost"  # another run owns the job now; leave its end to that run
+            return self._stopped(kind, job_id, token, owner, outcome.seconds, who)
         charge = billing.price(self.settings, kind, duration)
         succeeded = partial(
             self.recorder.finish, job_id, token, Status.SUCCESS,
@@ -118,6 +107,24 @@ class JobRunner:
         )  # fmt: skip
         finished = self._finish(who, succeeded)
         return "done" if finished else "refused: another run owns the job"
+
+    def _stopped(
+        self, kind: Kind, job_id: str, token: str, owner: str, seconds: float, who: dict[str, str]
+    ) -> str:
+        """End a run that stopped early. Who pays: the owner's cancel is billed for the time it
+        ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended the job
+        already; a lost lease (an admin's release, a reclaim) leaves the job to its next run,
+        which alone is billed. Every end is fenced by the token."""
+        by = self.recorder.stopped_by(job_id)
+        if by is None:
+            return "lease lost"  # another run owns the job now; leave its end to that run
+        charge = billing.price(self.settings, kind, seconds, cancelled=True)
+        revoked = partial(
+            self.recorder.finish, job_id, token, Status.REVOKED,
+            charge=charge if by == "owner" else None, owner=owner,
+        )  # fmt: skip
+        self._finish(who, revoked)
+        return "cancelled" if by == "owner" else "stopped by an operator"
 
     def _finish(self, who: dict[str, str], finish: Callable[[], bool]) -> bool:
         """Record the run's end with finish (a JobRecorder.finish call), trying again while

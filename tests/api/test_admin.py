@@ -14,6 +14,7 @@ import redis
 
 from app import billing
 from app.models import Status
+from app.store.keys import billing_key
 from app.worker.presence import Presence
 from tests.api.conftest import Api
 from tests.api.helpers import (
@@ -403,7 +404,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
             "/admin/queues/short/drop", json={"confirm": "short"}, headers=KEY
         )
         assert response.status_code == 200, response.text
-        assert response.json() == {"queue": "short", "dropped": 3}
+        assert response.json() == {"queue": "short", "dropped": 3, "stopped": 1}
 
         last = None
         while (event := await events.next()) is not None:
@@ -414,8 +415,8 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
     for task_id, key in ((mine, KEY), (theirs, SECOND_KEY), (team, TEAM_KEY)):
         seen = await status_of(api, task_id, key)
         assert (seen["status"], seen["position"]) == ("REVOKED", None)
-    stopping = await status_of(api, running, SECOND_KEY)
-    assert (stopping["status"], stopping["cancel_requested"]) == ("STARTED", True)
+    # the running one ends REVOKED at once, unbilled: an operator stopped it
+    assert (await status_of(api, running, SECOND_KEY))["status"] == "REVOKED"
     assert (await status_of(api, other_queue, SECOND_KEY))["status"] == "PENDING"
 
     short = api.runtime.service.queues["short"]
@@ -426,13 +427,14 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
     [record] = [rec for rec in caplog.records if rec.name == "app.api.routes.admin"]
     assert record.levelno == logging.WARNING
     assert record.account == OWNER  # type: ignore[attr-defined]
-    assert (record.queue, record.dropped) == ("short", 3)  # type: ignore[attr-defined]
+    assert (record.queue, record.dropped, record.stopped) == ("short", 3, 1)  # type: ignore[attr-defined]
 
-    # The stopped run may still end it REVOKED (billed for its time): its token still fences.
+    # The stopped run can no longer end it, nor bill it.
     recorder = api.runtime.service.recorder
     charge = billing.price(api.runtime.settings, "short", 1.0, cancelled=True)
-    assert recorder.finish(running, token, Status.REVOKED, charge=charge, owner=SECOND)
+    assert not recorder.finish(running, token, Status.REVOKED, charge=charge, owner=SECOND)
     assert (await status_of(api, running, SECOND_KEY))["status"] == "REVOKED"
+    assert r.llen(billing_key(SECOND)) == 0
 
 
 async def test_the_queues_view_counts_jobs_in_flight_as_they_are_now(api: Api) -> None:
@@ -456,7 +458,10 @@ async def test_dropping_an_empty_queue_drops_nothing(api: Api) -> None:
     response = await api.client.post(
         "/admin/queues/long/drop", json={"confirm": "long"}, headers=KEY
     )
-    assert (response.status_code, response.json()) == (200, {"queue": "long", "dropped": 0})
+    assert (response.status_code, response.json()) == (
+        200,
+        {"queue": "long", "dropped": 0, "stopped": 0},
+    )
 
 
 async def test_a_dropped_queue_takes_new_jobs_again(api: Api) -> None:

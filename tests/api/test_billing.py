@@ -62,7 +62,8 @@ async def test_a_successful_job_is_billed_once_to_its_owner(api: Api, worker: Wo
     assert record["cost"] == expected.cost == 6.25
     assert record["description"] == expected.description == "Short GPU job"
     assert record["kind"] == "short"
-    assert record["gpu_seconds"] == 12.5
+    assert record["gpu_seconds"] == record["billed_seconds"] == 12.5
+    assert record["cost_micros"] == 6_250_000
     job = await api.runtime.store.get(task_id) or {}
     # billed when it finished (cjson writes 14 significant digits: 0.1 ms at today's epoch)
     assert record["billed_at"] == pytest.approx(job.finished_at, abs=1e-3)

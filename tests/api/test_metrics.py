@@ -292,7 +292,8 @@ async def test_a_job_run_by_a_real_worker_moves_the_metrics(
     assert moved("fairgpu_job_run_seconds_sum", queue="short") > 0
     assert moved("fairgpu_job_attempts_total", queue="short") == 1
     assert moved("fairgpu_billed_cost_total", queue="short") == pytest.approx(charge.cost)
-    assert moved("fairgpu_billed_gpu_seconds_total", queue="short") == pytest.approx(0.3)
+    # a 0.3 s job is billed the 1 s minimum (MIN_BILLED_S)
+    assert moved("fairgpu_billed_gpu_seconds_total", queue="short") == charge.billed_seconds == 1
     assert value(after, "fairgpu_jobs_in_flight", queue="short") == 0
 
     # A worker that stops says goodbye: it is no longer counted.

@@ -48,7 +48,7 @@ def test_submit_watch_follows_a_queued_job_until_the_worker_has_run_it(stack: St
     assert changes[-2:] == ["STARTED", "SUCCESS"]
     assert "SUCCESS" in result.stdout
     assert "cpu1@" in result.stdout
-    assert "0.15 (0.3 GPU-s, " in result.stdout  # billed: 0.3 s at 0.5 a second
+    assert "0.50 (0.3 GPU-s, " in result.stdout  # billed: the 1 s minimum at 0.5 a second
 
     final = json.loads(fairgpu(stack, "status", task_id, "--json").stdout)
     assert final["status"] == "SUCCESS"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from app import billing
 from app.auth import Accounts
 from app.billing import price
 from app.models import Status
@@ -137,7 +137,7 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
     def cancelled_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
-        r.hset(job_key("job-5"), "cancel", 1)  # the owner's DELETE, as revoke.lua writes it
+        r.hset(job_key("job-5"), "cancel", "owner")  # the owner's DELETE, as revoke.lua writes it
         assert should_stop()
         return gpu.Outcome(seconds=2.0, tflops=None, stopped=True)
 
@@ -147,30 +147,31 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     job = service.recorder.get("job-5")
     assert job is not None
     assert job is not None and job.status == "REVOKED"
-    records = [json.loads(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
-    assert [(x["task_id"], x["gpu_seconds"], x["cost"]) for x in records] == [("job-5", 2.0, 1.0)]
-    assert "cancelled after 2.0 s" in records[0]["description"]
+    records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    assert [(x.task_id, x.gpu_seconds, x.cost) for x in records] == [("job-5", 2.0, 1.0)]
+    assert "cancelled after 2.0 s" in records[0].description
 
 
-def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_billed_for_its_time(
+def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_unbilled(
     make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
-    """An admin's drop deletes the lease and asks the job to stop: the run sees both (its
-    heartbeat finds the lease gone) and still ends the job, fenced by its token, instead of
-    leaving it STARTED for good."""
+    """An admin's drop deletes the lease and ends the job REVOKED, an operator's stop: the run
+    sees it stop (its heartbeat finds the lease gone), bills nothing, and cannot end it again."""
 
     def dropped_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
         service.queues["short"].drop("short")
-        r.hset(job_key("job-7"), "cancel", 1)  # what the API's revoke writes after the drop
+        # what the API's revoke (by the operator) writes after the drop
+        r.hset(job_key("job-7"), mapping={"status": "REVOKED", "cancel": "operator"})
+        assert should_stop()
         return gpu.Outcome(seconds=1.0, tflops=None, stopped=True)
 
     service = make_service(workload=dropped_midway)
     token = new_job(service, r, "job-7", duration_s=30)
-    assert service.runner.run("short", "job-7", token) == "cancelled"
+    assert service.runner.run("short", "job-7", token) == "stopped by an operator"
     job = service.recorder.get("job-7")
     assert job is not None
     assert job is not None and job.status == "REVOKED"
-    assert r.llen(billing_key(OWNER)) == 1
+    assert r.llen(billing_key(OWNER)) == 0
 
 
 def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(

@@ -149,17 +149,24 @@ ConfirmedQueue = Annotated[Kind, Depends(confirmed)]
     },
 )
 async def drop(name: ConfirmedQueue, admin: AdminDep, runtime: RuntimeDep) -> DropResult:
-    """Empty a queue: its queued jobs end REVOKED (unbilled), its running jobs are asked to
-    stop. The body must repeat the queue's name."""
+    """Empty a queue: its queued jobs and its running ones end REVOKED, unbilled (an operator
+    stopped them: see "Who pays" in the README); the running ones' workers stop them. The queue's
+    counters are kept. The body must repeat the queue's name."""
     dropped = await asyncio.to_thread(runtime.service.queues[name].drop, name)
+    counts = {"dropped": 0, "stopped": 0}
     for task_id in [*dropped.queued, *dropped.in_flight]:
-        await runtime.store.revoke(task_id)  # tells each job's owner through its stream
+        # each owner hears of it through the job's stream
+        outcome = await runtime.store.revoke(task_id, by="operator")
+        if outcome == "revoked":  # queued, or leased and not started yet
+            counts["dropped"] += 1
+        elif outcome == "stopped":
+            counts["stopped"] += 1
     await runtime.redis.publish(MOVES, name)
     log.warning(
         "admin dropped a queue",
-        extra={"account": admin.account.user_id, "queue": name, "dropped": len(dropped.queued)},
+        extra={"account": admin.account.user_id, "queue": name, **counts},
     )
-    return DropResult(queue=name, dropped=len(dropped.queued))
+    return DropResult(queue=name, **counts)
 
 
 def _who(admin: Caller, job: JobRecord) -> dict[str, str]:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from app import billing
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.responses import ERRORS
 from app.api.routing import KeyedRoute
@@ -22,4 +23,4 @@ async def billing_records(
 ) -> list[BillingRecord]:
     """The caller's billing records, newest first."""
     texts = await runtime.store.billing(caller.account.user_id, limit)
-    return [BillingRecord.model_validate_json(text) for text in texts]
+    return [billing.record(text) for text in texts]

@@ -1,19 +1,26 @@
--- revoke.lua: the owner cancels a job. A queued job ends REVOKED here; a running one is asked to
--- stop (its worker looks at the `cancel` field and ends it REVOKED); an ended one is left alone.
+-- revoke.lua: a job is cancelled, by its owner or by an operator (an admin's drop of its queue),
+-- and the job's `cancel` field says which, for the bill. A queued job ends REVOKED here. A
+-- running one, if its owner cancels, is asked to stop (its worker looks at `cancel`, ends it
+-- REVOKED and bills the seconds it ran); if an operator stops it, it ends REVOKED here, unbilled,
+-- and the run that still holds it can no longer finish it (finish.lua wants it STARTED). An ended
+-- job is left alone.
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash
--- ARGV[1] job id  ARGV[2] channel  ARGV[3] ttl
--- Reply: 'revoked' | 'stopping' | the job's final status when it had ended | 'gone'
+-- ARGV[1] job id  ARGV[2] channel  ARGV[3] ttl  ARGV[4] who: 'owner' | 'operator'
+-- Reply: 'revoked' (it was queued) | 'stopping' (the owner's, running) | 'stopped' (the
+--        operator's, running: REVOKED now) | the job's final status when it had ended | 'gone'
 local status = redis.call('HGET', JOB, 'status')
 if not status then return 'gone' end
 if TERMINAL[status] then return status end
-if status == 'STARTED' then
-  redis.call('HSET', JOB, 'cancel', 1)
+local by = ARGV[4]
+if status == 'STARTED' and by == 'owner' then
+  redis.call('HSET', JOB, 'cancel', by)
   emit(ARGV[2], ARGV[1], tonumber(ARGV[3]))
   return 'stopping'
 end
-redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'cancel', 1)
+redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'cancel', by)
 local kind = redis.call('HGET', JOB, 'kind')
 bump(KEYS[3], 'finished:' .. kind .. ':REVOKED')
 moved(ARGV[2], kind)
 emit(ARGV[2], ARGV[1], tonumber(ARGV[3]))
+if status == 'STARTED' then return 'stopped' end
 return 'revoked'

@@ -1,0 +1,72 @@
+"""Pricing, exactly: a bill is the price per second times the seconds billed (at least
+MIN_BILLED_S, in whole milliseconds), in integer micro-units, never rounded to the cent."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app import billing
+from app.settings import Settings
+
+SETTINGS = Settings()
+NO_FLOOR = Settings(min_billed_s=0)
+durations = st.floats(min_value=5e-324, max_value=3000, allow_nan=False)
+
+
+@given(durations, st.sampled_from(["short", "long"]))
+def test_a_bill_is_the_price_times_the_seconds_billed_and_never_zero(
+    seconds: float, kind: str
+) -> None:
+    for settings in (SETTINGS, NO_FLOOR):
+        charge = billing.price(settings, kind, seconds)  # type: ignore[arg-type]
+        rate = Decimal(repr(settings.price_per_s(kind)))  # type: ignore[arg-type]
+        billed = Decimal(repr(charge.billed_seconds))
+        assert charge.cost == rate * billed  # exact, no rounding at all
+        assert charge.cost > 0
+        assert billed >= Decimal(repr(seconds))  # a started millisecond counts in full
+        assert billed >= Decimal(repr(settings.min_billed_s))
+
+
+def test_a_tiny_job_is_billed_the_minimum() -> None:
+    charge = billing.price(SETTINGS, "long", 0.0199)
+    assert (charge.cost, charge.gpu_seconds, charge.billed_seconds) == (Decimal("0.25"), 0.02, 1)
+    assert charge.description == "Long GPU job (billed the 1 s minimum)"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "billed"), [(0.07, 0.07), (1.001, 1.001), (0.0199, 0.02), (5e-324, 0.001)]
+)
+def test_seconds_are_billed_in_whole_milliseconds_from_their_decimal_form(
+    seconds: float, billed: float
+) -> None:
+    assert billing.price(NO_FLOOR, "short", seconds).billed_seconds == billed
+
+
+def test_a_price_that_is_not_a_whole_thousandth_a_second_rounds_each_bill_to_the_micro_unit() -> (
+    None
+):
+    settings = Settings(price_short_per_s=0.000694, min_billed_s=0)  # 2.50 an hour
+    charge = billing.price(settings, "short", 0.001)  # 0.694 micro-units
+    assert (charge.cost, charge.micros) == (Decimal("0.000001"), 1)
+
+
+@pytest.mark.parametrize("price", ["0.0000001", "1e-9", "inf", "nan", "-1"])
+def test_a_price_finer_than_a_micro_unit_or_not_finite_is_refused(
+    price: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRICE_LONG_PER_S", price)
+    with pytest.raises(ValueError, match="price_long_per_s"):
+        Settings()
+
+
+def test_a_stored_record_from_before_exact_billing_reads_as_it_was() -> None:
+    text = (
+        '{"user_id": "u", "task_id": "t", "kind": "short", "cost": 1.25,'
+        ' "description": "Short GPU job", "gpu_seconds": 2.5, "billed_at": 1.0}'
+    )
+    record = billing.record(text)
+    assert (record.cost, record.cost_micros, record.billed_seconds) == (1.25, 1_250_000, 2.5)
