@@ -258,12 +258,12 @@ class FairQueue:
         return int(self.redis.get(self.keys.queued_weight) or 0)
 
     def stats(self) -> dict[str, int]:
-        """Counters since the queue was created or dropped: enqueued, dequeued, acked, ..."""
+        """Counters since the queue was created (a drop keeps them): enqueued, dequeued, ..."""
         return stats_of(self.redis.hgetall(self.keys.stats))
 
     def drop(self, confirm: str) -> Dropped:
-        """Delete every key of this queue; confirm must repeat the queue's name. Returns the ids
-        it held, so that whoever waits for them can be told."""
+        """Delete every key of this queue but its counters; confirm must repeat the queue's name.
+        Returns the ids it held, so that whoever waits for them can be told."""
         if confirm != self.name:
             raise DropRefusedError(f"drop({confirm!r}) refused: confirm with the queue's name")
         queued, in_flight = self._scripts.run("drop")
