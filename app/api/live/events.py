@@ -10,9 +10,12 @@ one of its streams follows that job or queue, however many API processes there a
 A subscription counts from Redis's confirmation: a new waiter gets its event once its channel is
 confirmed, so what it reads next (the job's stream, a queue's places) cannot miss a change that
 the subscription was too late to hear. Should the confirmation take longer than SUBSCRIBE_WAIT_S,
-the waiter goes on and is woken when it comes. After a lost connection the hub subscribes again
-to all that is followed and wakes every waiter, which read again from where they were. No
-stream polls Redis on its own.
+the waiter goes on and is woken when it comes. When the connection is lost the hub wakes every
+waiter (so a stream learns that Redis may be away: see app/api/live/outage.py) and clears
+`connected`; once it has subscribed again to all that is followed it sets `connected` and wakes
+every waiter again, and they read again from where they were. The hub alone reconnects (its
+client has redis-py's own retries turned off): a reconnect hidden inside redis-py would lose
+what was published meanwhile without anyone being woken. No stream polls Redis on its own.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class EventHub:
         self._ready: dict[str, asyncio.Event] = {}  # followed channel -> set once confirmed
         self._late: set[str] = set()  # channels a waiter stopped waiting for
         self._tasks: list[asyncio.Task[None]] = []
+        #: Set while the subscription's connection is up: Redis answers, as far as the hub knows.
+        self.connected = asyncio.Event()
 
     async def start(self) -> None:
         """Start listening, and following the streams' needs, in the background."""
@@ -151,30 +156,45 @@ class EventHub:
                 log.warning("event subscription of %s not changed", channel, exc_info=True)
 
     async def _listen(self) -> None:
+        lost = False  # one log line when the connection goes, one when it is back
         while True:
             try:
                 async with self._client.pubsub() as pubsub:
                     await pubsub.subscribe(IDLE)
-                    self._pubsub, self._subscribed = pubsub, {IDLE}
-                    # Waiters may hold these events already: keep them, unconfirmed for now.
-                    self._ready = {c: self._ready.get(c, asyncio.Event()) for c in self._followed}
-                    for ready in self._ready.values():
-                        ready.clear()
-                    self._late.clear()  # every waiter is woken below
-                    for channel in self._followed:
-                        self._changed.put_nowait(channel)
-                    self._wake_all()  # anything published while we were away is in the streams
+                    if lost:
+                        log.info("event subscription back")
+                        lost = False
+                    self._connect(pubsub)
                     async for message in pubsub.listen():
                         kind, channel = message["type"], _text(message["channel"])
                         if kind == "message":
                             self._wake(_topic(channel, _text(message["data"])))
                         elif kind == "subscribe":
                             self._confirmed(channel)
-            except (RedisError, OSError):
-                log.warning("event subscription lost; retrying in %.0f s", RETRY_S, exc_info=True)
+            except (RedisError, OSError) as exc:
+                if not lost:
+                    log.warning("event subscription lost (%s); retrying every %.0f s", exc, RETRY_S)
+                    lost = True
             finally:
                 self._pubsub = None
+                if self.connected.is_set():
+                    self.connected.clear()
+                    self._wake_all()  # streams waiting for a change must learn Redis may be away
             await asyncio.sleep(RETRY_S)  # a pause before reconnecting, not a wait on a result
+
+    def _connect(self, pubsub: PubSub) -> None:
+        """Take a new connection into use: subscribe again to all that is followed, and wake
+        every waiter, since anything published while the hub was away is in the streams."""
+        self._pubsub, self._subscribed = pubsub, {IDLE}
+        self.connected.set()
+        # Waiters may hold these events already: keep them, unconfirmed for now.
+        self._ready = {c: self._ready.get(c, asyncio.Event()) for c in self._followed}
+        for ready in self._ready.values():
+            ready.clear()
+        self._late.clear()  # every waiter is woken below
+        for channel in self._followed:
+            self._changed.put_nowait(channel)
+        self._wake_all()
 
 
 async def cancel(task: asyncio.Task[None]) -> None:

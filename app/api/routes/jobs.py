@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
+from app.api.live.outage import Outage, RedisAwayError, error_event
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job, placed_status
 from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
@@ -181,7 +182,11 @@ async def cancel_task(
         **NOT_YOURS,
         200: {
             "description": "one event per change, `data:` as in GET /task-status; ends after a "
-            "terminal status",
+            "terminal status. A Redis outage of up to SSE_OUTAGE_S (default 30 s) is ridden out: "
+            "keep-alive comments go on and the stream resumes from its last event. Past that, or "
+            "on an internal error, it ends with `event: error`, a `retry:` field (milliseconds, "
+            '2,000 to 10,000) and `data: {"detail": "..."}`, without an id: reconnect '
+            "with Last-Event-ID and nothing is missed",
             "content": {
                 "text/event-stream": {
                     "schema": {
@@ -235,17 +240,23 @@ def resume_point(last_event_id: str | None) -> str:
 async def _events(
     runtime: Runtime, task_id: str, kind: Kind, after: str
 ) -> AsyncIterator[ServerSentEvent]:
+    """The job's events; a stream that cannot go on ends with `event: error`, never silently."""
+    extra = {"task_id": task_id}
     try:
         async for event in _changes(runtime, task_id, kind, after):
             yield event
-    except RedisError:
-        # End the stream cleanly: the client reconnects with Last-Event-ID and misses nothing.
-        log.warning("stream of %s ended: Redis unavailable", task_id, extra={"task_id": task_id})
+    except RedisAwayError as exc:
+        log.warning("stream of %s ended: %s", task_id, exc, extra=extra)
+        yield error_event(f"the job store is unreachable ({exc}); reconnect with Last-Event-ID")
+    except Exception:  # the answer has begun: a 500 can no longer be sent, this event instead
+        log.exception("stream of %s failed", task_id, extra=extra)
+        yield error_event("internal error; reconnect with Last-Event-ID")
 
 
 async def _changes(
     runtime: Runtime, task_id: str, kind: Kind, after: str
 ) -> AsyncIterator[ServerSentEvent]:
+    outage = Outage(runtime.hub, runtime.settings.sse_outage_s)
     async with (
         runtime.hub.subscribe(task_id) as changed,
         runtime.places.watch(kind, task_id) as place,
@@ -253,23 +264,31 @@ async def _changes(
         shown: TaskStatus | None = None
         while True:
             changed.clear()
-            # The job before its events: a status read first is never newer than the events
-            # read after it, so an end seen here is among them, or was before `after`.
-            job = await runtime.store.get(task_id)
-            for event_id, then in await runtime.store.events_after(task_id, after):
-                after = event_id
-                shown = await job_status(runtime, then)
-                place.told = shown.position
-                yield ServerSentEvent(data=shown.model_dump_json(), id=event_id)
-                if shown.status.terminal:
-                    return
+            try:
+                # The job before its events: a status read first is never newer than the events
+                # read after it, so an end seen here is among them, or was before `after`.
+                job = await runtime.store.get(task_id)
+                for event_id, then in await runtime.store.events_after(task_id, after):
+                    shown = await job_status(runtime, then)
+                    place.told = shown.position
+                    yield ServerSentEvent(data=shown.model_dump_json(), id=event_id)
+                    after = event_id  # once sent: a failed read above reads this event again
+                    if shown.status.terminal:
+                        return
+            except RedisError as exc:
+                await outage.wait(exc)  # Redis away: read again from `after` once it may be back
+                continue
+            outage.over()
             if job is None or job.status.terminal:
                 return  # expired, or its end was before `after`
             while not changed.is_set():  # the job is as it was: follow its place in line
                 await _either(changed, place.changed)
                 if place.changed.is_set() and not changed.is_set():
                     place.changed.clear()
-                    moved = await _placed(runtime, job, place.position)
+                    try:
+                        moved = await _placed(runtime, job, place.position)
+                    except RedisError:
+                        break  # the next round reads again, and waits out an outage
                     if moved is not None and shown is not None and moved_on(shown, moved):
                         # no id: a client resuming with Last-Event-ID still gets every change
                         place.told = moved.position

@@ -9,7 +9,9 @@ Each round starts a fresh API process, opens n streams to it and keeps them open
   stack (uvicorn, FastAPI, sse-starlette), woken in-process by POST /poke/{i}: no Redis.
 
 Memory per stream is the API process's VmRSS with all n streams open (each has had its first
-event) minus VmRSS just before they were opened, over n. Delivery latency is from sending the
+event) minus VmRSS just before they were opened, over n. Redis connections are the entries of
+Redis's CLIENT LIST at that moment, less the benchmark's own: all the API process holds, pool
+and event subscription (the baseline uses no Redis). Delivery latency is from sending the
 cancel (or poke) to the stream's receiving the event, one change at a time, on streams spread
 over the n while all the others stay open.
 """
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
 import uvloop
 
 from app.api.routes import jobs as jobs_api
@@ -62,6 +65,7 @@ class Samples:
     latencies_ms: list[float] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
     late: int = 0
+    redis_connections: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -123,14 +127,24 @@ def change_request(variant: str, stream: Stream) -> bytes:
     return httpload.request("POST", f"/poke/{stream.path.rsplit('/', 1)[1]}", {})
 
 
-async def hold(api: Api, variant: str, streams: list[Stream], plan: Plan, samples: Samples) -> None:
-    """Open every stream, measure the memory, then time plan.changes changes."""
+def redis_connections(url: str) -> int:
+    """Connections to Redis other than this one's: the API's, as nothing else is connected."""
+    with redis.Redis.from_url(url) as client:
+        return len(client.client_list()) - 1
+
+
+async def hold(
+    api: Api, variant: str, streams: list[Stream], plan: Plan, samples: Samples, url: str = ""
+) -> None:
+    """Open every stream, measure the memory (and the API's Redis connections, given Redis's
+    url), then time plan.changes changes."""
     before = rss_kib(api.pid)
     gate = asyncio.Semaphore(OPENING)
     tasks = [asyncio.create_task(follow(api.port, s, gate)) for s in streams]
     try:
         await asyncio.wait_for(asyncio.gather(*(s.opened.wait() for s in streams)), 600)
         samples.kib_per_stream.append((rss_kib(api.pid) - before) / len(streams))
+        samples.redis_connections.append(redis_connections(url) if url else 0)
         for task in tasks:
             if task.done() and task.exception() is not None:
                 raise RuntimeError("a stream failed") from task.exception()
@@ -204,7 +218,8 @@ async def one_round(
         await runtime.close()
     with api_for(variant, settings, logs) as api:
         await warm_up(api, variant, warm)
-        await hold(api, variant, main, plan, samples)
+        url = settings.redis_url if variant == "fairgpu" else ""
+        await hold(api, variant, main, plan, samples, url)
 
 
 def measure(plan: Plan) -> dict[str, Samples]:
@@ -224,14 +239,16 @@ def measure(plan: Plan) -> dict[str, Samples]:
 def report(samples: dict[str, Samples], plan: Plan) -> Report:
     """KiB per stream (median over rounds) and delivery latency percentiles."""
     columns = ("variant", "KiB/stream median", "min", "max", "delivery p50 ms", "p99 ms",
-               "max ms", "changes", "undelivered", "streams lost")  # fmt: skip
+               "max ms", "changes", "undelivered", "streams lost",
+               "Redis conns max")  # fmt: skip
     rows: list[tuple[object, ...]] = []
     for v in VARIANTS:
         s = samples[v]
         lat = s.latencies_ms
         rows.append((v, median(s.kib_per_stream), min(s.kib_per_stream, default=0),
                      max(s.kib_per_stream, default=0), percentile(lat, 50), percentile(lat, 99),
-                     max(lat, default=0), len(lat), s.late, sum(s.lost)))  # fmt: skip
+                     max(lat, default=0), len(lat), s.late, sum(s.lost),
+                     max(s.redis_connections, default=0)))  # fmt: skip
     mine, base = samples["fairgpu"], samples["baseline"]
     result = Report(
         "sse", [Section(f"{plan.streams:,} open streams, one API process", columns, rows)]
@@ -249,6 +266,7 @@ def report(samples: dict[str, Samples], plan: Plan) -> Report:
         )
     result.data = {v: {"kib_per_stream": samples[v].kib_per_stream,
                        "latencies_ms": samples[v].latencies_ms, "lost": samples[v].lost,
-                       "undelivered": samples[v].late}
+                       "undelivered": samples[v].late,
+                       "redis_connections": samples[v].redis_connections}
                    for v in VARIANTS}  # fmt: skip
     return result
