@@ -25,7 +25,8 @@ def queues(
         if as_json:
             typer.echo(view.model_dump_json())
         else:
-            out().print(queues_table(view))
+            console = out()
+            console.print(queues_table(view, console.width))
 
 
 def promote(
@@ -67,7 +68,10 @@ def drop(
         if as_json:
             typer.echo(result.model_dump_json())
         else:
-            out().print(f"Dropped {result.dropped} job(s) from {result.queue}.")
+            out().print(
+                f"Dropped {result.dropped} queued job(s) from {result.queue}; "
+                f"{result.stopped} running job(s) stopped."
+            )
 
 
 def _print_state(state: TaskStatus, as_json: bool, done: str) -> None:

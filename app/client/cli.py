@@ -12,13 +12,18 @@ import typer
 from app.client.admin import admin, drop, promote, queues, release
 from app.client.commands import account, billing, cancel, status, submit, tasks, watch
 from app.client.errors import OneLineUsage
+from app.client.http import DEFAULT_URL
+from app.client.options import RootKeyOption, RootUrlOption
 
-cli = typer.Typer(help="fairgpu: fair GPU job scheduling.", no_args_is_help=True)
+cli = typer.Typer(
+    help="fairgpu: fair GPU job scheduling. --url and --key go before or after the command.",
+    no_args_is_help=True,
+)
 
 
 @cli.callback()
-def _root() -> None:
-    """fairgpu: fair GPU job scheduling."""
+def _root(url: RootUrlOption = DEFAULT_URL, key: RootKeyOption = None) -> None:
+    """fairgpu: fair GPU job scheduling. --url and --key go before or after the command."""
 
 
 @cli.command()
@@ -26,8 +31,10 @@ def dev(
     port: Annotated[int, typer.Option(help="port of the API on 127.0.0.1")] = 8000,
     workers: Annotated[int, typer.Option(min=1, max=16, help="CPU workers to start")] = 1,
 ) -> None:
-    """Run Redis (REDIS_URL when reachable, else an embedded one), the API, CPU workers and the
-    periodic reclaim, until Ctrl-C."""
+    """Run the whole stack here, restarting what dies, until Ctrl-C.
+
+    Redis (REDIS_URL when reachable, else an embedded one), the API, CPU workers and the
+    periodic reclaim."""
     from app.dev import console  # the server stack: loaded only to run it
 
     console.run(port, workers)

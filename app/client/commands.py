@@ -154,7 +154,8 @@ def billing(
         elif not bills:
             out().print("No charges.")
         else:
-            out().print(billing_table(bills))
+            console = out()
+            console.print(billing_table(bills, console.width))
 
 
 def account(

@@ -13,7 +13,7 @@ import typer
 # Context: `click.UsageError` is another class that typer never raises, so these two names can
 # only come from the private module.
 from typer._click import Context as ClickContext
-from typer._click.exceptions import UsageError
+from typer._click.exceptions import NoSuchOption, UsageError
 from typer.core import TyperCommand
 
 from app.client.http import Client, FairgpuError, one_line
@@ -39,8 +39,26 @@ class OneLineUsage(TyperCommand):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except UsageError as exc:
-            typer.echo(f"fairgpu {info_name}: {one_line(exc.format_message())}", err=True)
+            message = self._negative_number(exc) or one_line(exc.format_message())
+            typer.echo(f"fairgpu {info_name}: {message}", err=True)
             raise typer.Exit(USAGE) from None
+
+    def _negative_number(self, exc: UsageError) -> str | None:
+        """What to say when a negative duration was read as an option (`submit short -5`):
+        that it is not a valid duration, rather than "No such option: -5"."""
+        if not isinstance(exc, NoSuchOption) or not _is_number(exc.option_name):
+            return None
+        if not any(p.param_type_name == "argument" and p.name == "duration" for p in self.params):
+            return None
+        return f"DURATION must be a number of GPU-seconds above 0, not {exc.option_name}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -1,19 +1,67 @@
 """The options and arguments that the client commands share, declared once so that every
-command spells, documents and reads them from the environment the same way."""
+command spells, documents and reads them from the environment the same way.
+
+--url and --key may come before the command (`fairgpu --key K status T`) or after it
+(`fairgpu status T --key K`); after it wins, then before it, then FAIRGPU_URL and
+FAIRGPU_API_KEY, then the default.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
+# typer ships its own copy of click and does not export ParameterSource: see errors.py.
+from typer._click.core import ParameterSource
+
+T = TypeVar("T")
+URL_HELP = "the API's base URL"
+KEY_HELP = "your API key"
+
+
+def _or_before_the_command(ctx: typer.Context, param: typer.CallbackParam, value: T) -> T:
+    """The option's value: the command's own when given on the command line, else the one given
+    before the command, else the environment's or the default."""
+    name = param.name
+    root = ctx.find_root()
+    if name is None or root is ctx or ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return value
+    if root.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        given: T = root.params[name]
+        return given
+    return value
+
+
 UrlOption = Annotated[
-    str, typer.Option("--url", envvar="FAIRGPU_URL", help="the API's base URL", show_envvar=True)
+    str,
+    typer.Option(
+        "--url",
+        envvar="FAIRGPU_URL",
+        help=URL_HELP,
+        show_envvar=True,
+        callback=_or_before_the_command,
+    ),
 ]
 KeyOption = Annotated[
     str | None,
     typer.Option(
-        "--key", envvar="FAIRGPU_API_KEY", help="your API key", show_default=False, show_envvar=True
+        "--key",
+        envvar="FAIRGPU_API_KEY",
+        help=KEY_HELP,
+        show_default=False,
+        show_envvar=True,
+        callback=_or_before_the_command,
+    ),
+]
+#: The same two on the `fairgpu` command itself, before any client command.
+RootUrlOption = Annotated[
+    str, typer.Option("--url", envvar="FAIRGPU_URL", help=URL_HELP, show_envvar=True)
+]
+RootKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key", envvar="FAIRGPU_API_KEY", help=KEY_HELP, show_default=False, show_envvar=True
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for scripts, not tables")]

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from app.client.fit import Cell, Column, fitted_table
 from app.client.http import one_line
 from app.models import BillingRecord, QueuesView, Status, TaskStatus
 
+MICROS = 1_000_000  # micro-units of money in one unit, as bills count them
 STYLE = {
     Status.PENDING: "yellow",
     Status.STARTED: "cyan",
@@ -134,7 +137,9 @@ def task_table(state: TaskStatus, bill: BillingRecord | None) -> Table:
     for name, value in _job_rows(state, now):
         table.add_row(name, value)
     if bill is not None:
-        table.add_row("cost", f"{bill.cost:.2f} ({bill.gpu_seconds:g} GPU-s, {bill.description})")
+        table.add_row(
+            "cost", f"{money(bill.cost_micros)} ({bill.gpu_seconds:g} GPU-s, {bill.description})"
+        )
     return table
 
 
@@ -205,45 +210,70 @@ def tasks_table(found: list[TaskStatus]) -> Table:
     return table
 
 
-def billing_table(bills: list[BillingRecord]) -> Table:
-    """Charges, one a row, and their total."""
+def billing_table(bills: list[BillingRecord], width: int) -> Table:
+    """Charges, one a row, and their total, in width columns (the description is left out when
+    it does not fit)."""
     now = time.time()
-    table = Table(show_footer=True)
-    table.add_column("billed", no_wrap=True, footer="total")
-    table.add_column("task", no_wrap=True, min_width=36)
-    table.add_column("kind")
-    table.add_column("GPU-s", justify="right")
-    table.add_column("cost", justify="right", footer=f"{sum(b.cost for b in bills):.2f}")
-    table.add_column("description", overflow="fold")
-    for bill in bills:
-        table.add_row(
-            clock(bill.billed_at, now),
+    total = money(sum(b.cost_micros for b in bills))  # exact: whole micro-units
+    columns = [
+        Column("billed", footer="total"),
+        Column("task"),
+        Column("kind"),
+        Column("GPU-s", justify="right"),
+        Column("cost", justify="right", footer=total),
+        Column("description", optional=True),
+    ]
+    rows = [
+        [
+            moment(bill.billed_at, now),
             bill.task_id,
             bill.kind,
             f"{bill.gpu_seconds:g}",
-            f"{bill.cost:.2f}",
+            money(bill.cost_micros),
             bill.description,
-        )
-    return table
+        ]
+        for bill in bills
+    ]
+    return fitted_table(columns, rows, width)
 
 
-def queues_table(view: QueuesView) -> Table:
-    """Each queue, one a row."""
-    table = Table()
-    for name in ("queue", "queued", "running", "workers", "fairness lag"):
-        table.add_column(name, no_wrap=True, justify="left" if name == "queue" else "right")
-    table.add_column("top accounts (queued)", overflow="fold")
-    table.add_column("counters", overflow="fold")
-    for queue in view.queues:
-        top = ", ".join(f"{a.user_id[:8]}…: {a.queued}" for a in queue.top_accounts)
-        stats = ", ".join(f"{name} {count}" for name, count in sorted(queue.stats.items()))
-        table.add_row(
+def queues_table(view: QueuesView, width: int) -> Table:
+    """Each queue, one a row, in width columns (lists one item a line when they do not fit)."""
+    columns = [
+        Column("queue"),
+        *(Column(name, justify="right") for name in ("queued", "running", "workers")),
+        Column("fairness lag", justify="right"),
+        Column("top accounts (queued)"),
+        Column("counters", optional=True),
+    ]
+    rows: list[list[Cell]] = [
+        [
             queue.name,
             str(queue.queued),
             str(queue.in_flight),
             str(queue.workers),
             f"{queue.fairness_lag_s:g} s",
-            top or "-",
-            stats or "-",
-        )
-    return table
+            [f"{a.user_id[:8]}…: {a.queued}" for a in queue.top_accounts],
+            [f"{name} {count}" for name, count in sorted(queue.stats.items())],
+        ]
+        for queue in view.queues
+    ]
+    return fitted_table(columns, rows, width)
+
+
+def money(micros: int) -> str:
+    """An amount for people, from its exact micro-units: at least 2 decimals, at most 4."""
+    shown = (Decimal(micros) / MICROS).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    whole, fraction = f"{shown:f}".split(".")
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
+def moment(at: float, now: float) -> str:
+    """A Unix time in at most 11 characters: "14:03:12" today, "12-02 14:03" this year,
+    "2025-12-02" before."""
+    then, today = time.localtime(at), time.localtime(now)
+    if then[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", then)
+    if then.tm_year == today.tm_year:
+        return time.strftime("%m-%d %H:%M", then)
+    return time.strftime("%Y-%m-%d", then)

@@ -27,6 +27,7 @@
     keyForm: byId("key-form"),
     keyInput: byId("key-input"),
     keyForget: byId("key-forget"),
+    keyHint: byId("key-hint"),
     messages: byId("messages"),
     messageText: byId("message-text"),
     messageClose: byId("message-close"),
@@ -136,6 +137,14 @@
     minimumFractionDigits: 2,
     maximumFractionDigits: 4,
   });
+  const MICROS = 1e6;
+
+  // A bill's exact cost in micro-units (a record from before exact billing has only `cost`).
+  function micros(record) {
+    const exact = Number(record.cost_micros);
+    if (Number.isSafeInteger(exact)) return exact;
+    return Math.round((Number(record.cost) || 0) * MICROS);
+  }
 
   // ---------------------------------------------------------------------------------------
   // Messages
@@ -608,9 +617,11 @@
       const { data } = await api(owner, "GET", `billing-records?limit=${BILL_LIMIT}`);
       if (session !== owner) return;
       const rows = [];
-      let total = 0;
+      // Summed in whole micro-units, as the server counts them, so that many small bills add
+      // up exactly; only the figure shown is rounded (money: at most 4 decimals).
+      let totalMicros = 0;
       for (const record of data) {
-        total += Number(record.cost) || 0;
+        totalMicros += micros(record);
         const row = document.createElement("tr");
         row.dataset.taskId = String(record.task_id);
         cell(row).textContent = clock(record.billed_at);
@@ -626,6 +637,7 @@
       ui.billBody.replaceChildren(...rows);
       const count = data.length === 1 ? "1 job" : `${data.length} jobs`;
       const partial = data.length >= BILL_LIMIT ? ` (latest ${BILL_LIMIT} only)` : "";
+      const total = totalMicros / MICROS;
       ui.billTotal.textContent = `Total ${money.format(total)} for ${count}${partial}`;
       ui.billTotal.dataset.total = String(total);
       ui.billTotal.dataset.count = String(data.length);
@@ -725,6 +737,7 @@
     ui.keyInput.value = "";
     ui.keyInput.placeholder = "key in use (paste another to switch)";
     ui.keyForget.hidden = false;
+    ui.keyHint.hidden = true;
     ui.signedIn.hidden = false;
     ui.jobsEmpty.hidden = true;
     ui.queuesPanel.hidden = !account.admin;
@@ -749,6 +762,7 @@
     ui.signedIn.hidden = true;
     ui.queuesPanel.hidden = true;
     ui.keyForget.hidden = true;
+    ui.keyHint.hidden = false;
     ui.accountLine.textContent = "";
     ui.billBody.replaceChildren();
     ui.billTotal.textContent = "";

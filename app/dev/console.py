@@ -1,4 +1,5 @@
-"""`fairgpu dev` as a person sees it: start the stack, print where it is, stop it on Ctrl-C."""
+"""`fairgpu dev` as a person sees it: start the stack, print where it is, keep it running (a
+process that dies is started again, one line each), stop it on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 import signal
 import threading
 from types import FrameType
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rich.console import Console
@@ -14,42 +16,70 @@ from app.auth import Accounts
 from app.dev.stack import Stack
 from app.settings import get_settings
 
-console = Console()
+DEMO_KEY = "default_api_key"
+SIGNAL_CHECK_S = 0.5
+
+
+def make_console(**options: Any) -> Console:
+    """The console of `fairgpu dev`: a line longer than the terminal is left for the terminal
+    to wrap, never broken with newlines, so that a URL or a command copied from it works."""
+    return Console(soft_wrap=True, **options)
+
+
+console = make_console()
 
 
 def run(port: int, workers: int) -> None:
     """Run Redis, the API, `workers` CPU workers and the periodic reclaim until a signal."""
-    logging.basicConfig(level=logging.WARNING)
+    # One line a record, with the time: what the supervisor says is read by a person, between
+    # the banner's lines, and must never be a traceback.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     settings = get_settings()
     given_redis = "redis_url" in settings.model_fields_set  # REDIS_URL was set
     settings = settings.model_copy(update={"port": port, "host": "127.0.0.1"})
     accounts = Accounts.load(settings.users_file)
-    stack = Stack(settings, use_given_redis=given_redis, workers=workers)
-    with console.status("starting Redis, the API and the workers..."):
-        stack.start()
+    stack = Stack(settings, use_given_redis=given_redis, workers=workers, supervise=True)
     try:
-        where = "embedded, stops with the stack" if stack.redis_server else "from REDIS_URL"
-        console.print(
-            f"[bold green]fairgpu is up[/] at [bold]{stack.url}[/]  (docs: {stack.url}/docs)"
-        )
-        console.print(
-            f"Redis: {without_password(stack.redis_url)} ({where}); {workers} CPU worker(s); "
-            f"logs in {stack.log_dir}"
-        )
-
-        demo = next((a for a in accounts.all() if "default_api_key" in a.api_keys), None)
-        if demo is not None:
-            console.print(f"Demo key: [bold]default_api_key[/] (account {demo.user_id})")
-        console.print(
-            f"Try: curl -s -X POST {stack.url}/enqueue-task -H 'X-API-Key: default_api_key' "
-            '-H \'Content-Type: application/json\' -d \'{"kind": "short", "duration_s": 2}\''
-        )
-        console.print("Ctrl-C stops everything.")
+        with console.status("starting Redis, the API and the workers..."):
+            stack.start()
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        stack.stop()  # what did start
+        console.print(f"fairgpu dev could not start: {exc}", markup=False)
+        raise SystemExit(1) from None
+    try:
+        banner(console, stack, accounts, str(settings.users_file))
         _wait_for_signal()
     finally:
         with console.status("stopping..."):
             stack.stop()
         console.print("stopped.")
+
+
+def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> None:
+    """Where the stack is, a key to try it with, and a first command."""
+    where = "embedded, stops with the stack" if stack.redis_server else "from REDIS_URL"
+    out.print(f"[bold green]fairgpu is up[/] at [bold]{stack.url}[/]")
+    out.print(f"Dashboard: [bold]{stack.url}/dashboard[/]  API docs: {stack.url}/docs")
+    out.print(
+        f"Redis: {without_password(stack.redis_url)} ({where}); "
+        f"{stack.worker_count} CPU worker(s); logs in {stack.log_dir}"
+    )
+    demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)
+    if demo is not None:
+        out.print(
+            f"Demo key: [bold]{DEMO_KEY}[/] (account {demo.user_id}); every key is in {users_file}"
+        )
+    out.print(curl_example(stack.url), markup=False, highlight=False)
+    out.print("Ctrl-C stops everything; a process that dies is started again.")
+
+
+def curl_example(url: str) -> str:
+    """The banner's first command to try: submit a 2-second job with the demo key."""
+    body = '{"kind": "short", "duration_s": 2}'
+    return (
+        f"Try: curl -s -X POST {url}/enqueue-task -H 'X-API-Key: {DEMO_KEY}' "
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )
 
 
 def without_password(url: str) -> str:
@@ -67,6 +97,10 @@ def _wait_for_signal() -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    stop.wait()
+    # SIGHUP too: the children have sessions of their own, so a closed terminal reaches only us.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, handler)
+    # A timed wait, again and again: the kernel may hand the signal to another thread, and then
+    # Python runs the handler only when this thread next returns from a wait.
+    while not stop.wait(SIGNAL_CHECK_S):
+        pass

@@ -49,8 +49,10 @@ class RedisServer:
         port: int | None = None,
         appendonly: bool = False,
         fsync: str = "everysec",
+        new_session: bool = False,
     ) -> None:
         self.directory = directory
+        self.new_session = new_session  # out of the terminal's reach: only its owner stops it
         self.port = port or free_port()
         self.appendonly = appendonly
         self.fsync = fsync
@@ -85,7 +87,7 @@ class RedisServer:
             str(self.log),
         ]
         # --logfile takes the server's own log; what it prints before opening that goes there too.
-        self.process = processes.spawn(args, os.environ, self.log)
+        self.process = processes.spawn(args, os.environ, self.log, new_session=self.new_session)
         self._wait_ready()
         return self
 

@@ -1,6 +1,7 @@
 """Stack: the whole service on one machine, as processes: Redis (embedded unless one is given),
-the API, N CPU workers, and the periodic reclaim. `fairgpu dev` runs one; so do the end-to-end
-tests, which also kill its workers.
+the API, N CPU workers, and the periodic reclaim. `fairgpu dev` runs one, supervised (a process
+that dies is started again, see supervisor.py); so do the end-to-end tests, which also kill its
+workers and so leave supervision off.
 """
 
 from __future__ import annotations
@@ -13,16 +14,19 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 import redis
+from kombu.exceptions import OperationalError
 
 from app.auth import Accounts
 from app.dev import processes
 from app.dev.redis_server import RedisServer
+from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.service import build
 from app.settings import Settings
 
@@ -52,8 +56,10 @@ class Stack:
         workers: int = 1,
         workdir: Path | None = None,
         log_dir: Path | None = None,
+        supervise: bool = False,
     ) -> None:
         self.settings = settings
+        self.supervise = supervise
         self._given_redis = settings.redis_url if use_given_redis else None
         self.port = settings.port
         self.worker_count = workers
@@ -65,8 +71,12 @@ class Stack:
         self.env: dict[str, str] = {}
         self.api: subprocess.Popen[bytes] | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self._queues: dict[str, str] = {}  # each worker's queues, to start it again alike
+        self._lock = threading.RLock()  # the supervisor's ticks and the stack's own changes
         self._stop = threading.Event()
         self._reclaimer: threading.Thread | None = None
+        self._supervisor: Supervisor | None = None
+        self.redis_watch = RedisWatch("")
 
     @property
     def url(self) -> str:
@@ -78,8 +88,11 @@ class Stack:
         if self._given_redis and reachable(self._given_redis):
             self.redis_url = self._given_redis
         else:
-            self.redis_server = RedisServer(self.workdir / "redis", appendonly=True).start()
+            self.redis_server = RedisServer(
+                self.workdir / "redis", appendonly=True, new_session=self.supervise
+            ).start()
             self.redis_url = self.redis_server.url
+        self.redis_watch = RedisWatch(self.redis_url)
         self.settings = self.settings.model_copy(update={"redis_url": self.redis_url})
         self.env = {**os.environ, **as_environment(self.settings)}
         self.api = self._spawn("api", "app.api.serve", {})
@@ -88,6 +101,9 @@ class Stack:
         self._wait_healthy()
         self._reclaimer = threading.Thread(target=self._reclaim_loop, name="reclaim", daemon=True)
         self._reclaimer.start()
+        if self.supervise:
+            self._supervisor = Supervisor(self._slots, self.redis_watch, self._ping, self._lock)
+            self._supervisor.start()
         return self
 
     def start_worker(self, name: str, queues: str = "short,long") -> subprocess.Popen[bytes]:
@@ -97,19 +113,48 @@ class Stack:
             "WORKER_QUEUES": queues,
             "CUDA_VISIBLE_DEVICES": "",
         }
-        process = self._spawn(name, "app.worker.main", env)
-        self.workers[name] = process
+        with self._lock:
+            process = self._spawn(name, "app.worker.main", env)
+            self.workers[name] = process
+            self._queues[name] = queues
         return process
 
     def kill_worker(self, name: str) -> None:
-        """SIGKILL a worker, as a crash would."""
-        process = self.workers.pop(name)
+        """SIGKILL a worker, as a crash would; a supervised stack does not start it again."""
+        with self._lock:
+            process = self.workers.pop(name)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=START_TIMEOUT_S)
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", module]
-        return processes.spawn(argv, {**self.env, **env}, self.log_dir / f"{name}.log")
+        log_file = self.log_dir / f"{name}.log"
+        # Supervised, each child has a session of its own: Ctrl-C reaches only `fairgpu dev`,
+        # which stops them in order, rather than killing them under a supervisor that would
+        # start them again.
+        return processes.spawn(argv, {**self.env, **env}, log_file, new_session=self.supervise)
+
+    def _slots(self) -> list[Slot]:
+        """What the supervisor keeps running: the API, each worker, and a Redis of our own."""
+        slots = []
+        if self.api is not None:
+            slots.append(Slot("the API", self.api.poll, self._restart_api))
+        for name, process in self.workers.items():
+            slots.append(Slot(f"worker {name}", process.poll, self._restarter(name)))
+        server = self.redis_server
+        if server is not None and server.process is not None:
+            what = f"the embedded Redis on port {server.port}"
+            slots.append(Slot(what, server.process.poll, server.start, redis=True))
+        return slots
+
+    def _restart_api(self) -> None:
+        self.api = self._spawn("api", "app.api.serve", {})
+
+    def _restarter(self, name: str) -> Callable[[], object]:
+        return lambda: self.start_worker(name, self._queues[name])
+
+    def _ping(self) -> bool:
+        return reachable(self.redis_url)
 
     def _wait_healthy(self) -> None:
         processes.wait_until(self._healthy, START_TIMEOUT_S, "the API's /health")
@@ -125,30 +170,47 @@ class Stack:
             return False
 
     def _reclaim_loop(self) -> None:
-        """The dev stack's own timer in place of Celery Beat: reclaim_and_dispatch per queue."""
+        """The dev stack's own timer in place of Celery Beat: the sweep, and reclaim_and_dispatch
+        per queue."""
         settings = self.settings
         service = build(settings, Accounts.load(settings.users_file))
         try:
             while not self._stop.wait(settings.reclaim_interval_s):
-                try:
-                    service.sweep()
-                except (redis.RedisError, OSError):
-                    log.warning("sweep of unqueued jobs failed", exc_info=True)
-                for queue in service.queues.values():
-                    try:
-                        queue.reclaim_and_dispatch()
-                    except (redis.RedisError, OSError):
-                        log.warning(
-                            "reclaim of %s failed; next round in %s s",
-                            queue.name,
-                            settings.reclaim_interval_s,
-                            exc_info=True,
-                        )
+                steps = [("sweep of unqueued jobs", service.sweep)]
+                steps += [
+                    (f"reclaim of {q.name}", q.reclaim_and_dispatch)
+                    for q in service.queues.values()
+                ]
+                reached = [self._attempt(what, step) for what, step in steps]
+                if all(reached) and self._supervisor is None:
+                    self.redis_watch.up()
         finally:
             service.close()
 
+    def _attempt(self, what: str, step: Callable[[], object]) -> bool:
+        """Run one step of the timer; whether it reached Redis. Redis away is said once, by the
+        watch (the supervisor's, which pings it, when there is one), not as a traceback each
+        round; any other failure is one line."""
+        try:
+            step()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            if self._supervisor is None:
+                self.redis_watch.down(f"{self.redis_url}: {exc}; waiting for it")
+            return False
+        except (redis.RedisError, OperationalError) as exc:
+            log.warning(
+                "%s failed: %s; next try in %g s",
+                what,
+                one_line(str(exc)),
+                self.settings.reclaim_interval_s,
+            )
+        return True
+
     def stop(self) -> None:
-        """Stop the timer, the workers, the API, and the Redis this stack started."""
+        """Stop the supervisor, the timer, the workers, the API, and the Redis this stack
+        started."""
+        if self._supervisor is not None:
+            self._supervisor.stop()  # first: nothing stopped below is started again
         self._stop.set()
         children = [*self.workers.values(), *([self.api] if self.api else [])]
         if children:  # all at once, so that the slowest sets the time, not the sum

@@ -359,6 +359,7 @@ def test_admin_drop_asks_first_and_revokes_the_queued_jobs(url: str) -> None:
     assert as_json(fairgpu(url, "admin", "drop", "short", "--yes", "--json")) == {
         "queue": "short",
         "dropped": 1,
+        "stopped": 0,
     }
     assert as_json(fairgpu(url, "status", task_id, "--json"))["status"] == "REVOKED"
 
