@@ -4,6 +4,7 @@ scripts. Every failure is one FairgpuError whose message is a one-line explanati
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Generator, Iterator
@@ -59,6 +60,8 @@ class SseEvent:
 
     id: str | None
     data: str
+    event: str = "message"
+    retry_ms: int | None = None
 
 
 def sse_events(source: EventSource) -> Iterator[SseEvent]:
@@ -67,7 +70,7 @@ def sse_events(source: EventSource) -> Iterator[SseEvent]:
     SSEError, a TransportError, if the answer is not text/event-stream."""
     for event in source.iter_sse():
         if event.data:
-            yield SseEvent(event.id or None, event.data)
+            yield SseEvent(event.id or None, event.data, event.event, event.retry)
 
 
 def one_line(text: str) -> str:
@@ -245,7 +248,8 @@ class Client:
                         f"the event stream from {self.url} kept dropping ({drop}); "
                         f"gave up after {self.reconnects} reconnects"
                     ) from None
-                time.sleep(self.reconnect_delay_s * failures)  # back off before trying again
+                # Back off before trying again, as long as the server asked if it did.
+                time.sleep(max(self.reconnect_delay_s * failures, (drop.retry_ms or 0) / 1000))
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _stream_once(
@@ -266,6 +270,8 @@ class Client:
                     raise self._failure(reply)
                 try:
                     for event in sse_events(source):
+                        if event.event == "error":  # the server gave up for now: reconnect
+                            raise _StreamDroppedError(_server_gave_up(event), event.retry_ms)
                         yield event.id, self._event(event)
                 except SSEError:
                     raise self._unexpected(reply) from None  # a 200 that is not an event stream
@@ -346,7 +352,21 @@ class Client:
 
 
 class _StreamDroppedError(Exception):
-    """The event stream broke or ended before a terminal status."""
+    """The event stream broke or ended before a terminal status (retry_ms: the server's
+    `retry:`, when it ended the stream itself)."""
+
+    def __init__(self, reason: str, retry_ms: int | None = None) -> None:
+        super().__init__(reason)
+        self.retry_ms = retry_ms
+
+
+def _server_gave_up(event: SseEvent) -> str:
+    """What an `event: error` says, as one line."""
+    try:
+        detail = json.loads(event.data).get("detail", event.data)
+    except (ValueError, AttributeError):
+        detail = event.data
+    return f"the server ended it: {one_line(str(detail))[:120]}"
 
 
 class _StreamEndedError(Exception):

@@ -232,3 +232,28 @@ def test_an_admin_404_from_a_server_without_the_admin_api_says_so() -> None:
     with client(handler) as c, pytest.raises(FairgpuError) as caught:
         c.queues()
     assert str(caught.value) == f"404 at {URL}/admin/queues: this server has no admin API"
+
+
+def test_an_error_event_from_the_server_is_a_reconnect_after_its_last_event_id() -> None:
+    seen: list[str | None] = []
+    gave_up = b'event: error\nretry: 1\ndata: {"detail": "Redis is unreachable"}\n\n'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Last-Event-ID"))
+        if len(seen) == 1:
+            return sse(event(state("PENDING"), "1-0") + gave_up)
+        return sse(event(state("SUCCESS"), "2-0"))
+
+    with client(handler, reconnect_delay_s=0) as c:
+        assert [s.status for s in c.watch(TASK)] == [Status.PENDING, Status.SUCCESS]
+    assert seen == [None, "1-0"]
+
+
+def test_a_server_that_keeps_giving_up_ends_in_one_line_naming_why() -> None:
+    gave_up = b'event: error\nretry: 1\ndata: {"detail": "Redis is unreachable"}\n\n'
+    expected = "the server ended it: Redis is unreachable"
+    with (
+        client(lambda request: sse(gave_up), reconnects=1, reconnect_delay_s=0) as c,
+        pytest.raises(FairgpuError, match=expected),
+    ):
+        list(c.watch(TASK))
