@@ -5,16 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api import schema
 from app.api.limits import BodyLimit
 from app.api.routes import admin, bills, dashboard, health, jobs, metrics, tasks
 from app.api.runtime import Runtime
@@ -50,23 +49,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(OSError, _redis_error)
     for module in (jobs, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]
     return app
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema, less the 422 it adds for a task id in the path: a malformed id is the
-    same 404 as an unknown one, so those operations never answer 422."""
-    if app.openapi_schema is None:
-        schema = get_openapi(
-            title=app.title, version=app.version, summary=app.summary, routes=app.routes
-        )
-        for path, operations in schema["paths"].items():
-            if "{task_id}" in path:
-                for operation in operations.values():
-                    operation["responses"].pop("422", None)
-        app.openapi_schema = schema
-    return app.openapi_schema
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

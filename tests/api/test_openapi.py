@@ -1,4 +1,6 @@
-"""/openapi.json: every endpoint, with the errors it answers, as the contract describes them."""
+"""The OpenAPI schema: every endpoint, with the errors it answers, as the contract describes them.
+An admin reads the whole schema at /admin/openapi.json; /openapi.json is the same less the
+admin paths."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import Api
+from tests.api.helpers import KEY, SECOND_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -64,10 +67,32 @@ UNKEYED = {"/health", "/metrics"}
 
 
 async def schema(api: Api) -> dict[str, Any]:
-    response = await api.client.get("/openapi.json")
+    """The whole schema, as an admin reads it."""
+    response = await api.client.get("/admin/openapi.json", headers=KEY)
     assert response.status_code == 200
     body: dict[str, Any] = response.json()
     return body
+
+
+async def test_the_public_schema_is_the_whole_one_less_the_admin_paths(api: Api) -> None:
+    public = (await api.client.get("/openapi.json")).json()
+    whole = await schema(api)
+
+    assert set(public["paths"]) == {p for p in whole["paths"] if not p.startswith("/admin/")}
+    assert all(public["paths"][p] == whole["paths"][p] for p in public["paths"])
+    # Nor does it name the shapes only the admin operations use.
+    assert "QueuesView" in whole["components"]["schemas"]
+    assert "QueuesView" not in public["components"]["schemas"]
+    assert "TaskStatus" in public["components"]["schemas"]
+
+
+@pytest.mark.parametrize("headers", [{}, SECOND_KEY], ids=["no key", "not an admin's key"])
+async def test_the_whole_schema_is_hidden_from_all_but_admins(
+    api: Api, headers: dict[str, str]
+) -> None:
+    response = await api.client.get("/admin/openapi.json", headers=headers)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not Found"}
 
 
 def json_schema(response: dict[str, Any]) -> Any:

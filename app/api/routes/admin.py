@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, 
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api import schema
 from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status
 from app.api.routing import HIDDEN, AdminRoute, Caller, authenticated
@@ -60,6 +61,12 @@ RESPONSES = {**{k: v for k, v in ERRORS.items() if k != 401}, **HIDDEN_404}
 
 AdminDep = CallerDep  # an admin's, once AdminRoute has let the request through
 QueueName = Annotated[Kind, Path(description="short or long")]
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def admin_schema(request: Request, admin: AdminDep) -> dict[str, Any]:
+    """The whole OpenAPI schema, the admin operations included (the public one leaves them out)."""
+    return schema.whole(request.app)
 
 
 @router.get("/queues", response_model=QueuesView, responses=RESPONSES)
