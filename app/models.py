@@ -171,7 +171,7 @@ class DropRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    confirm: str = Field(max_length=64, description="the queue's name, repeated")
+    confirm: Kind = Field(description="the queue's name, repeated")
 
 
 class DropResult(BaseModel):

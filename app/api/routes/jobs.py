@@ -62,7 +62,11 @@ ValidJob = Annotated[EnqueueRequest, Depends(valid_job)]
     responses={
         **ERRORS,
         413: {"model": ErrorBody, "description": "body over 64 KiB"},
-        422: {"model": ErrorBody, "description": "invalid job"},
+        422: {
+            "model": ErrorBody,
+            "description": "an invalid job, a body not sent as application/json, or an "
+            "Idempotency-Key used before with another body",
+        },
     },
 )
 async def enqueue_task(

@@ -26,7 +26,10 @@ async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
 @router.get(
     "/tasks",
     response_model=TaskPage,
-    responses={**ERRORS, 422: {"model": ErrorBody, "description": "bad status, limit or cursor"}},
+    responses={
+        **ERRORS,
+        422: {"model": ErrorBody, "description": "a status, limit or cursor outside its schema"},
+    },
 )
 async def tasks(
     caller: CallerDep,
@@ -36,9 +39,9 @@ async def tasks(
     cursor: Annotated[
         str | None,
         Query(
-            max_length=200,
-            pattern="^[A-Za-z0-9_=-]+$",
-            description="the previous page's next_cursor",
+            pattern=listing.CURSOR_PATTERN,
+            description="the previous page's next_cursor (any text of this form is a place in "
+            "the list to go on from)",
         ),
     ] = None,
 ) -> TaskPage:
