@@ -1,4 +1,10 @@
-"""Fixtures of the API tests: the real app, its lifespan run, on the suite's real Redis."""
+"""Fixtures of the API tests: the real app, its lifespan run, on the suite's real Redis.
+
+Each test runs the app's lifespan, and so has a Runtime of its own (clients, event hub, rate
+limiter) on its own empty database. The FastAPI object under it is lent from APPS and reused:
+FastAPI builds a route's request validation the first time the route is called, several
+milliseconds a route per app, which an app made per test paid again in every test.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +49,28 @@ class Api:
         return runtime
 
 
+class Apps:
+    """FastAPI apps kept for the whole run, each lent to one user at a time (two apps open at
+    once, as two API processes, are two apps). An app holds nothing of a run but its routes'
+    validation and middleware: its lifespan makes everything else, and sets app.state anew."""
+
+    def __init__(self) -> None:
+        self._idle: list[tuple[Settings, FastAPI]] = []
+
+    @contextlib.contextmanager
+    def lend(self, settings: Settings) -> Iterator[FastAPI]:
+        """An idle app made with settings equal to these, else a new one; returned afterwards."""
+        found = next((i for i, (made, _) in enumerate(self._idle) if made == settings), None)
+        app = create_app(settings) if found is None else self._idle.pop(found)[1]
+        try:
+            yield app
+        finally:
+            self._idle.append((settings, app))
+
+
+APPS = Apps()
+
+
 @contextlib.asynccontextmanager
 async def running(app: FastAPI) -> AsyncIterator[None]:
     """The app's lifespan; its shutdown must end within WAIT_S (a hang fails, not blocks)."""
@@ -67,19 +95,19 @@ async def hub_listening(runtime: Runtime) -> None:
 
 @contextlib.asynccontextmanager
 async def open_api(settings: Settings, *, wait_for_hub: bool = True) -> AsyncIterator[Api]:
-    app = create_app(settings)
     base = "http://test"
-    # raise_app_exceptions=False: a crash reaches the test as the 500 a client would get.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with (
-        running(app),
-        httpx.AsyncClient(transport=transport, base_url=base) as client,
-        httpx.AsyncClient(transport=StreamingASGITransport(app), base_url=base) as stream,
-    ):
-        api = Api(app, client, stream)
-        if wait_for_hub:
-            await hub_listening(api.runtime)
-        yield api
+    with APPS.lend(settings) as app:
+        # raise_app_exceptions=False: a crash reaches the test as the 500 a client would get.
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with (
+            running(app),
+            httpx.AsyncClient(transport=transport, base_url=base) as client,
+            httpx.AsyncClient(transport=StreamingASGITransport(app), base_url=base) as stream,
+        ):
+            api = Api(app, client, stream)
+            if wait_for_hub:
+                await hub_listening(api.runtime)
+            yield api
 
 
 @pytest.fixture

@@ -75,9 +75,7 @@ class Worker:
         """Finish the run as a success, billed to the job's owner as the real runner does."""
         job = self._job(job_id)
         charge = self.charge(job.kind, job.duration_s)
-        return self.recorder.finish(
-            job_id, token, Status.SUCCESS, charge=charge, owner=job.owner
-        )
+        return self.recorder.finish(job_id, token, Status.SUCCESS, charge=charge, owner=job.owner)
 
     def fail(self, job_id: str, token: str, error: str) -> bool:
         charge = Charge(cost=0.0, description="", gpu_seconds=0.0)
@@ -118,8 +116,14 @@ def command_calls(r: redis.Redis) -> dict[str, int]:
 
 
 def contents(r: redis.Redis) -> dict[bytes, bytes | None]:
-    """Every key with its serialized value: equal snapshots mean nothing changed."""
-    return {key: r.dump(key) for key in sorted(r.keys("*"))}
+    """Every key with its serialized value: equal snapshots mean nothing changed. The values are
+    read in one round trip, a pipeline of DUMPs without MULTI (so only OBSERVING commands)."""
+    keys = sorted(r.keys("*"))
+    with r.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.dump(key)
+        dumps = pipe.execute()
+    return {key: dump for key, dump in zip(keys, dumps, strict=True)}
 
 
 @dataclass

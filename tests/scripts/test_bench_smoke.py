@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.integration  # a subprocess, with a redis-server of its own
 @pytest.mark.timeout(120)
 def test_bench_vtrr_quick_prints_its_table_and_verdicts() -> None:
     run = subprocess.run(

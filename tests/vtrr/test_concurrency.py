@@ -1,7 +1,8 @@
 """Several OS processes on one FairQueue at once: each item is delivered to exactly one of them.
 
 Each process opens its own Redis connection; nothing is shared but the server. They record
-what they were served in Redis, and the test process checks the union.
+what they were served in Redis, and the test process checks the union. They start real
+processes, so they are integration tests.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ DEADLINE_S = 60
 SERVED = "test:served"
 BAD_ACKS = "test:bad-acks"
 PRODUCED = "test:produced"
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def consume(url: str, name: str, start: Any) -> None:
@@ -111,7 +113,6 @@ def check_each_once(r: redis.Redis, q: FairQueue, expected: set[str]) -> None:
     )
 
 
-@pytest.mark.timeout(120)
 def test_processes_dequeue_each_item_exactly_once(
     redis_url: str, r: redis.Redis, processes: list[BaseProcess]
 ) -> None:
@@ -133,7 +134,6 @@ def test_processes_dequeue_each_item_exactly_once(
     assert r.llen(SERVED) == 2000
 
 
-@pytest.mark.timeout(120)
 def test_processes_enqueue_and_dequeue_at_once(
     redis_url: str, r: redis.Redis, processes: list[BaseProcess]
 ) -> None:
