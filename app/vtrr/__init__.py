@@ -11,20 +11,13 @@
 This package imports redis and celery only; nothing else of fairgpu.
 """
 
-from app.vtrr.celery_queue import (
-    Delivery,
-    HeldLease,
-    Taken,
-    VTRRQueue,
-    VTRRTask,
-    held_lease,
-    serve_together,
-    take_first,
-)
+from app.vtrr.celery_queue import Delivery, Taken, VTRRQueue, VTRRTask
 from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
+from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
+from app.vtrr.together import serve_together, take_first
 
 __all__ = [
     "Delivery",

@@ -9,8 +9,8 @@ When the broker is the queue's own Redis, the scripts push the triggers themselv
 call that made them due (see `_trigger_keys`): a trigger then costs no Kombu publish and no
 round trip of its own.
 
-Queues that one worker serves together may share their triggers (`serve_together`): a trigger
-of any of them then runs the item that a policy of the application picks among them.
+Queues that one worker serves together may share their triggers (`serve_together`, together.py): a
+trigger of any of them then runs the item that a policy of the application picks among them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
+from app.vtrr.held import held_lease
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
@@ -83,25 +84,6 @@ class Taken(NamedTuple):
 
 #: Chooses and leases the item a trigger of the given queue runs (see serve_together).
 Take = Callable[["VTRRQueue"], Taken | None]
-
-
-class HeldLease(NamedTuple):
-    """The lease the current run of a @vtrr.task holds."""
-
-    task_id: str
-    token: str
-    timeouts: int
-
-
-def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
-    """The lease of the run in progress of a @vtrr.task (also `self.request.vtrr_task_id`,
-    `vtrr_token` and `vtrr_timeouts`); None outside such a run."""
-    request = task.request
-    task_id = getattr(request, "vtrr_task_id", None)
-    if task_id is None:
-        return None
-    held = vars(request)  # set by the task's run (see _celery_task)
-    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"])
 
 
 class VTRRTask:
@@ -257,11 +239,11 @@ class VTRRQueue(FairQueue):
     def _dequeue(self) -> Delivery | None:
         """Lease the fairest item as a trigger's run does: (task_name, args, kwargs, id, token,
         timeouts), or None when nothing is queued. Ack it with `ack(task_id, token)`."""
-        return _delivery(self._take(consumes_trigger=True))
+        return delivery_of(self._take(consumes_trigger=True))
 
     def _resume(self, task_id: str, token: str) -> Delivery | None:
         """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
-        return _delivery(self.resume(task_id, token))
+        return delivery_of(self.resume(task_id, token))
 
     def _resume_held(self, held: Sequence[str]) -> Taken | None:
         """A retry's run, on the queue its lease came from (this one, or a peer's)."""
@@ -408,45 +390,8 @@ class VTRRQueue(FairQueue):
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
 
 
-def serve_together(queues: Sequence[VTRRQueue], take: Take) -> None:
-    """Let a trigger of any of these queues run the item that `take` leases from any of them.
-
-    For a worker that serves several queues and has a policy among them (one before another,
-    say): `take(trigger_queue)` chooses, leases with `take_first` and returns what it took, or
-    None. The function of the item's own queue runs it, and the lease is acked, resumed on a
-    retry and reclaimed in that queue. Call it in the processes that run the triggers.
-    """
-    peers = {queue.name: queue for queue in queues}
-    for queue in queues:
-        queue._take_with, queue._peers = take, peers
-
-
-def take_first(trigger: VTRRQueue, queues: Sequence[VTRRQueue]) -> Taken | None:
-    """Lease the fairest item of the first of `queues` with one queued, for a run of a trigger
-    of `trigger`; None when all are empty.
-
-    The trigger is counted as run exactly once, in its own queue, whichever queue's item runs:
-    each queue's trigger count stays what its broker queue holds (reclaim_and_dispatch relies
-    on that), a queue whose trigger ran another queue's item tops its own triggers up, and a
-    queue whose item ran on another's trigger keeps a trigger that finds the next item or none.
-    """
-    counted = False
-    for queue in queues:
-        if queue is trigger:
-            delivery = queue._dequeue()
-            counted = True
-        else:
-            delivery = _delivery(queue._take(consumes_trigger=False))
-        if delivery is not None:
-            if not counted:
-                trigger.consume_trigger()
-            return Taken(queue, delivery)
-    if not counted:
-        trigger.consume_trigger()
-    return None
-
-
-def _delivery(lease: Lease | None) -> Delivery | None:
+def delivery_of(lease: Lease | None) -> Delivery | None:
+    """The item a lease holds, as a worker runs it."""
     if lease is None:
         return None
     body = json.loads(lease.payload)

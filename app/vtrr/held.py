@@ -1,0 +1,26 @@
+"""The lease a run of a @vtrr.task holds, as a typed value instead of request attributes."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from celery import Task
+
+
+class HeldLease(NamedTuple):
+    """The lease the current run of a @vtrr.task holds."""
+
+    task_id: str
+    token: str
+    timeouts: int
+
+
+def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
+    """The lease of the run in progress of a @vtrr.task (also `self.request.vtrr_task_id`,
+    `vtrr_token` and `vtrr_timeouts`); None outside such a run."""
+    request = task.request
+    task_id = getattr(request, "vtrr_task_id", None)
+    if task_id is None:
+        return None
+    held = vars(request)  # set by the task's run (see _celery_task)
+    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"])
