@@ -4,19 +4,18 @@ scripts. Every failure is one FairgpuError whose message is a one-line explanati
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import httpx
-from httpx_sse import EventSource, SSEError, connect_sse
+from httpx_sse import SSEError, connect_sse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from app.client.sse import SseEvent, server_gave_up, sse_events
 from app.models import (
     AccountView,
     BillingRecord,
@@ -51,26 +50,6 @@ class Cancelled(NamedTuple):
 
     task: TaskStatus
     stopping: bool
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    """One server-sent event: the stream's last event id (None before the first `id:` line; an
-    event without one carries the one before, as the SSE rules say) and its data."""
-
-    id: str | None
-    data: str
-    event: str = "message"
-    retry_ms: int | None = None
-
-
-def sse_events(source: EventSource) -> Iterator[SseEvent]:
-    """The events of an event stream, parsed by httpx-sse; comments (keep-alives) and events
-    without data are skipped, and an event the stream ends in the middle of is dropped. Raises
-    SSEError, a TransportError, if the answer is not text/event-stream."""
-    for event in source.iter_sse():
-        if event.data:
-            yield SseEvent(event.id or None, event.data, event.event, event.retry)
 
 
 def one_line(text: str) -> str:
@@ -271,7 +250,7 @@ class Client:
                 try:
                     for event in sse_events(source):
                         if event.event == "error":  # the server gave up for now: reconnect
-                            raise _StreamDroppedError(_server_gave_up(event), event.retry_ms)
+                            raise _StreamDroppedError(server_gave_up(event), event.retry_ms)
                         yield event.id, self._event(event)
                 except SSEError:
                     raise self._unexpected(reply) from None  # a 200 that is not an event stream
@@ -358,15 +337,6 @@ class _StreamDroppedError(Exception):
     def __init__(self, reason: str, retry_ms: int | None = None) -> None:
         super().__init__(reason)
         self.retry_ms = retry_ms
-
-
-def _server_gave_up(event: SseEvent) -> str:
-    """What an `event: error` says, as one line."""
-    try:
-        detail = json.loads(event.data).get("detail", event.data)
-    except (ValueError, AttributeError):
-        detail = event.data
-    return f"the server ended it: {one_line(str(detail))[:120]}"
 
 
 class _StreamEndedError(Exception):

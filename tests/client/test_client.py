@@ -11,7 +11,8 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from app.client.http import Client, FairgpuError, SseEvent, check_url, describe_detail, sse_events
+from app.client.http import Client, FairgpuError, check_url, describe_detail
+from app.client.sse import SseEvent, sse_events
 from app.models import Status
 
 TASK = "0b7d2f6e-0000-4000-8000-000000000001"
