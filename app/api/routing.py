@@ -10,6 +10,7 @@ JSON rather than a 400.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
@@ -148,6 +149,9 @@ _visit: ContextVar[tuple[Caller, RateLimiter]] = ContextVar("fairgpu_visit")
 
 def _counted(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     """The endpoint, counting one request against the caller's key before it runs."""
+    if not inspect.iscoroutinefunction(endpoint):
+        # FastAPI would run a plain def in its thread pool; awaited here, it would not be.
+        raise TypeError(f"{endpoint.__name__}: a keyed endpoint must be an async def")
 
     @functools.wraps(endpoint)  # FastAPI reads the parameters through __wrapped__
     async def counted(*args: Any, **kwargs: Any) -> Any:

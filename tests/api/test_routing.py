@@ -72,3 +72,11 @@ async def test_a_script_or_type_error_in_redis_is_a_500_not_a_retry(
     assert response.status_code == 500
     assert response.json() == {"detail": "internal error"}
     assert "retry-after" not in response.headers
+
+
+def test_a_plain_def_endpoint_is_refused_when_the_route_is_made() -> None:
+    def blocking() -> None:
+        """Would run on the event loop if the counting wrapper awaited it."""
+
+    with pytest.raises(TypeError, match="async def"):
+        KeyedRoute("/blocking", blocking)
