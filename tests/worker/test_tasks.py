@@ -66,7 +66,6 @@ def test_a_job_runs_and_is_billed_once(
     token = new_job(service, r, "job-1")
     assert service.runner.run("short", "job-1", token) == "done"
     job = service.recorder.get("job-1")
-    assert job is not None
     assert job is not None and (job.status, job.attempts) == ("SUCCESS", 1)
     assert r.llen(billing_key(OWNER)) == 1
     # A second run of the same delivery (a redelivered trigger) finds the job ended.
@@ -84,7 +83,6 @@ def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
     token = new_job(service, r, "job-2")
     assert service.runner.run("short", "job-2", token) == "failed"
     job = service.recorder.get("job-2")
-    assert job is not None
     assert job is not None and job.status == "FAILURE"
     assert job.error == "RuntimeError: CUDA error: out of memory"
     assert r.llen(billing_key(OWNER)) == 0
@@ -101,7 +99,6 @@ def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
     third = recorder.start("job-3", "run-3", "cpu3@h", None)
     assert (third.run, third.reason) == (False, "exhausted")
     job = recorder.get("job-3")
-    assert job is not None
     assert job is not None and job.status == "FAILURE"
     assert "lost 2 times" in (job.error or "")
     assert r.llen(billing_key(OWNER)) == 0
@@ -145,7 +142,6 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     token = new_job(service, r, "job-5", duration_s=30)
     assert service.runner.run("short", "job-5", token) == "cancelled"
     job = service.recorder.get("job-5")
-    assert job is not None
     assert job is not None and job.status == "REVOKED"
     records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
     assert [(x.task_id, x.gpu_seconds, x.cost) for x in records] == [("job-5", 2.0, 1.0)]
@@ -169,7 +165,6 @@ def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_unbilled(
     token = new_job(service, r, "job-7", duration_s=30)
     assert service.runner.run("short", "job-7", token) == "stopped by an operator"
     job = service.recorder.get("job-7")
-    assert job is not None
     assert job is not None and job.status == "REVOKED"
     assert r.llen(billing_key(OWNER)) == 0
 
@@ -182,7 +177,6 @@ def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
     r.hset(job_key("job-6"), mapping={"status": "STARTED", "cancel": 1})  # the lost run's state
     assert service.runner.run("short", "job-6", token) == "ended"
     job = service.recorder.get("job-6")
-    assert job is not None
     assert job is not None and job.status == "REVOKED"
     assert r.llen(billing_key(OWNER)) == 0
 
