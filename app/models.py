@@ -13,6 +13,9 @@ Kind = Literal["short", "long"]
 KINDS: tuple[Kind, ...] = ("short", "long")
 #: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
 StoppedBy = Literal["owner", "operator"]
+#: How a job that did not succeed ended: its code raised, it ran past its budget, it was
+#: cancelled, its process died, or it was lost (its runs used every attempt without an end).
+ErrorKind = Literal["exception", "timeout", "cancelled", "crashed", "lost"]
 #: The Celery queue of the fair queues' periodic reclaim (a worker may consume it too).
 RECLAIM_QUEUE = "fairgpu.reclaim"
 

@@ -72,6 +72,17 @@ class Settings(BaseSettings):
         ["short", "long"],
         description="queues a worker takes jobs from: short, long or both (comma-separated)",
     )
+    job_modules: Annotated[list[str], NoDecode] = Field(
+        [],
+        description="modules of job types, comma-separated, imported by the API and the workers "
+        "(the built-in types and the fairgpu.jobs entry points are always loaded)",
+    )
+    timeout_grace_s: float = Field(
+        5, ge=0, description="a job past its duration_s by this much is stopped: timeout"
+    )
+    cancel_grace_s: float = Field(
+        5, ge=0, description="a cancelled job that has not stopped after this is killed"
+    )
     worker_name: str = Field(
         "", description="worker name (%h: the host); default <gpuN|cpu>@<host>"
     )
@@ -88,7 +99,7 @@ class Settings(BaseSettings):
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
 
-    @field_validator("worker_queues", mode="before")
+    @field_validator("worker_queues", "job_modules", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,0 +1,27 @@
+"""Job types that an operator registers: the Python API a job is written against.
+
+    from app.jobs import JobContext, job
+
+See docs/jobs.md for how to write, register, test and deploy one.
+"""
+
+from app.jobs.context import JobCancelledError, JobContext
+from app.jobs.registry import (
+    MAX_OUTPUT_BYTES,
+    JobType,
+    Registry,
+    RegistryError,
+    job,
+    load_registry,
+)
+
+__all__ = [
+    "MAX_OUTPUT_BYTES",
+    "JobCancelledError",
+    "JobContext",
+    "JobType",
+    "Registry",
+    "RegistryError",
+    "job",
+    "load_registry",
+]

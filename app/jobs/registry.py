@@ -1,0 +1,241 @@
+"""Job types: the `@job` decorator, and the registry that finds them.
+
+An operator writes a job type as a function `f(ctx, inp) -> Out` or as a class with
+`setup(self, ctx)` (once per worker's child process) and `run(self, ctx, inp) -> Out`, where
+`inp` and `Out` are pydantic models, and decorates it with `@job(...)`. The registry imports
+the built-in types (app.jobs.builtin), the modules named by JOB_MODULES and the entry points
+of the group `fairgpu.jobs`, and collects every JobType it finds there. A name registered twice,
+or a module that cannot be imported, is a RegistryError: the process stops at start.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Protocol, get_type_hints
+
+from pydantic import BaseModel
+
+from app.jobs.context import JobContext
+from app.models import KINDS, Kind
+
+BUILTIN_MODULE = "app.jobs.builtin"
+ENTRY_POINT_GROUP = "fairgpu.jobs"
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+#: The largest output a job may return, as JSON: it is kept in the job's record.
+MAX_OUTPUT_BYTES = 64 * 1024
+
+
+class RegistryError(Exception):
+    """A job type is malformed, registered twice, or its module cannot be imported."""
+
+
+class Runnable(Protocol):
+    """What a child process holds for a job type: set up once, then run job after job."""
+
+    def setup(self, ctx: JobContext) -> None:
+        """Load what every job of the type needs (a model's weights)."""
+
+    def run(self, ctx: JobContext, inp: BaseModel) -> BaseModel:
+        """Run one job."""
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A registered job type: its name, queue, time budget, schemas, and the code that runs it."""
+
+    name: str
+    queue: Kind
+    max_duration_s: float
+    description: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    target: Callable[..., Any] = field(repr=False)
+    requires: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        """The module that defines the type."""
+        return str(getattr(self.target, "__module__", "?"))
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the type cannot run here (a package it needs is not installed), or None."""
+        missing = [name for name in self.requires if importlib.util.find_spec(name) is None]
+        if not missing:
+            return None
+        return f"needs {', '.join(missing)}, not installed (see docs/jobs.md)"
+
+    def make(self) -> Runnable:
+        """A fresh instance to run jobs with: the class's instance, or the function wrapped."""
+        if inspect.isclass(self.target):
+            instance: Runnable = self.target()
+            return instance
+        return _FunctionJob(self.target)
+
+    def parse_input(self, raw: object) -> BaseModel:
+        """The input as the type's model; pydantic's ValidationError when it does not fit."""
+        return self.input_model.model_validate(raw)
+
+
+class _FunctionJob:
+    """A function job type as a Runnable: nothing to set up."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self._function = function
+
+    def setup(self, ctx: JobContext) -> None:
+        """Nothing to load."""
+
+    def run(self, ctx: JobContext, inp: BaseModel) -> BaseModel:
+        """Call the function."""
+        out: BaseModel = self._function(ctx, inp)
+        return out
+
+
+def job(
+    *,
+    name: str,
+    queue: Kind = "short",
+    max_duration_s: float = 60,
+    description: str = "",
+    requires: Sequence[str] = (),
+) -> Callable[[Callable[..., Any]], JobType]:
+    """Register a function or class as a job type (see the module's docstring). `requires` names
+    importable packages it needs; where one is missing the type is listed as unavailable."""
+
+    def register(target: Callable[..., Any]) -> JobType:
+        run = target.run if inspect.isclass(target) else target
+        input_model, output_model = _models(name, run, skip_self=inspect.isclass(target))
+        if inspect.isclass(target) and not callable(getattr(target, "setup", None)):
+            target.setup = lambda self, ctx: None  # type: ignore[attr-defined]
+        return JobType(
+            name=_checked_name(name),
+            queue=_checked_queue(name, queue),
+            max_duration_s=_checked_budget(name, max_duration_s),
+            description=description or (inspect.getdoc(target) or "").split("\n")[0],
+            input_model=input_model,
+            output_model=output_model,
+            target=target,
+            requires=tuple(requires),
+        )
+
+    return register
+
+
+def _checked_name(name: str) -> str:
+    if not NAME.match(name):
+        raise RegistryError(
+            f"job type name {name!r}: use 1 to 64 of a-z, 0-9, '.', '_', '-', starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+def _checked_queue(name: str, queue: str) -> Kind:
+    for kind in KINDS:
+        if queue == kind:
+            return kind
+    raise RegistryError(f"job type {name!r}: queue must be short or long, got {queue!r}")
+
+
+def _checked_budget(name: str, seconds: float) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise RegistryError(f"job type {name!r}: max_duration_s must be a positive number")
+    return float(seconds)
+
+
+def _models(
+    name: str, run: Callable[..., Any], *, skip_self: bool
+) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The input and output models from run's annotations: (ctx, inp: In) -> Out."""
+    try:
+        hints = get_type_hints(run)
+    except Exception as exc:
+        raise RegistryError(f"job type {name!r}: cannot read its annotations: {exc}") from exc
+    params = list(inspect.signature(run).parameters)[1 if skip_self else 0 :]
+    if len(params) != 2:
+        raise RegistryError(f"job type {name!r}: run takes (ctx, inp), got {params}")
+    models = hints.get(params[1]), hints.get("return")
+    if not all(inspect.isclass(m) and issubclass(m, BaseModel) for m in models):
+        raise RegistryError(
+            f"job type {name!r}: annotate its input and its return value with pydantic models"
+        )
+    return models  # type: ignore[return-value]
+
+
+class Registry:
+    """The job types of this process, by name."""
+
+    def __init__(self, types: Iterable[JobType] = ()) -> None:
+        self._types: dict[str, JobType] = {}
+        for job_type in types:
+            self.add(job_type)
+
+    def add(self, job_type: JobType) -> None:
+        """Register a type; a second type of the same name is a RegistryError."""
+        seen = self._types.get(job_type.name)
+        if seen is job_type:
+            return  # the same object, imported into a second module
+        if seen is not None:
+            raise RegistryError(
+                f"job type {job_type.name!r} is registered twice: in {seen.module} and in "
+                f"{job_type.module}"
+            )
+        self._types[job_type.name] = job_type
+
+    def get(self, name: str) -> JobType | None:
+        """The type called name, or None."""
+        return self._types.get(name)
+
+    def types(self) -> list[JobType]:
+        """Every type, by name."""
+        return [self._types[name] for name in sorted(self._types)]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+
+def load_registry(modules: Sequence[str] = (), *, entry_points: bool = True) -> Registry:
+    """The built-in types, those of `modules` (JOB_MODULES) and those of the `fairgpu.jobs`
+    entry points."""
+    registry = Registry()
+    for module_name in [BUILTIN_MODULE, *modules]:
+        _scan(registry, _import(module_name, f"JOB_MODULES names {module_name!r}"))
+    if entry_points:
+        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = point.load()
+            except Exception as exc:
+                raise RegistryError(
+                    f"entry point {point.name!r} ({point.value}) of {ENTRY_POINT_GROUP}: {exc}"
+                ) from exc
+            if isinstance(loaded, JobType):
+                registry.add(loaded)
+            elif isinstance(loaded, ModuleType):
+                _scan(registry, loaded)
+            else:
+                raise RegistryError(
+                    f"entry point {point.name!r} ({point.value}) is neither a module nor a @job"
+                )
+    return registry
+
+
+def _import(module_name: str, why: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        raise RegistryError(f"{why}, which cannot be imported: {problem}") from exc
+
+
+def _scan(registry: Registry, module: ModuleType) -> None:
+    for value in vars(module).values():
+        if isinstance(value, JobType):
+            registry.add(value)
