@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol, get_type_hints
+from typing import Any, Protocol, cast, get_type_hints
 
 from pydantic import BaseModel
 
@@ -75,8 +75,8 @@ class JobType:
     def make(self) -> Runnable:
         """A fresh instance to run jobs with: the class's instance, or the function wrapped."""
         if inspect.isclass(self.target):
-            instance: Runnable = self.target()
-            return instance
+            instance: Any = self.target()
+            return cast(Runnable, instance)
         return _FunctionJob(self.target)
 
     def parse_input(self, raw: object) -> BaseModel:
@@ -111,7 +111,8 @@ def job(
     importable packages it needs; where one is missing the type is listed as unavailable."""
 
     def register(target: Callable[..., Any]) -> JobType:
-        run = target.run if inspect.isclass(target) else target
+        as_class: Any = target
+        run = as_class.run if inspect.isclass(target) else target
         input_model, output_model = _models(name, run, skip_self=inspect.isclass(target))
         if inspect.isclass(target) and not callable(getattr(target, "setup", None)):
             target.setup = lambda self, ctx: None  # type: ignore[attr-defined]
