@@ -22,6 +22,7 @@ from types import TracebackType
 import httpx
 import redis
 from kombu.exceptions import OperationalError
+from pydantic import SecretStr
 
 from app.auth import Accounts
 from app.dev import processes
@@ -236,9 +237,19 @@ class Stack:
 
 
 def as_environment(settings: Settings) -> dict[str, str]:
-    """The settings as the environment variables that make a child process read them back."""
+    """The settings as the environment variables that make a child process read them back
+    exactly: lists comma-separated, secrets in the clear (a child needs the secret itself, not
+    the stars that str() shows), unset values left unset ("None" would not parse back)."""
     return {
-        name.upper(): ",".join(value) if isinstance(value, list) else str(value)  # lists: a,b
-        for name, value in settings.model_dump().items()
-        if value is not None  # unset stays unset: "None" would not parse back
+        name.upper(): _as_text(value)
+        for name in type(settings).model_fields
+        if (value := getattr(settings, name)) is not None
     }
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
