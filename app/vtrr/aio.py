@@ -1,9 +1,9 @@
 """AsyncFairQueue: the fair queue's producer and inspection side on an asyncio Redis client.
 
 For web handlers that must not block their event loop. It writes and reads exactly what
-FairQueue does (same scripts, same keys); leasing stays with the workers' FairQueue. Enqueue
-answers how many triggers to publish, which the caller sends off the event loop, e.g.
-`await asyncio.to_thread(vtrr.publish_triggers, n)`.
+FairQueue does (same scripts, same keys); leasing stays with the workers' FairQueue, though the
+holder of a lease may credit it from here. Enqueue answers how many triggers to publish, which
+the caller sends off the event loop, e.g. `await asyncio.to_thread(vtrr.publish_triggers, n)`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,21 @@ from collections.abc import Iterable
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
-from app.vtrr.queue import Item, Shares, enqueue_args, rank_of, ranks_of, stats_of
+from app.vtrr.queue import (
+    Item,
+    Shares,
+    credit_args,
+    credit_of,
+    enqueue_args,
+    rank_of,
+    ranks_of,
+    stats_of,
+)
 from app.vtrr.scripts import AsyncScripts, TriggerKeys
 
 
 class AsyncFairQueue:
-    """Enqueue, cancel, position, promote and the counts of one fair queue, with asyncio."""
+    """Enqueue, credit, cancel, position, promote and the counts of a fair queue, with asyncio."""
 
     def __init__(
         self,
@@ -57,6 +66,12 @@ class AsyncFairQueue:
             "enqueue", partition_key, self._trigger_cap, placement, 0, limit, *args
         )
         return ids, int(reply[0])
+
+    async def credit(self, task_id: str, token: str, used_weight: int) -> float:
+        """Credit a leased item's partition with the weight it left unused (FairQueue.credit)."""
+        return credit_of(
+            await self._scripts.run("credit", *credit_args(task_id, token, used_weight))
+        )
 
     async def cancel(self, task_id: str) -> bool:
         """Remove a queued item; False when it is not queued."""

@@ -25,6 +25,7 @@ class Keys:
     stats: str
     wake: str
     queued_weight: str
+    partition_items: str
 
     @classmethod
     def for_queue(cls, name: str) -> Keys:

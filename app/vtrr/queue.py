@@ -28,7 +28,19 @@ Placement = Literal["fair", "front"]
 RECLAIM_BATCH = 100
 LAG_WINDOW = 1000
 MEMBER_PREFIX = 17  # "<1|0><15-digit counter>:" before the task id in a queue member
-STAT_NAMES = ("enqueued", "dequeued", "acked", "reclaimed", "cancelled", "released", "promoted")
+STAT_NAMES = (
+    "enqueued",
+    "dequeued",
+    "acked",
+    "reclaimed",
+    "cancelled",
+    "released",
+    "promoted",
+    "credited",
+)
+#: The most queued items one credit moves: the work of a call stays bounded however many items
+#: a partition has queued (see credit.lua and docs/vtrr.md).
+CREDIT_MOVES = 256
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,8 @@ def enqueue_args(
 
 
 class FairQueue:
-    """One fair queue: enqueue, dequeue (lease), ack, extend, release, reclaim, and inspection."""
+    """One fair queue: enqueue, dequeue (lease), ack, extend, release, credit, reclaim, and
+    inspection."""
 
     def __init__(
         self,
@@ -201,6 +214,17 @@ class FairQueue:
             return None
         expiry, payload, timeouts = (as_text(x) for x in reply)
         return Lease(task_id, token, payload, int(timeouts), float(expiry))
+
+    def credit(self, task_id: str, token: str, used_weight: int) -> float:
+        """Credit the partition of a leased item with the part of its weight it did not use.
+
+        The item was charged weight / share when it was queued; its partition's clock and its
+        items queued (the first CREDIT_MOVES of them) move back by the unused part, never below
+        the queue's virtual time. Returns the virtual time credited: 0.0 when the token is not
+        the item's current lease, the item was already credited since it was last charged, or
+        used_weight is not below its weight. used_weight must be a positive integer.
+        """
+        return credit_of(self._scripts.run("credit", *credit_args(task_id, token, used_weight)))
 
     def release(self, task_id: str, token: str) -> bool:
         """Give a leased item back to the front of the queue; False when the token is stale."""
@@ -306,6 +330,16 @@ def rank_of(reply: Any) -> int | None:
 def ranks_of(reply: Any) -> list[int | None]:
     """positions.lua's reply: a rank per item, -1 for one not queued."""
     return [None if int(rank) < 0 else int(rank) for rank in reply]
+
+
+def credit_args(task_id: str, token: str, used_weight: int) -> tuple[str, str, int, int]:
+    """credit.lua's ARGV; used_weight is checked as weights are, before Redis is touched."""
+    return task_id, token, check_weight(used_weight), CREDIT_MOVES
+
+
+def credit_of(reply: Any) -> float:
+    """credit.lua's reply: the virtual time credited, as a string so that no digit is lost."""
+    return float(as_text(reply))
 
 
 def stats_of(raw: Mapping[Any, Any]) -> dict[str, int]:

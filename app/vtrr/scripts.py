@@ -33,6 +33,7 @@ NAMES = (
     "positions",
     "triggers",
     "drop",
+    "credit",
 )
 
 

@@ -188,6 +188,7 @@ async def test_the_queues_view_of_empty_queues(api: Api) -> None:
                 "cancelled": 0,
                 "released": 0,
                 "promoted": 0,
+                "credited": 0,
             },
         }
 

@@ -5,7 +5,9 @@ Python floats with the same order of operations, so scores, members and partitio
 can be compared exactly. Time does not pass in the model: a lease expires only when told to
 (`extend(..., expire=True)`), and expired leases go back to the queue, oldest expiry first, at
 the next reclaim. The cap on idle partitions (IDLE_SLACK in _lib.lua) is not modelled: it
-needs far more partitions than the model is driven with.
+needs far more partitions than the model is driven with, and neither is the bound on the items
+one credit moves (CREDIT_MOVES) or items queued before the index of a partition's items: the
+model never has that many queued, and it has no such items.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 FRONT_BASE = 999_999_999_999_999
-STAT_NAMES = ("enqueued", "dequeued", "acked", "reclaimed", "cancelled", "released", "promoted")
+STAT_NAMES = (
+    "enqueued",
+    "dequeued",
+    "acked",
+    "reclaimed",
+    "cancelled",
+    "released",
+    "promoted",
+    "credited",
+)
 
 
 @dataclass
@@ -23,11 +34,13 @@ class Entry:
 
     partition: str
     cost: float
+    weight: int
     payload: str
     score: float = 0.0
     member: str = ""  # its queue member while queued, else ""
     token: str | None = None  # its lease token while leased, else None
     timeouts: int = 0
+    credited: bool = False  # credited since it was last charged (a fair placement)
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,7 @@ class QueueModel:
             entry.score = max(self.cvt, self.pvt.get(entry.partition, 0.0))
             self.pvt[entry.partition] = entry.score + entry.cost
             entry.member = f"1{self.seq:015d}:{task_id}"
+            entry.credited = False
 
     def _unqueued(self, partition: str) -> None:
         """One item of partition left the queue; if it was its last, forget passed idle ones.
@@ -155,7 +169,8 @@ class QueueModel:
         """Queue a batch of (task id, weight, payload) of one partition; ids must be new."""
         assert self.first_duplicate([task_id for task_id, _, _ in items]) is None
         for task_id, weight, payload in items:
-            self.entries[task_id] = Entry(partition, self.cost(partition, weight), payload)
+            cost = self.cost(partition, weight)
+            self.entries[task_id] = Entry(partition, cost, weight, payload)
             self._place(task_id, front)
         self.stats["enqueued"] += len(items)
 
@@ -219,6 +234,24 @@ class QueueModel:
             self._place(task_id, front=self.reclaim_to_front)
         self.stats["reclaimed"] += len(expired)
         return len(expired)
+
+    def credit(self, task_id: str, token: str, used: int) -> float:
+        """Give a leased item's partition back the unused part of its cost: its fairly placed
+        queued items and its virtual time move back by it, never below the queue's clock."""
+        if not self.holds_lease(task_id, token):
+            return 0.0
+        entry = self.entries[task_id]
+        if entry.credited or used >= entry.weight:
+            return 0.0
+        credit = entry.cost * (entry.weight - used) / entry.weight
+        entry.credited = True
+        for other in self.entries.values():
+            if other.partition == entry.partition and other.member.startswith("1"):
+                other.score = max(self.cvt, other.score - credit)
+        if entry.partition in self.pvt:
+            self.pvt[entry.partition] = max(self.cvt, self.pvt[entry.partition] - credit)
+        self.stats["credited"] += 1
+        return credit
 
     def cancel(self, task_id: str) -> bool:
         """Remove a queued item, refunding its partition's clock where that reorders nothing."""

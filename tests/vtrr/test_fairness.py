@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import random
+
+import pytest
 import redis
 
-from app.vtrr import FairQueue, Item
+from app.vtrr import FairQueue, Item, Lease
 from tests.vtrr.helpers import drain, fill, take
 
 
@@ -118,3 +123,71 @@ def test_idle_partitions_are_forgotten_once_the_clock_passes_them(r: redis.Redis
             assert q.ack(lease.task_id, lease.token)
     assert r.zcard(q.keys.idle_partitions) <= 1
     assert r.hlen(q.keys.partition_virtual_time) <= 2
+
+
+def serve_with_workers(
+    q: FairQueue, used_of: dict[str, int], workers: int, *, credit: bool, keep: int
+) -> dict[str, list[float]]:
+    """Serve q with `workers` workers on a simulated clock: an item runs for as long as the
+    weight it uses (used_of), and a worker whose item ends credits what it left unused (when
+    `credit`), acks it and takes the next. Stops before any partition has fewer than `keep`
+    queued, so that all stay backlogged. Returns each partition's used service over its share,
+    summed over the items dispatched so far, sampled at every dispatch."""
+    queued = dict(q.top_partitions())
+    served = dict.fromkeys(queued, 0.0)
+    samples: dict[str, list[float]] = {p: [] for p in queued}
+    running: list[tuple[float, int, Lease]] = []  # (end, dispatch number, lease)
+    numbers = itertools.count()
+
+    def dispatch(now: float) -> None:
+        lease = take(q)
+        partition, used = lease.payload, used_of[lease.task_id]
+        queued[partition] -= 1
+        served[partition] += used / q.share(partition)
+        for p, total in served.items():
+            samples[p].append(total)
+        heapq.heappush(running, (now + used, next(numbers), lease))
+
+    for _ in range(workers):
+        dispatch(0.0)
+    while min(queued.values()) > keep:
+        now, _, lease = heapq.heappop(running)
+        if credit:
+            q.credit(lease.task_id, lease.token, used_of[lease.task_id])
+        assert q.ack(lease.task_id, lease.token)
+        dispatch(now)
+    return samples
+
+
+@pytest.mark.parametrize("credit", [True, False])
+def test_items_that_finish_early_are_credited_and_the_lag_stays_bounded(
+    r: redis.Redis, credit: bool
+) -> None:
+    """A's jobs use a quarter of their weight, B's all of it, C's (share 2) anything in
+    between. Measured on the service they used, two backlogged partitions stay within one
+    largest cost of each of the other over any interval, plus a largest cost for each other
+    worker whose item has not ended (and so not been credited) when the next one is dispatched.
+    Without credit, A is charged four times what it uses and falls behind without bound."""
+    rng = random.Random(7)
+    max_weight, workers = 8, 3
+    shares = {"A": 1.0, "B": 1.0, "C": 2.0}
+    uses = {"A": lambda w: max(1, w // 4), "B": lambda w: w, "C": lambda w: rng.randint(1, w)}
+    q = FairQueue(r, "jobs", shares=shares)
+    used_of: dict[str, int] = {}
+    for p, use in uses.items():
+        weights = [rng.randint(1, max_weight) for _ in range(150)]
+        ids = q.enqueue(p, [Item(p, weight=w) for w in weights])
+        used_of |= {i: use(w) for i, w in zip(ids, weights, strict=True)}
+
+    samples = serve_with_workers(q, used_of, workers, credit=credit, keep=10)
+    worst = {}
+    for a, b in itertools.combinations(shares, 2):
+        # The largest change of the gap between a and b over any interval of dispatches.
+        gap = [x - y for x, y in zip(samples[a], samples[b], strict=True)]
+        cost_a, cost_b = max_weight / shares[a], max_weight / shares[b]
+        bound = cost_a + cost_b + (workers - 1) * max(cost_a, cost_b)
+        worst[a + b] = (max(gap) - min(gap)) / bound
+    if credit:
+        assert max(worst.values()) <= 1, worst
+    else:
+        assert worst["AB"] > 1, worst

@@ -89,6 +89,7 @@ def test_length_pending_and_stats_count_the_life_of_items(r: redis.Redis) -> Non
         "cancelled": 0,
         "released": 0,
         "promoted": 0,
+        "credited": 0,
     }
 
 

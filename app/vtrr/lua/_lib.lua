@@ -4,7 +4,8 @@
 -- the hash tag {name}); each script's header names the ones it touches.
 --   KEYS[1]  queue                   ZSET  member -> virtual start time
 --   KEYS[2]  task                    HASH  task id -> payload, while queued
---   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m}, until ack (w: weight)
+--   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m, k}, until ack (w: weight;
+--                                           k: the lease credited since the item was last charged)
 --   KEYS[4]  inflight                ZSET  task id -> lease expiry (Redis TIME, seconds)
 --   KEYS[5]  inflight_task           HASH  task id -> payload, while leased
 --   KEYS[6]  lease                   HASH  task id -> lease token
@@ -18,9 +19,11 @@
 --   KEYS[14] stats                   HASH  counter -> value
 --   KEYS[15] wake                    LIST  tokens that wake blocked RedisQueue.get calls
 --   KEYS[16] queued_weight           STRING sum of the weights of the items queued
---   KEYS[17] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
+--   KEYS[17] partition_items         ZSET  "<#p>:<p>:<queue member>" -> 0, one per queued item,
+--                                           so that ZRANGEBYLEX lists a partition's items in order
+--   KEYS[18] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
 --                                           (set by a VTRRQueue whose broker is this Redis)
---   KEYS[18] broker queue            LIST  the Celery queue those triggers go to
+--   KEYS[19] broker queue            LIST  the Celery queue those triggers go to
 --
 -- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
 -- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
@@ -30,7 +33,7 @@ local K = {
   queue = KEYS[1], task = KEYS[2], meta = KEYS[3], inflight = KEYS[4], inflight_task = KEYS[5],
   lease = KEYS[6], timeouts = KEYS[7], cvt = KEYS[8], pvt = KEYS[9], pqueued = KEYS[10],
   idle = KEYS[11], seq = KEYS[12], triggers = KEYS[13], stats = KEYS[14], wake = KEYS[15],
-  queued_weight = KEYS[16], trigger_message = KEYS[17], broker = KEYS[18],
+  queued_weight = KEYS[16], items = KEYS[17], trigger_message = KEYS[18], broker = KEYS[19],
 }
 
 local FRONT_BASE = 999999999999999
@@ -111,9 +114,26 @@ end
 local function reset_if_drained()
   local queued = redis.call('ZCARD', K.queue)
   if queued == 0 then
-    redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight)
+    redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight, K.items)
   end
   return queued
+end
+
+-- The index of queued items by partition (partition_items): every queue member, prefixed with
+-- its partition and that partition's length so that one partition's prefix is never another's.
+-- All scores are 0, so ZRANGEBYLEX lists a partition's front-placed items ("0...") and then its
+-- fair ones ("1...") in arrival order, in O(log N) plus what it returns. Items queued before
+-- the index existed have no entry: removing them removes nothing, and credit skips them.
+local function items_prefix(p)
+  return #p .. ':' .. p .. ':'
+end
+
+local function index_item(p, member)
+  redis.call('ZADD', K.items, 0, items_prefix(p) .. member)
+end
+
+local function unindex_item(p, member)
+  redis.call('ZREM', K.items, items_prefix(p) .. member)
 end
 
 -- Put an item into the queue. Fair placement starts it at max(queue vt, its partition's vt) and
@@ -128,7 +148,9 @@ local function place(id, info, front)
     score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, info.p) or '0'))
     redis.call('HSET', K.pvt, info.p, score + tonumber(info.c))
     info.m = arrival_member(id)
+    info.k = nil  -- charged again, so it may be credited again
   end
+  index_item(info.p, info.m)
   partition_queued(info.p, 1)
   weigh(info, 1)
   redis.call('ZADD', K.queue, score, info.m)

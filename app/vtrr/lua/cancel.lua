@@ -1,6 +1,7 @@
 -- cancel.lua: remove a queued item (not a leased one).
 -- KEYS: all (see _lib.lua); touches queue, task, meta, timeouts, current_virtual_time,
---       partition_virtual_time, partition_queued, idle_partitions, stats, queued_weight.
+--       partition_virtual_time, partition_queued, idle_partitions, stats, queued_weight,
+--       partition_items.
 -- ARGV[1] task id
 -- Reply: 1 when removed, 0 when the item is not queued.
 local id = ARGV[1]
@@ -8,6 +9,7 @@ if redis.call('HEXISTS', K.task, id) == 0 then return 0 end
 local info = cjson.decode(redis.call('HGET', K.meta, id))
 local score = tonumber(redis.call('ZSCORE', K.queue, info.m))
 redis.call('ZREM', K.queue, info.m)
+unindex_item(info.p, info.m)
 redis.call('HDEL', K.task, id)
 redis.call('HDEL', K.meta, id)
 redis.call('HDEL', K.timeouts, id)

@@ -28,6 +28,7 @@ if not from_rear then
   redis.call('SET', K.cvt, head[2])
 end
 local info = cjson.decode(redis.call('HGET', K.meta, id))
+unindex_item(info.p, head[1])
 partition_queued(info.p, -1)
 weigh(info, -1)
 

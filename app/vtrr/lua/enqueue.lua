@@ -1,6 +1,7 @@
 -- enqueue.lua: add a batch of items of one partition, all or none.
 -- KEYS: all (see _lib.lua); touches queue, task, meta, lease, partition_virtual_time,
---       partition_queued, idle_partitions, seq, triggers, stats, wake, queued_weight.
+--       partition_queued, idle_partitions, seq, triggers, stats, wake, queued_weight,
+--       partition_items.
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
 -- ARGV[5] most items the partition may have queued (-1: no limit)

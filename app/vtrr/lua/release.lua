@@ -1,7 +1,7 @@
 -- release.lua: give a leased item back, for the holder of its current lease. It goes to the
 -- front: it already had its turn, so it is not charged again.
 -- KEYS: all (see _lib.lua); touches queue, task, meta, inflight, inflight_task, lease,
---       partition_queued, idle_partitions, seq, triggers, stats.
+--       partition_queued, idle_partitions, seq, triggers, stats, queued_weight, partition_items.
 -- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {1, triggers to publish} when released, {0, 0} when the token is stale or unknown.
 local id, token, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
