@@ -49,17 +49,23 @@ def milliseconds(seconds: float) -> int:
     return math.ceil(Decimal(repr(seconds)) * MS)
 
 
-def price(settings: Settings, kind: Kind, gpu_seconds: float, *, cancelled: bool = False) -> Charge:
+def price(
+    settings: Settings,
+    kind: Kind,
+    gpu_seconds: float,
+    *,
+    cancelled: bool = False,
+    job_type: str = "burn",
+) -> Charge:
     """The charge for gpu_seconds of a job of this kind: the kind's price per second times the
-    seconds billed, at least MIN_BILLED_S. A job its owner cancelled while running pays for the
-    seconds it ran (with the same floor)."""
+    seconds billed, at least MIN_BILLED_S. Every run that held the GPU pays for the seconds it
+    ran, whatever its end (a cancelled one says so in its description)."""
     used_ms = milliseconds(gpu_seconds)
     billed_ms = max(milliseconds(settings.min_billed_s), used_ms)
     rate = micros_per_s(settings.price_per_s(kind))
     cost_micros = (rate * billed_ms + MS // 2) // MS  # exact when rate is a multiple of MS
-    description = DESCRIPTIONS[kind] + (
-        f", cancelled after {gpu_seconds:.1f} s" if cancelled else ""
-    )
+    named = DESCRIPTIONS[kind] if job_type == "burn" else f"{job_type} job ({kind} queue)"
+    description = named + (f", cancelled after {gpu_seconds:.1f} s" if cancelled else "")
     if billed_ms > used_ms:
         description += f" (billed the {billed_ms / MS:g} s minimum)"
     return Charge(

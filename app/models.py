@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 #: The two queues: short jobs (at most MAX_SHORT_S) and long ones.
 Kind = Literal["short", "long"]
@@ -35,8 +35,22 @@ class Status(StrEnum):
         return self in (Status.SUCCESS, Status.FAILURE, Status.REVOKED)
 
 
+def _finite_number(value: Any) -> Any:
+    """A JSON number as a finite float; ValueError for anything else (a bool, a string, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("duration_s must be a number")
+    try:
+        number = float(value)  # an integer past a float's range overflows here
+    except OverflowError:
+        raise ValueError("duration_s must be finite") from None
+    if not math.isfinite(number):
+        raise ValueError("duration_s must be finite")
+    return number
+
+
 class EnqueueRequest(BaseModel):
-    """POST /enqueue-task: which queue, and how many GPU-seconds the job asks for."""
+    """POST /enqueue-task: which queue, and how many GPU-seconds the job asks for (a job of the
+    built-in type burn)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -46,19 +60,52 @@ class EnqueueRequest(BaseModel):
     @field_validator("duration_s", mode="before")
     @classmethod
     def _finite_number(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError("duration_s must be a number")
-        try:
-            number = float(value)  # an integer past a float's range overflows here
-        except OverflowError:
-            raise ValueError("duration_s must be finite") from None
-        if not math.isfinite(number):
-            raise ValueError("duration_s must be finite")
-        return number
+        return _finite_number(value)
 
     def fingerprint(self) -> str:
         """What identifies this request for an Idempotency-Key."""
         return f"{self.kind}:{self.duration_s!r}"
+
+
+class TypedEnqueueRequest(BaseModel):
+    """POST /enqueue-task for a job of a registered type (GET /job-types): its input, and
+    optionally its time budget and its queue."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: str = Field(min_length=1, max_length=64, description="a job type's name")
+    input: dict[str, Any] = Field(
+        default_factory=dict, description="the job's input, as the type's input_schema says"
+    )
+    duration_s: float | None = Field(
+        None,
+        gt=0,
+        description="the job's time budget in seconds; by default, and at most, the type's "
+        "max_duration_s (and the queue's limit)",
+    )
+    kind: Kind | None = Field(None, description="the queue; by default the type's")
+
+    @field_validator("duration_s", mode="before")
+    @classmethod
+    def _finite_number(cls, value: Any) -> Any:
+        return None if value is None else _finite_number(value)
+
+
+def _body_shape(value: Any) -> str:
+    """Which of the two bodies a request is: one that names a type is a typed one, anything else
+    is read (and refused, if it is not one) as the original body."""
+    typed = isinstance(value, TypedEnqueueRequest) or (isinstance(value, dict) and "type" in value)
+    return "TypedEnqueueRequest" if typed else "EnqueueRequest"
+
+
+#: The body of POST /enqueue-task: either shape. The discriminator picks one, so that a refusal
+#: lists only that shape's errors; BODY_SHAPES are the names it puts in an error's loc.
+EnqueueBody = Annotated[
+    Annotated[EnqueueRequest, Tag("EnqueueRequest")]
+    | Annotated[TypedEnqueueRequest, Tag("TypedEnqueueRequest")],
+    Discriminator(_body_shape),
+]
+BODY_SHAPES = frozenset({"EnqueueRequest", "TypedEnqueueRequest"})
 
 
 class EnqueueResponse(BaseModel):
@@ -79,6 +126,15 @@ class JobResult(BaseModel):
     started_at: float | None = None
     finished_at: float | None = None
     tflops: float | None = Field(None, description="bf16 TFLOP/s reached on a GPU; null on CPU")
+    output: Any | None = Field(
+        None, description="on SUCCESS: the job's output (JSON, as its type's output_schema says)"
+    )
+    peak_gpu_memory_bytes: int | None = Field(
+        None, description="the most GPU memory the run held, when measured"
+    )
+    peak_rss_bytes: int | None = Field(
+        None, description="the most resident memory the run's process held, when measured"
+    )
 
 
 class TaskStatus(BaseModel):
@@ -99,6 +155,26 @@ class TaskStatus(BaseModel):
     )
     error: str | None = Field(None, description="why a FAILURE failed")
     cancel_requested: bool = Field(False, description="its owner asked a running job to stop")
+    type: str = Field("burn", description="the job's type (GET /job-types)")
+    error_kind: ErrorKind | None = Field(
+        None,
+        description="how a FAILURE or REVOKED job ended: its code raised (exception), it ran past "
+        "its budget (timeout), it was cancelled, its process died (crashed), or its runs were "
+        "lost with their workers (lost); null otherwise",
+    )
+
+
+class JobTypeView(BaseModel):
+    """GET /job-types: one job type that the service runs."""
+
+    name: str
+    queue: Kind = Field(description="the queue its jobs go to unless a submit names one")
+    max_duration_s: float = Field(description="the longest time budget a job of it may ask for")
+    description: str
+    input_schema: dict[str, Any] = Field(description="JSON Schema of a job's input")
+    output_schema: dict[str, Any] = Field(description="JSON Schema of a job's output")
+    available: bool = Field(description="whether it can run here; a submit of it is a 422 if not")
+    unavailable_reason: str | None = Field(None, description="why it cannot, when it cannot")
 
 
 class TaskPage(BaseModel):

@@ -2,14 +2,16 @@
 
 Every number lives in Redis (the job scripts count into the `fairgpu:metrics` hash atomically
 with each transition; the fair queues keep their own counters), so any API process answers
-/metrics with the same values, and a restart loses nothing. Labels are the queue, the status and
-the worker: none grows with the number of users or jobs.
+/metrics with the same values, and a restart loses nothing. Labels are the queue, the status, the
+worker, and a job's type and end: none grows with the number of users or jobs (a type is one of
+those registered, or "other").
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import get_args
 
 import redis
 from prometheus_client.core import (
@@ -21,7 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from app.billing import MICROS, MS
-from app.models import KINDS, Kind, Status
+from app.models import KINDS, ErrorKind, Kind, Status
 from app.service import fairness_lag_s
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
@@ -30,6 +32,10 @@ from app.vtrr.queue import as_text
 
 #: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
 BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
+#: How a job ended, as fairgpu_jobs_ended_total's `end` label says it.
+ENDS = ("success", *get_args(ErrorKind))
+#: The `type` label of jobs whose type is not registered in this process.
+OTHER_TYPE = "other"
 HISTOGRAMS = {
     "wait": ("fairgpu_job_wait_seconds", "Seconds from submission to a job's first start"),
     "run": ("fairgpu_job_run_seconds", "Seconds a run of a job took, by how it ended"),
@@ -66,15 +72,18 @@ class ServiceCollector(Collector):
         queues: Mapping[Kind, VTRRQueue],
         heartbeat_s: float,
         open_streams: Callable[[], int],
+        job_types: Iterable[str] = (),
     ) -> None:
         self.client, self.queues, self.heartbeat_s = client, queues, heartbeat_s
         self.open_streams = open_streams
+        self.job_types = frozenset(job_types)
 
     def collect(self) -> Iterator[Metric]:
         """Every metric, freshly read."""
         counters = read_counters(self.client)
         yield from self._queue_gauges()
         yield from self._job_counters(counters)
+        yield self._ended(counters)
         for key, (name, doc) in HISTOGRAMS.items():
             family = HistogramMetricFamily(name, doc, labels=["queue"])
             for kind in KINDS:
@@ -133,6 +142,26 @@ class ServiceCollector(Collector):
             billed_s = counters.get(f"billed_ms:{kind}", 0) / MS
             gpu_s.add_metric([kind], billed_s + counters.get(f"billed_gpu_seconds:{kind}", 0))
         yield from (finished, attempts, cost, gpu_s)
+
+    def _ended(self, counters: Mapping[str, float]) -> Metric:
+        """Jobs ended by type and end, from the scripts' `ended:<type>:<end>` fields; the types
+        that are not registered here are added up as "other", so labels stay few."""
+        family = CounterMetricFamily(
+            "fairgpu_jobs_ended",
+            "Jobs that ended, by type and how: success, or their error kind",
+            labels=["type", "end"],
+        )
+        names = sorted(self.job_types - {OTHER_TYPE})
+        totals = {(name, end): 0.0 for name in [*names, OTHER_TYPE] for end in ENDS}
+        for field, count in counters.items():
+            what, _, rest = field.partition(":")
+            job_type, _, end = rest.partition(":")
+            if what == "ended" and end in ENDS:
+                label = job_type if job_type in self.job_types else OTHER_TYPE
+                totals[label, end] += count
+        for labels, count in totals.items():
+            family.add_metric(list(labels), count)
+        return family
 
     def _workers(self) -> Iterator[Metric]:
         now = time.time()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
@@ -15,9 +15,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import schema
 from app.api.limits import BodyLimit
-from app.api.routes import admin, bills, dashboard, health, jobs, metrics, tasks
+from app.api.routes import admin, bills, dashboard, health, job_types, jobs, metrics, tasks
 from app.api.runtime import Runtime
 from app.errors import transient
+from app.models import BODY_SHAPES
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RedisError, _redis_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OSError, _redis_error)
-    for module in (jobs, tasks, bills, health, metrics, admin, dashboard):
+    for module in (jobs, job_types, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]
     return app
@@ -64,8 +65,16 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     """422 listing what is wrong, without echoing the input back: it may be huge, or not even
     representable in JSON (NaN, Infinity)."""
     assert isinstance(exc, RequestValidationError)
-    errors = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    errors = [{"type": e["type"], "loc": _field(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
     return JSONResponse({"detail": errors}, status_code=422)
+
+
+def _field(loc: Sequence[str | int]) -> list[str | int]:
+    """Where an error is, without the name of the body's shape that pydantic puts after "body"
+    for a union (POST /enqueue-task's two bodies): the client wants the field."""
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in BODY_SHAPES:
+        return ["body", *loc[2:]]
+    return list(loc)
 
 
 async def _redis_error(request: Request, exc: Exception) -> JSONResponse:

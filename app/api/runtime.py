@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -15,6 +16,7 @@ from app.api.live.estimates import Estimator
 from app.api.live.events import EventHub
 from app.api.live.places import Places
 from app.auth import Accounts
+from app.jobs import Registry, load_registry
 from app.models import Kind
 from app.service import Service, build
 from app.settings import Settings
@@ -46,10 +48,13 @@ class Runtime:
     estimator: Estimator
     metrics: CollectorRegistry
     places: Places
+    job_types: Registry
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
-        """Build everything for one API process; nothing connects until first used."""
+        """Build everything for one API process; nothing connects until first used. A job type
+        that cannot be loaded (RegistryError) stops the process here, before it serves."""
+        job_types = _job_types(tuple(settings.job_modules))
         accounts = Accounts.load(settings.users_file)
         # A plain pool keeps every connection it ever opened, one per call that was in flight
         # at the busiest moment (200 streams opened at once left 209): a bounded one that
@@ -77,7 +82,11 @@ class Runtime:
         queues = {kind: q.aio(client) for kind, q in service.queues.items()}
         hub = EventHub(hub_client)
         collector = ServiceCollector(
-            service.recorder.redis, service.queues, settings.heartbeat_seconds, lambda: hub.streams
+            service.recorder.redis,
+            service.queues,
+            settings.heartbeat_seconds,
+            lambda: hub.streams,
+            job_types=[t.name for t in job_types.types()],
         )
         return cls(
             settings,
@@ -91,6 +100,7 @@ class Runtime:
             Estimator(client, settings.heartbeat_seconds, settings.long_every),
             registry(collector),
             Places(hub, queues),
+            job_types,
         )
 
     async def start(self) -> None:
@@ -104,3 +114,11 @@ class Runtime:
         await self.hub.stop()
         await self.redis.aclose()
         self.service.close()
+
+
+@functools.lru_cache(maxsize=8)
+def _job_types(modules: tuple[str, ...]) -> Registry:
+    """The job types, loaded once per process and JOB_MODULES: the tests open a Runtime per
+    test, and the scan of the installed packages' entry points alone takes some 10 ms. (A
+    RegistryError is not cached: it stops the process.)"""
+    return load_registry(modules)

@@ -1,15 +1,17 @@
-"""The commands for one account's jobs: submit, status, watch, cancel, tasks, billing and
-account. Tables for people, `--json` for scripts."""
+"""The commands for one account's jobs: submit, status, watch, cancel, tasks, billing, account
+and types. Tables for people, `--json` for scripts."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from app.client.errors import session
+from app.client.errors import USAGE, fail, session
 from app.client.follow import bill, watch_to_end
-from app.client.http import DEFAULT_URL, FairgpuError
+from app.client.http import DEFAULT_URL, Client, FairgpuError
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import (
     about,
@@ -19,13 +21,35 @@ from app.client.render import (
     span,
     task_table,
     tasks_table,
+    types_table,
 )
-from app.models import Kind, Status, TaskPage, TaskStatus
+from app.models import EnqueueResponse, Kind, Status, TaskPage, TaskStatus
 
 
 def submit(
-    kind: Annotated[Kind, typer.Argument(help="short (up to 60 s) or long (up to 3000 s)")],
-    duration: Annotated[float, typer.Argument(help="GPU-seconds the job runs")],
+    kind: Annotated[
+        Kind | None,
+        typer.Argument(
+            metavar="KIND", help="a burn job's queue: short (up to 60 s) or long (up to 3000 s)"
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Argument(metavar="DURATION", help="GPU-seconds the burn job runs")
+    ] = None,
+    job_type: Annotated[
+        str | None, typer.Option("--type", help="a job of this type (see `fairgpu types`)")
+    ] = None,
+    job_input: Annotated[
+        str | None,
+        typer.Option("--input", help="with --type: its input, as JSON or @FILE holding JSON"),
+    ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option("--duration", help="with --type: its time budget, s (default: the most)"),
+    ] = None,
+    queue: Annotated[
+        Kind | None, typer.Option("--kind", help="with --type: its queue (default: the type's)")
+    ] = None,
     watch_it: Annotated[
         bool, typer.Option("--watch", help="follow the job with a live status line until it ends")
     ] = False,
@@ -37,23 +61,81 @@ def submit(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Submit a job to the short or long queue, and with --watch follow it to its end."""
+    """Submit a job: KIND DURATION (a burn job) or --type NAME [--input JSON].
+
+    With --watch, follow it to its end."""
+    once = idempotency_key
+    if job_type is None:
+        burn = _burn_job(kind, duration, job_input, budget, queue)
+        what = f"{burn[0]}, {span(burn[1])}"
+
+        def send(client: Client) -> EnqueueResponse:
+            return client.submit(*burn, idempotency_key=once)
+
+    else:
+        if kind is not None or duration is not None:
+            fail("give KIND DURATION, or --type NAME, not both", USAGE)
+        name, parsed = job_type, _input(job_input)
+        what = f"{name}, " + ("its longest budget" if budget is None else f"up to {span(budget)}")
+
+        def send(client: Client) -> EnqueueResponse:
+            return client.submit_job(
+                name, parsed, duration_s=budget, kind=queue, idempotency_key=once
+            )
+
     with session(url, key) as client:
-        reply = client.submit(kind, duration, idempotency_key=idempotency_key)
-        if not watch_it:
-            if as_json:
-                typer.echo(reply.model_dump_json())
-            else:
-                out().print(about("Submitted ", reply.task_id, f" ({kind}, {span(duration)})."))
-                out().print(f"Follow it: fairgpu watch {reply.task_id}", style="dim")
-            return
-        if not as_json:
-            out().print(about("Submitted ", reply.task_id, f" ({kind}, {span(duration)})."))
+        _submitted(client, send(client), what, watch_it=watch_it, as_json=as_json)
+
+
+def _burn_job(
+    kind: Kind | None,
+    duration: float | None,
+    job_input: str | None,
+    budget: float | None,
+    queue: Kind | None,
+) -> tuple[Kind, float]:
+    """KIND and DURATION of a burn job; a usage error without them, or with --type's options."""
+    if job_input is not None or budget is not None or queue is not None:
+        fail("--input, --duration and --kind go with --type NAME", USAGE)
+    if kind is None or duration is None:
+        fail("give KIND DURATION (a burn job), or --type NAME", USAGE)
+    return kind, duration
+
+
+def _input(given: str | None) -> object:
+    """The value of --input: JSON, or @FILE to read it from; {} when none is given."""
+    if given is None:
+        return {}
+    text = given
+    if given.startswith("@"):
         try:
-            watch_to_end(client, reply.task_id, as_json)
-        except FairgpuError as exc:
-            # Say which task, or a script that failed to watch it would not know it exists.
-            raise FairgpuError(f"{exc} (watching {reply.task_id}, which was submitted)") from None
+            text = Path(given[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--input {given}: cannot read it: {exc}", USAGE)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail(f"--input is not JSON: {exc}", USAGE)
+
+
+def _submitted(
+    client: Client, reply: EnqueueResponse, what: str, *, watch_it: bool, as_json: bool
+) -> None:
+    """Say what was submitted, then follow it with --watch."""
+    if not watch_it:
+        if as_json:
+            typer.echo(reply.model_dump_json())
+        else:
+            out().print(about("Submitted ", reply.task_id, f" ({what})."))
+            out().print(f"Follow it: fairgpu watch {reply.task_id}", style="dim")
+        return
+    if not as_json:
+        out().print(about("Submitted ", reply.task_id, f" ({what})."))
+    try:
+        watch_to_end(client, reply.task_id, as_json)
+    except FairgpuError as exc:
+        # Say which task, or a script that failed to watch it would not know it exists.
+        raise FairgpuError(f"{exc} (watching {reply.task_id}, which was submitted)") from None
 
 
 def status(
@@ -173,6 +255,21 @@ def account(
         table.add_row("share", f"{who.share:g}")
         table.add_row("admin", "yes" if who.admin else "no")
         out().print(table)
+
+
+def types(url: UrlOption = DEFAULT_URL, key: KeyOption = None, as_json: JsonOption = False) -> None:
+    """List the job types: queue, longest budget, whether each can run here.
+
+    --json gives the JSON Schemas of their input and output as well."""
+    with session(url, key) as client:
+        found = client.job_types()
+        if as_json:
+            typer.echo("[" + ",".join(t.model_dump_json() for t in found) + "]")
+        elif not found:
+            out().print("No job types.")
+        else:
+            console = out()
+            console.print(types_table(found, console.width))
 
 
 def _json_page(found: list[TaskStatus], next_cursor: str | None) -> str:

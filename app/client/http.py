@@ -22,6 +22,7 @@ from app.models import (
     DropResult,
     EnqueueResponse,
     Health,
+    JobTypeView,
     Kind,
     QueuesView,
     Status,
@@ -34,6 +35,7 @@ STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a 
 ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
 M = TypeVar("M", bound=BaseModel)
 BILLS = TypeAdapter(list[BillingRecord])
+JOB_TYPES = TypeAdapter(list[JobTypeView])
 
 
 class FairgpuError(Exception):
@@ -127,11 +129,38 @@ class Client:
     def submit(
         self, kind: Kind, duration_s: float, *, idempotency_key: str | None = None
     ) -> EnqueueResponse:
-        """POST /enqueue-task: queue a job; with an Idempotency-Key, a retry returns the same."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
-        body = {"kind": kind, "duration_s": duration_s}
-        reply = self._request("POST", "/enqueue-task", json=body, headers=headers)
-        return self._parse(EnqueueResponse, reply)
+        """POST /enqueue-task: queue a burn job; with an Idempotency-Key, a retry returns the
+        same."""
+        return self._enqueue({"kind": kind, "duration_s": duration_s}, idempotency_key)
+
+    def submit_job(
+        self,
+        job_type: str,
+        job_input: object = None,
+        *,
+        duration_s: float | None = None,
+        kind: Kind | None = None,
+        idempotency_key: str | None = None,
+    ) -> EnqueueResponse:
+        """POST /enqueue-task: queue a job of a type (GET /job-types) with its input (None: {});
+        its time budget and queue are the type's unless given."""
+        body: dict[str, object] = {
+            "type": job_type,
+            "input": {} if job_input is None else job_input,
+        }
+        if duration_s is not None:
+            body["duration_s"] = duration_s
+        if kind is not None:
+            body["kind"] = kind
+        return self._enqueue(body, idempotency_key)
+
+    def job_types(self) -> list[JobTypeView]:
+        """GET /job-types: every job type the service knows."""
+        reply = self._request("GET", "/job-types")
+        try:
+            return JOB_TYPES.validate_json(reply.content)
+        except ValidationError:
+            raise self._unexpected(reply) from None
 
     def status(self, task_id: str) -> TaskStatus:
         """GET /task-status/{id}."""
@@ -231,6 +260,11 @@ class Client:
                 time.sleep(max(self.reconnect_delay_s * failures, (drop.retry_ms or 0) / 1000))
 
     # -- plumbing ---------------------------------------------------------------------------------
+    def _enqueue(self, body: dict[str, object], idempotency_key: str | None) -> EnqueueResponse:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        reply = self._request("POST", "/enqueue-task", json=body, headers=headers)
+        return self._parse(EnqueueResponse, reply)
+
     def _stream_once(
         self, path: str, headers: dict[str, str]
     ) -> Generator[tuple[str | None, TaskStatus], None, None]:

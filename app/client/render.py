@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
@@ -13,9 +14,11 @@ from rich.text import Text
 
 from app.client.fit import Cell, Column, fitted_table
 from app.client.http import one_line
-from app.models import BillingRecord, QueuesView, Status, TaskStatus
+from app.models import BillingRecord, JobResult, JobTypeView, QueuesView, Status, TaskStatus
 
 MICROS = 1_000_000  # micro-units of money in one unit, as bills count them
+#: The most characters of a job's output that `status` shows; --json shows all of it.
+OUTPUT_SHOWN = 2000
 STYLE = {
     Status.PENDING: "yellow",
     Status.STARTED: "cyan",
@@ -134,6 +137,7 @@ def task_table(state: TaskStatus, bill: BillingRecord | None) -> Table:
     table.add_row("task", state.task_id)
     table.add_row("status", Text(state.status.value, style=f"bold {STYLE[state.status]}"))
     table.add_row("kind", state.kind)
+    table.add_row("type", state.type)
     for name, value in _job_rows(state, now):
         table.add_row(name, value)
     if bill is not None:
@@ -157,6 +161,8 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         yield from _result_rows(state, now)
     if state.cancel_requested:
         yield "cancel", "requested; the job is stopping"
+    if state.error_kind:
+        yield "ended by", state.error_kind
     if state.error:
         yield "error", one_line(state.error)
 
@@ -175,6 +181,37 @@ def _result_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         yield "ran", f"{span(ran)} of {span(result.duration_s)} asked"
     if result.tflops is not None:
         yield "TFLOP/s", f"{result.tflops:.1f}"
+    yield from _outcome_rows(result)
+
+
+def _outcome_rows(result: JobResult) -> Iterator[tuple[str, str]]:
+    """What the run used at most, and what the job returned."""
+    for name, used in (
+        ("peak GPU memory", result.peak_gpu_memory_bytes),
+        ("peak RSS", result.peak_rss_bytes),
+    ):
+        if used is not None:
+            yield name, size(used)
+    if result.output is not None:
+        yield "output", shown_output(result.output)
+
+
+def size(count: int) -> str:
+    """A number of bytes for people: "512 B", "3.2 MiB", "1.5 GiB"."""
+    amount, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024:
+            break
+        amount, unit = amount / 1024, bigger
+    return f"{count} B" if unit == "B" else f"{amount:.1f} {unit}"
+
+
+def shown_output(output: object) -> str:
+    """A job's output as compact JSON, cut at OUTPUT_SHOWN characters."""
+    text = json.dumps(output, ensure_ascii=False, separators=(", ", ": "))
+    if len(text) <= OUTPUT_SHOWN:
+        return text
+    return f"{text[:OUTPUT_SHOWN]}… ({len(text)} characters; --json shows all)"
 
 
 def _where(state: TaskStatus, now: float) -> str:
@@ -208,6 +245,36 @@ def tasks_table(found: list[TaskStatus]) -> Table:
             _where(state, now),
         )
     return table
+
+
+def types_table(found: list[JobTypeView], width: int) -> Table:
+    """Job types, one a row, in width columns (the description is left out when it does not
+    fit)."""
+    columns = [
+        Column("name"),
+        Column("queue"),
+        Column("max s", justify="right"),
+        Column("available"),
+        Column("description", optional=True),
+    ]
+    rows = [
+        [
+            t.name,
+            t.queue,
+            f"{t.max_duration_s:g}",
+            _availability(t),
+            one_line(t.description),
+        ]
+        for t in found
+    ]
+    return fitted_table(columns, rows, width)
+
+
+def _availability(job_type: JobTypeView) -> str:
+    if job_type.available:
+        return "yes"
+    reason = job_type.unavailable_reason
+    return f"no: {one_line(reason)}" if reason else "no"
 
 
 def billing_table(bills: list[BillingRecord], width: int) -> Table:

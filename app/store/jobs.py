@@ -11,10 +11,12 @@ from app.store.keys import (
     CHANNEL,
     JOB_PREFIX,
     METRICS,
+    STOPS,
     UNQUEUED,
     billing_key,
     events_key,
     idempotency_key,
+    input_key,
     job_key,
     owned_key,
 )
@@ -42,17 +44,21 @@ class JobStore:
         kind: Kind,
         duration_s: float,
         once: tuple[str, str] | None = None,
+        *,
+        job_type: str = "burn",
+        input_json: str = "{}",
     ) -> tuple[str, bool]:
-        """Write a new PENDING job owned by owner; returns (its id, True).
+        """Write a new PENDING job owned by owner, of job_type with its input (JSON text);
+        returns (its id, True).
 
         With once = (Idempotency-Key, request fingerprint), a key already used by this account
         for the same request returns (the first job's id, False) and writes nothing; used for
         another request, it raises IdempotencyMismatchError. An id that exists already raises
         JobExistsError.
         """
-        keys = [job_key(job_id), events_key(job_id), UNQUEUED, owned_key(owner)]
+        keys = [job_key(job_id), events_key(job_id), UNQUEUED, owned_key(owner), input_key(job_id)]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
-        args.append(LISTED_PER_ACCOUNT)
+        args += [LISTED_PER_ACCOUNT, job_type, input_json]
         if once is not None:
             keys.append(idempotency_key(owner, once[0]))
             args += [once[1], self._idempotency_ttl, JOB_PREFIX]
@@ -63,9 +69,9 @@ class JobStore:
         """Cancel a job, as its owner or as an operator: 'revoked' (it was queued), 'stopping'
         (running, its owner's cancel: its worker is asked to stop, and bills the time it ran),
         'stopped' (running, an operator's: REVOKED now, unbilled), its final status when it had
-        already ended, or 'gone'."""
+        already ended, or 'gone'. A running job's id is published on STOPS for its worker."""
         keys = [job_key(job_id), events_key(job_id), METRICS]
-        args: list[str | int] = [job_id, CHANNEL, self._ttl, by]
+        args: list[str | int] = [job_id, CHANNEL, self._ttl, by, STOPS]
         return as_text(await self._scripts.run("revoke", keys, args))
 
     async def requeued(self, job_id: str, token: str) -> bool:
@@ -86,7 +92,7 @@ class JobStore:
 
     async def delete(self, job_id: str, owner: str) -> None:
         """Forget a job that could not be queued."""
-        await self.redis.delete(job_key(job_id), events_key(job_id))
+        await self.redis.delete(job_key(job_id), events_key(job_id), input_key(job_id))
         await self.redis.zrem(UNQUEUED, job_id)
         await self.redis.zrem(owned_key(owner), job_id)
 

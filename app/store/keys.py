@@ -1,7 +1,10 @@
 """Every Redis key and channel name of the service; the fair queue's are in app/vtrr/keys.py.
 
-    fairgpu:job:<id>          hash    the job: owner, kind, duration_s, status, attempts, times,
-                                      worker, gpu_id, tflops, error, current lease token
+    fairgpu:job:<id>          hash    the job: owner, kind, type, duration_s, status, attempts,
+                                      times, worker, gpu_id, tflops, error, error_kind, output,
+                                      peak memory, current lease token
+    fairgpu:input:<id>        string  the job's input (JSON), apart from the hash that every
+                                      event copies; renewed when a run starts or ends
     fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash
     fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
     fairgpu:billed:<id>       string  "already billed" marker, set with the record
@@ -15,9 +18,10 @@
     fairgpu:workers           hash    worker name -> its last heartbeat (see app/store/workers.py)
     fairgpu:changes:<id>      channel the job's id, published at every change of the job
     fairgpu:changes:moves     channel a queue's name, whenever its order changes
+    fairgpu:stops             channel a running job's id, when its owner or an operator stops it
     fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
 
-Job hashes and event streams expire job_ttl_s after their last change.
+Job hashes, inputs and event streams expire job_ttl_s after their last change.
 """
 
 from __future__ import annotations
@@ -29,12 +33,19 @@ MOVES = f"{CHANNEL}:moves"
 METRICS = "fairgpu:metrics"
 WORKERS = "fairgpu:workers"
 UNQUEUED = "fairgpu:unqueued"
+#: Workers listen here, so that a cancel reaches a running job at once, without polling.
+STOPS = "fairgpu:stops"
 JOB_PREFIX = "fairgpu:job:"
 
 
 def job_key(job_id: str) -> str:
     """The hash that holds one job."""
     return f"{JOB_PREFIX}{job_id}"
+
+
+def input_key(job_id: str) -> str:
+    """The input of one job, as JSON text."""
+    return f"fairgpu:input:{job_id}"
 
 
 def idempotency_key(user_id: str, key: str) -> str:

@@ -6,11 +6,12 @@ reads `job.status` and `job.kind`, never a string out of a dict.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
-from app.models import KINDS, JobResult, Kind, Status, TaskStatus
+from app.models import KINDS, ErrorKind, JobResult, Kind, Status, TaskStatus
 from app.vtrr.queue import as_text
 
 
@@ -24,6 +25,30 @@ def _number(fields: Mapping[str, str], name: str) -> float | None:
     return float(value) if value else None
 
 
+def _whole(fields: Mapping[str, str], name: str) -> int | None:
+    value = fields.get(name)
+    return int(value) if value else None
+
+
+def _error_kind(value: str | None) -> ErrorKind | None:
+    for kind in get_args(ErrorKind):
+        if value == kind:
+            found: ErrorKind = kind
+            return found
+    return None
+
+
+def _output(text: str | None) -> Any:
+    """The job's output, from the JSON text finish.lua keeps; None if there is none (or if it is
+    not JSON, which a status should survive rather than answer 500 for ever)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def _kind(value: str) -> Kind:
     for kind in KINDS:
         if value == kind:
@@ -33,7 +58,7 @@ def _kind(value: str) -> Kind:
 
 @dataclass(frozen=True)
 class JobRecord:
-    """A job: who owns it, which queue, its status, its runs' times and outcome."""
+    """A job: who owns it, which queue and type, its status, its runs' times and outcome."""
 
     task_id: str
     owner: str
@@ -50,6 +75,11 @@ class JobRecord:
     error: str | None = None
     token: str | None = None  # the lease of the run that holds it now
     cancel_requested: bool = False
+    type: str = "burn"  # a job created before types existed was a burn job
+    error_kind: ErrorKind | None = None
+    output: str | None = None  # JSON text, kept as it came: parsed only for a status
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -72,6 +102,11 @@ class JobRecord:
             error=fields.get("error"),
             token=fields.get("token"),
             cancel_requested="cancel" in fields,
+            type=fields.get("type", "burn"),
+            error_kind=_error_kind(fields.get("error_kind")),
+            output=fields.get("output"),
+            peak_gpu_memory_bytes=_whole(fields, "peak_gpu_memory_bytes"),
+            peak_rss_bytes=_whole(fields, "peak_rss_bytes"),
         )
 
     def status_view(
@@ -89,6 +124,9 @@ class JobRecord:
                 started_at=self.started_at,
                 finished_at=self.finished_at,
                 tflops=self.tflops,
+                output=_output(self.output) if self.status is Status.SUCCESS else None,
+                peak_gpu_memory_bytes=self.peak_gpu_memory_bytes,
+                peak_rss_bytes=self.peak_rss_bytes,
             )
         return TaskStatus(
             task_id=self.task_id,
@@ -101,4 +139,6 @@ class JobRecord:
             estimated_start_at=estimated_start_at if pending else None,
             error=self.error,
             cancel_requested=self.cancel_requested and self.status is Status.STARTED,
+            type=self.type,
+            error_kind=self.error_kind,
         )

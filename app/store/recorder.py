@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import redis
 
 from app.billing import MS, Charge
-from app.models import Kind, Status, StoppedBy
+from app.models import ErrorKind, Kind, Status, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
@@ -18,6 +18,7 @@ from app.store.keys import (
     billed_key,
     billing_key,
     events_key,
+    input_key,
     job_key,
     owned_key,
 )
@@ -30,14 +31,17 @@ SWEEP_BATCH = 100
 
 @dataclass(frozen=True)
 class Started:
-    """What start() decided: run (with the attempt number, the owner and the asked-for
-    duration, so that the worker needs no second read), or do not run."""
+    """What start() decided: run (with the attempt number, the owner, the asked-for duration,
+    the job's type and its input as JSON text, so that the worker needs no second read), or do
+    not run."""
 
     run: bool
     attempt: int = 0
     reason: str = ""
     owner: str = ""
     duration_s: float = 0.0
+    type: str = "burn"
+    input: str = "{}"
 
 
 class JobRecorder:
@@ -69,7 +73,7 @@ class JobRecorder:
             for job_id in map(as_text, due):
                 job = self.get(job_id)
                 if job and job.status is Status.PENDING and not is_known(job.kind, job_id):
-                    self.redis.delete(job_key(job_id), events_key(job_id))
+                    self.redis.delete(job_key(job_id), events_key(job_id), input_key(job_id))
                     self.redis.zrem(owned_key(job.owner), job_id)
                     removed += 1
                 self.redis.zrem(UNQUEUED, job_id)
@@ -90,14 +94,22 @@ class JobRecorder:
 
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
-        keys = [job_key(job_id), events_key(job_id), METRICS]
+        keys = [job_key(job_id), events_key(job_id), METRICS, input_key(job_id)]
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
         raw = self._scripts.run("start", keys, args)
         reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]
-        if reply[0] == "run":
-            return Started(True, int(reply[1]), owner=reply[2], duration_s=float(reply[3]))
-        return Started(run=False, reason=reply[0])
+        if reply[0] != "run":
+            return Started(run=False, reason=reply[0])
+        owner, duration, job_type, job_input = reply[2:6]
+        return Started(
+            True,
+            int(reply[1]),
+            owner=owner,
+            duration_s=float(duration),
+            type=job_type,
+            input=job_input,
+        )
 
     def finish(
         self,
@@ -109,16 +121,27 @@ class JobRecorder:
         owner: str,
         error: str = "",
         tflops: float | None = None,
+        error_kind: ErrorKind | None = None,
+        output: str | None = None,
+        peak_gpu_memory_bytes: int | None = None,
+        peak_rss_bytes: int | None = None,
     ) -> bool:
-        """Record the run's end, and bill it once with charge (None: no bill; a FAILURE is never
-        billed); False when this run no longer holds the job (its lease was reclaimed and
-        another run took over, or an operator ended it)."""
+        """Record the run's end, and bill it once with charge, whatever the status (None: no
+        bill); False when this run no longer holds the job (its lease was reclaimed and another
+        run took over, or an operator ended it). output is the job's JSON text; error_kind
+        defaults to 'exception' for a FAILURE and 'cancelled' for a REVOKED."""
         keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
-        keys.append(METRICS)
+        keys += [METRICS, input_key(job_id)]
         bill: list[str | int] = ["", "", "", ""]
         if charge is not None:
             billed_ms = round(charge.billed_seconds * MS)
             bill = [charge.micros, charge.description, repr(charge.gpu_seconds), billed_ms]
-        args: list[str | int] = [job_id, token, status.value, error]
-        args += ["" if tflops is None else repr(tflops), *bill, CHANNEL, self._ttl]
+        args: list[str | int] = [job_id, token, status.value, error, _text(tflops), *bill]
+        args += [CHANNEL, self._ttl, error_kind or "", output or ""]
+        args += [_text(peak_gpu_memory_bytes), _text(peak_rss_bytes)]
         return bool(self._scripts.run("finish", keys, args))
+
+
+def _text(number: float | None) -> str:
+    """A number as a script argument; '' for none."""
+    return "" if number is None else repr(number)

@@ -1,9 +1,10 @@
 """One fairgpu worker, pinned to one GPU (or the CPU): `uv run worker.py` or `python -m app.worker`.
 
 CUDA_VISIBLE_DEVICES names the worker's one device (none, or "-1", for a CPU worker); naming more
-than one is refused. WORKER_QUEUES picks `short`, `long` or both (the default). The worker runs one
-job at a time in its own process (Celery's solo pool): CUDA does not survive a fork, and a
-SIGKILL then takes the job down with the worker, whose lease the fair queue reclaims.
+than one is refused. WORKER_QUEUES picks `short`, `long` or both (the default). The worker takes one
+job at a time (Celery's solo pool) and runs it in its warm child process (app/worker/child.py),
+started with `spawn` since CUDA does not survive a fork; a SIGKILL of the worker takes its child
+down too, and the fair queue reclaims the lease.
 
 The module also exposes the Celery app as `app` for `celery -A worker beat` and Flower.
 """
@@ -12,20 +13,30 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import cache
 
-from celery import signals
+from celery import Celery, signals
 from pydantic import ValidationError
 
 from app import logs
 from app.auth import Accounts
-from app.settings import get_settings
+from app.service import Service
+from app.settings import Settings, get_settings
 from app.worker import gpu
 from app.worker.celery_app import worker_argv
+from app.worker.child import ChildStartError
 from app.worker.presence import Presence
-from app.worker.runner import build_worker, worker_name
+from app.worker.runner import JobRunner, build_worker, worker_name
 
 
-def _device() -> gpu.Device:
+def _settings() -> Settings:
+    try:
+        return get_settings()
+    except ValidationError as exc:  # a bad WORKER_QUEUES, say: one line, not a traceback
+        sys.exit(f"fairgpu worker refuses to start: {exc}")
+
+
+def _device(settings: Settings) -> gpu.Device:
     try:
         device = gpu.choose_device(os.environ, gpu.torch_cuda_count)
     except gpu.DeviceError as exc:
@@ -35,25 +46,43 @@ def _device() -> gpu.Device:
     return device
 
 
-try:
-    settings = get_settings()
-except ValidationError as exc:  # a bad WORKER_QUEUES, say: one line, not a traceback
-    sys.exit(f"fairgpu worker refuses to start: {exc}")
-device = _device()
-service, runner = build_worker(settings, Accounts.load(settings.users_file), device)
-app = service.celery
+@cache
+def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner]:
+    """The worker, built once, on first use. Not at import: the job child is started with
+    `spawn`, which imports this module again in the child, where nothing of it is wanted."""
+    settings = _settings()
+    device = _device(settings)
+    service, runner = build_worker(settings, Accounts.load(settings.users_file), device)
+    return settings, device, service, runner
+
+
+def __getattr__(name: str) -> Celery:
+    """`app`, the Celery app, for `celery -A worker beat` and Flower (built on first use)."""
+    if name == "app":
+        return _worker()[2].celery
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Run the worker until it is stopped."""
+    settings, device, service, runner = _worker()
     logs.configure(settings.log_format, settings.log_level)
     queues = settings.worker_queues
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
     runner.on_busy = beats.busy
+    try:
+        runner.start()  # the warm child loads the job types now, not at the first job
+    except ChildStartError as exc:
+        sys.exit(f"fairgpu worker refuses to start: {exc}")
     signals.worker_ready.connect(lambda **_: beats.start(), weak=False)
-    signals.worker_shutdown.connect(lambda **_: beats.stop(), weak=False)
-    app.worker_main(worker_argv(queues, name))
+
+    def shut_down(**_: object) -> None:
+        beats.stop()
+        runner.close()
+
+    signals.worker_shutdown.connect(shut_down, weak=False)
+    service.celery.worker_main(worker_argv(queues, name))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """JobRunner: what a worker does with one job under the lease its task holds.
 
 Start the job under the lease (the store refuses a job that has ended or used its attempts),
-renew the lease from a heartbeat while the workload runs, then record the end and charge once,
-fenced by the lease token. The fair queue acks the lease when the task returns.
+renew the lease from a heartbeat while the job runs in the worker's warm child process
+(app/worker/child.py), then record how it ended and bill what it ran, once, fenced by the
+lease token; finally credit the fair queue with what the job did not use. The fair queue acks
+the lease when the task returns.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from tenacity import (
     RetryCallState,
@@ -24,20 +29,66 @@ from tenacity import (
 from app import billing
 from app.auth import Accounts
 from app.models import Kind, Status
-from app.service import Service, build
+from app.service import Service, build, job_weight
 from app.settings import Settings
 from app.store import JobRecorder, Started
+from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker import gpu
+from app.worker.child import Call, Ended, JobChild
+from app.worker.stops import StopListener
 
 log = logging.getLogger(__name__)
-
-Workload = Callable[[gpu.Device, float, Callable[[], bool]], gpu.Outcome]
 
 #: How long a run keeps trying to record its end while Redis is unreachable. After that it
 #: gives up without acking: its lease expires and the job runs again, billed once.
 FINISH_PATIENCE_S = 30.0
+
+
+class Executor(Protocol):
+    """Runs one job to its end: the warm child process (JobChild), or in tests the worker's own
+    process (app/worker/inline.py)."""
+
+    def start(self) -> None:
+        """Get ready to run jobs (start the child process)."""
+        ...
+
+    def run(self, call: Call, should_stop: Callable[[], bool]) -> Ended:
+        """Run the call; should_stop() turning True asks the job to stop."""
+        ...
+
+    def close(self) -> None:
+        """Release the process it runs jobs in."""
+        ...
+
+
+class StopCheck:
+    """should_stop() of one run: the lease was lost, or a stop was heard on the STOPS channel,
+    or (once per heartbeat, for a message that was missed) the job carries a cancel mark."""
+
+    def __init__(
+        self, beat: Heartbeat, heard: threading.Event, marked: Callable[[], bool], every: float
+    ) -> None:
+        self._beat, self._heard, self._marked, self._every = beat, heard, marked, every
+        self._next_look = time.monotonic() + every
+        self._stopped = False
+
+    def __call__(self) -> bool:
+        if not self._stopped:
+            self._stopped = self._look()  # once asked to stop, a run stays stopped
+        return self._stopped
+
+    def _look(self) -> bool:
+        if self._beat.lost or self._heard.is_set():
+            return True
+        if time.monotonic() >= self._next_look:
+            self._next_look = time.monotonic() + self._every
+            try:
+                return self._marked()
+            except UNREACHABLE:
+                return False  # Redis away for a moment: work on; the heartbeat guards the lease
+        return False
 
 
 class JobRunner:
@@ -50,10 +101,11 @@ class JobRunner:
         queues: dict[Kind, VTRRQueue],
         device: gpu.Device,
         worker: str,
-        workload: Workload = gpu.run,
+        executor: Executor,
+        stops: StopListener,
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
-        self.device, self.worker, self.workload = device, worker, workload
+        self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
         self.on_busy: Callable[[float | None], None] = lambda until: None
@@ -63,68 +115,94 @@ class JobRunner:
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
         if not started.run:
             return started.reason
-        who = {"task_id": job_id, "account": started.owner, "queue": kind}
+        who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
-        duration = started.duration_s
-        self.on_busy(time.time() + duration)
+        self.on_busy(time.time() + started.duration_s)
+        heard = self.stops.watch(job_id)
         try:
-            return self._run(kind, job_id, token, started, who)
+            ended = self._execute(kind, job_id, token, started, heard)
         finally:
+            self.stops.unwatch(job_id)
             self.on_busy(None)
+        log.info("job ended", extra={**who, "end": ended.end, "seconds": round(ended.seconds, 3)})
+        outcome = self._record(kind, job_id, token, started, ended, who)
+        self._credit(kind, job_id, token, ended.seconds)
+        return outcome
 
-    def _run(
-        self, kind: Kind, job_id: str, token: str, started: Started, who: dict[str, str]
-    ) -> str:
-        owner, duration = started.owner, started.duration_s
+    def _execute(
+        self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
+    ) -> Ended:
+        call = Call(job_id, started.type, started.input, started.duration_s, self.device.gpu_id)
         every = self.settings.heartbeat_seconds
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
+            marked = partial(self.recorder.cancel_requested, job_id)
+            return self.executor.run(call, StopCheck(beat, heard, marked, every))
 
-            def should_stop() -> bool:
-                if beat.lost:
-                    return True
-                try:
-                    return self.recorder.cancel_requested(job_id)
-                except UNREACHABLE:
-                    return False  # Redis away for a moment: work on; the heartbeat guards the lease
-
-            try:
-                outcome = self.workload(self.device, duration, should_stop)
-            except Exception as exc:
-                log.exception("job failed", extra=who)
-                error = f"{type(exc).__name__}: {exc}"
-                failed = partial(
-                    self.recorder.finish, job_id, token, Status.FAILURE,
-                    charge=None, owner=owner, error=error,
-                )  # fmt: skip
-                self._finish(who, failed)
-                return "failed"
-        if outcome.stopped:
-            return self._stopped(kind, job_id, token, owner, outcome.seconds, who)
-        charge = billing.price(self.settings, kind, duration)
-        succeeded = partial(
-            self.recorder.finish, job_id, token, Status.SUCCESS,
-            charge=charge, owner=owner, tflops=outcome.tflops,
+    def _record(
+        self,
+        kind: Kind,
+        job_id: str,
+        token: str,
+        started: Started,
+        ended: Ended,
+        who: dict[str, str],
+    ) -> str:
+        """Record the end. Every run that held the GPU is billed for the seconds it ran (at
+        least MIN_BILLED_S), whatever its end, except a run stopped by an operator or one that
+        lost its lease (its next run is billed instead)."""
+        if ended.end == "cancelled":
+            return self._stopped(kind, job_id, token, started, ended, who)
+        charge = billing.price(self.settings, kind, ended.seconds, job_type=started.type)
+        status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
+        finish = partial(
+            self.recorder.finish, job_id, token, status,
+            charge=charge, owner=started.owner, error=ended.error or "",
+            error_kind=None if ended.end == "success" else ended.end,
+            output=ended.output, tflops=_tflops(started.type, ended.output),
+            peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes,
         )  # fmt: skip
-        finished = self._finish(who, succeeded)
-        return "done" if finished else "refused: another run owns the job"
+        if not self._finish(who, finish):
+            return "refused: another run owns the job"
+        return "done" if status is Status.SUCCESS else f"failed: {ended.end}"
 
     def _stopped(
-        self, kind: Kind, job_id: str, token: str, owner: str, seconds: float, who: dict[str, str]
+        self,
+        kind: Kind,
+        job_id: str,
+        token: str,
+        started: Started,
+        ended: Ended,
+        who: dict[str, str],
     ) -> str:
-        """End a run that stopped early. Who pays: the owner's cancel is billed for the time it
-        ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended the job
+        """End a run that was asked to stop. Who pays: the owner's cancel is billed for the time
+        it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended the job
         already; a lost lease (an admin's release, a reclaim) leaves the job to its next run,
         which alone is billed. Every end is fenced by the token."""
         by = self.recorder.stopped_by(job_id)
         if by is None:
             return "lease lost"  # another run owns the job now; leave its end to that run
-        charge = billing.price(self.settings, kind, seconds, cancelled=True)
+        charge = billing.price(
+            self.settings, kind, ended.seconds, cancelled=True, job_type=started.type
+        )
         revoked = partial(
             self.recorder.finish, job_id, token, Status.REVOKED,
-            charge=charge if by == "owner" else None, owner=owner,
+            charge=charge if by == "owner" else None, owner=started.owner,
+            error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes,
         )  # fmt: skip
         self._finish(who, revoked)
         return "cancelled" if by == "owner" else "stopped by an operator"
+
+    def _credit(self, kind: Kind, job_id: str, token: str, seconds: float) -> None:
+        """Give the account's partition back the fair-queue cost of the time the job did not
+        use (its budget was charged at enqueue), so its queued jobs move forward; the streams of
+        queued jobs hear that the queue's order changed."""
+        try:
+            if self.queues[kind].credit(job_id, token, job_weight(seconds)) > 0:
+                self.recorder.redis.publish(MOVES, kind)
+        except UNREACHABLE:
+            log.warning("Redis unreachable; unused time not credited", extra={"task_id": job_id})
 
     def _finish(self, who: dict[str, str], finish: Callable[[], bool]) -> bool:
         """Record the run's end with finish (a JobRecorder.finish call), trying again while
@@ -147,6 +225,25 @@ class JobRunner:
         )
         return patiently(finish)
 
+    def start(self) -> None:
+        """Listen for stops and start the child process (ChildStartError if it cannot load the
+        job types)."""
+        self.stops.start()
+        self.executor.start()
+
+    def close(self) -> None:
+        """Stop the child process and the stop listener."""
+        self.executor.close()
+        self.stops.close()
+
+
+def _tflops(job_type: str, output: str | None) -> float | None:
+    """The TFLOP/s a burn job reached (kept in the result as before job types existed)."""
+    if job_type != "burn" or output is None:
+        return None
+    value = json.loads(output).get("tflops")
+    return float(value) if isinstance(value, int | float) else None
+
 
 def worker_name(settings: Settings, device: gpu.Device) -> str:
     """`gpu<N>@host` or `cpu@host`, unless the settings name the worker (`%h` is the host)."""
@@ -158,11 +255,21 @@ def build_worker(
     settings: Settings,
     accounts: Accounts,
     device: gpu.Device = gpu.CPU,
-    workload: Workload = gpu.run,
+    executor: Executor | None = None,
 ) -> tuple[Service, JobRunner]:
-    """The service of a worker process: its job tasks run jobs on `device` with `workload`."""
+    """The service of a worker process: its job tasks run jobs on `device`, in a warm child
+    process unless another executor is given. Neither the child nor the stop listener is
+    started here: JobRunner.start() does it (the worker's main, or a test)."""
     service = build(settings, accounts)
     name = worker_name(settings, device)
-    runner = JobRunner(settings, service.recorder, service.queues, device, name, workload)
+    if executor is None:
+        executor = JobChild(
+            settings.job_modules,
+            device.gpu_id,
+            timeout_grace_s=settings.timeout_grace_s,
+            cancel_grace_s=settings.cancel_grace_s,
+        )
+    stops = StopListener(service.recorder.redis)
+    runner = JobRunner(settings, service.recorder, service.queues, device, name, executor, stops)
     service.runner = runner
     return service, runner

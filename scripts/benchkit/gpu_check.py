@@ -41,22 +41,18 @@ def workload(device: str) -> dict[str, Any]:
     return {"device": device, "n": n, "seconds": outcome.seconds, "tflops": outcome.tflops}
 
 
-def job_on_device(device: gpu.Device, cpu: bool) -> dict[str, Any]:
-    """Check 2: one job through the real runner, store and billing on an embedded Redis."""
-
-    def run(d: gpu.Device, duration_s: float, should_stop: Any) -> gpu.Outcome:
-        if cpu:
-            return gpu.matmul("cpu", 256, duration_s, should_stop)
-        return gpu.run(d, duration_s, should_stop)
-
+def job_on_device(device: gpu.Device) -> dict[str, Any]:
+    """Check 2: one burn job through the real runner, its warm child process, the store and
+    billing, on an embedded Redis."""
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
         settings = Settings(redis_url=server.url, users_file=ROOT / "fixtures" / "users.json")
-        service, runner = build_worker(settings, Accounts.load(settings.users_file), device, run)
+        service, runner = build_worker(settings, Accounts.load(settings.users_file), device)
+        runner.start()
         r = redis.Redis.from_url(server.url)
         owner = "11111111-1111-1111-1111-111111111111"
         r.hset(job_key("gpu-check"), mapping={
             "task_id": "gpu-check", "owner": owner, "kind": "short", "duration_s": "2.0",
-            "status": "PENDING", "attempts": 0, "enqueued_at": 0,
+            "type": "burn", "status": "PENDING", "attempts": 0, "enqueued_at": 0,
         })  # fmt: skip
         service.queues["short"].enqueue(owner, [service.job_item("short", "gpu-check", 2.0)])
         lease = service.queues["short"].dequeue()
@@ -64,10 +60,12 @@ def job_on_device(device: gpu.Device, cpu: bool) -> dict[str, Any]:
         outcome = runner.run("short", "gpu-check", lease.token)
         job = service.recorder.get("gpu-check")
         bills = r.llen(billing_key(owner))
+        runner.close()
         service.close()
         r.close()
     return {"outcome": outcome, "status": job and job.status, "gpu_id": job and job.gpu_id,
-            "tflops": job and job.tflops, "bills": bills}  # fmt: skip
+            "tflops": job and job.tflops, "bills": bills,
+            "peak_gpu_memory_bytes": job and job.peak_gpu_memory_bytes}  # fmt: skip
 
 
 def refuses_two_devices() -> dict[str, Any]:
@@ -93,12 +91,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--cpu", action="store_true", help="use torch's CPU device instead")
     args = parser.parse_args()
-    device = gpu.Device(gpu_id=0)  # with --cpu too: the runner reports it, matmul runs on CPU
+    device = gpu.CPU if args.cpu else gpu.Device(gpu_id=0)
     results = {
         "torch": torch_version(),
         "cuda_devices": gpu.torch_cuda_count(),
         "workload": workload("cpu" if args.cpu else "cuda"),
-        "job": job_on_device(device, args.cpu),
+        "job": job_on_device(device),
         "two_devices": refuses_two_devices(),
     }
     ok = (

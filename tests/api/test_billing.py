@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from app.models import Status
 from tests.api.conftest import Api
 from tests.api.helpers import (
     KEY,
@@ -96,11 +97,32 @@ async def test_every_key_of_an_account_sees_its_records(api: Api, worker: Worker
     assert await records(api, KEY) == []
 
 
-async def test_a_failed_job_is_not_billed(api: Api, worker: Worker) -> None:
+async def test_a_failed_run_is_billed_for_what_it_ran_when_charged(
+    api: Api, worker: Worker
+) -> None:
+    """A run that held the GPU pays for it whatever its end: the worker charges a failure too."""
     task_id = await submit(api)
     token = worker.lease()
     worker.start(task_id, token)
-    assert worker.fail(task_id, token, "RuntimeError: no")
+    charge = worker.charge("short", 2.5)
+    assert worker.recorder.finish(
+        task_id, token, Status.FAILURE, charge=charge, owner=OWNER, error="RuntimeError: no"
+    )
+
+    [record] = await records(api)
+    assert record["task_id"] == task_id
+    assert record["cost_micros"] == 1_250_000  # 2.5 s at 0.5 a second
+    assert record["gpu_seconds"] == 2.5
+
+
+async def test_a_run_ended_without_a_charge_is_not_billed(api: Api, worker: Worker) -> None:
+    """The worker gives no charge for a run it does not bill (lost, or stopped by an operator)."""
+    task_id = await submit(api)
+    token = worker.lease()
+    worker.start(task_id, token)
+    assert worker.recorder.finish(
+        task_id, token, Status.FAILURE, charge=None, owner=OWNER, error="RuntimeError: no"
+    )
 
     assert await records(api) == []
 

@@ -17,6 +17,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import billing
+from app.api.collector import ENDS
 from app.dev.processes import spawn, stop
 from app.dev.stack import as_environment
 from app.models import KINDS, Status
@@ -38,6 +39,7 @@ FAMILIES = {
     "fairgpu_fairness_lag_seconds": "gauge",
     "fairgpu_queue_reclaims": "counter",
     "fairgpu_jobs_finished": "counter",
+    "fairgpu_jobs_ended": "counter",
     "fairgpu_job_attempts": "counter",
     "fairgpu_billed_cost": "counter",
     "fairgpu_billed_gpu_seconds": "counter",
@@ -339,6 +341,9 @@ async def test_no_label_names_an_account_or_a_job(api: Api, worker: Worker) -> N
         "status": {"SUCCESS", "FAILURE", "REVOKED"},
         "le": {*(str(b) for b in range(10000)), "0.1", "0.5", "+Inf"},
         "worker": {"gpu3@box"},
+        # a job's type is one registered here, or "other"; its end one of a fixed few
+        "type": {t.name for t in api.runtime.job_types.types()} | {"other"},
+        "end": set(ENDS),
     }
     for name, labels in samples:
         for label, text in labels:

@@ -43,6 +43,7 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
         "429": ERROR,
         "503": ERROR,
     },
+    ("get", "/job-types"): {"401": ERROR, "429": ERROR, "503": ERROR},
     ("get", "/health"): {"503": {"$ref": "#/components/schemas/Health"}},
     ("get", "/metrics"): {"503": ERROR},
     ("get", "/account"): {"401": ERROR, "429": ERROR, "503": ERROR},
@@ -163,6 +164,50 @@ async def test_the_request_body_refuses_unknown_fields_and_non_positive_duration
     assert set(request["required"]) == {"kind", "duration_s"}
     assert request["properties"]["kind"]["enum"] == ["short", "long"]
     assert request["properties"]["duration_s"]["exclusiveMinimum"] == 0
+
+
+async def test_the_request_body_is_either_the_original_one_or_a_typed_one(api: Api) -> None:
+    body = await schema(api)
+    request = body["paths"]["/enqueue-task"]["post"]["requestBody"]["content"]
+    shapes = request["application/json"]["schema"]["oneOf"]
+    assert shapes == [
+        {"$ref": "#/components/schemas/EnqueueRequest"},
+        {"$ref": "#/components/schemas/TypedEnqueueRequest"},
+    ]
+
+    typed = body["components"]["schemas"]["TypedEnqueueRequest"]
+    assert typed["additionalProperties"] is False
+    assert typed["required"] == ["type"]
+    assert typed["properties"]["input"]["type"] == "object"
+    assert typed["properties"]["duration_s"]["anyOf"][0]["exclusiveMinimum"] == 0
+
+
+async def test_the_job_types_and_a_jobs_type_and_end_are_described(api: Api) -> None:
+    body = await schema(api)
+    listed = body["paths"]["/job-types"]["get"]["responses"]["200"]
+    assert json_schema(listed)["items"] == {"$ref": "#/components/schemas/JobTypeView"}
+    view = body["components"]["schemas"]["JobTypeView"]
+    assert set(view["required"]) == {
+        "name",
+        "queue",
+        "max_duration_s",
+        "description",
+        "input_schema",
+        "output_schema",
+        "available",
+    }
+
+    status = body["components"]["schemas"]["TaskStatus"]["properties"]
+    assert status["type"]["default"] == "burn"
+    assert status["error_kind"]["anyOf"][0]["enum"] == [
+        "exception",
+        "timeout",
+        "cancelled",
+        "crashed",
+        "lost",
+    ]
+    result = body["components"]["schemas"]["JobResult"]["properties"]
+    assert {"output", "peak_gpu_memory_bytes", "peak_rss_bytes"} <= set(result)
 
 
 async def test_the_keyed_endpoints_declare_the_api_key_header(api: Api) -> None:

@@ -1,13 +1,13 @@
-"""A fairgpu worker with a fault-injecting workload: `python -m tests.faults.worker_app`.
+"""A fairgpu worker with a fault-injecting burn job: `python -m tests.faults.worker_app`.
 
-It mirrors `app/worker.py` (same settings, same Celery options, a CPU device) but hands `build()`
-a workload that records every run in Redis and misbehaves on request, chosen by the job's
-duration (a client can set nothing else):
+It mirrors `app/worker.py` (same settings, same Celery options, a CPU device) but runs its jobs
+in its own process (InlineExecutor, so that a job can take the worker down) with a `burn` job
+type that records every run in Redis and misbehaves on request, chosen by the job's duration:
 
     POISON_S    the run SIGKILLs its own worker process, every time (a job that crashes its host)
     STUBBORN_S  the run sleeps its whole duration and ignores the stop flag (a kernel that
                 cannot be interrupted), so a run that lost its lease still reaches finish()
-    anything else: the normal CPU workload (gpu.run), which stops when its lease is lost
+    anything else: the normal CPU burn (a sleep), which stops when its lease is lost
 
 Every run first appends "<job id> <worker>" to the list RUNS_KEY, so a test counts real runs,
 independently of the job's own attempts counter. Importing the module (for its constants) builds
@@ -20,44 +20,43 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
 
 import redis
-from celery import current_task
 
 from app.auth import Accounts
+from app.jobs import JobContext, JobType, Registry, job
+from app.jobs.builtin.burn import BurnIn, BurnOut
+from app.jobs.builtin.burn import burn as builtin_burn
 from app.settings import Settings, get_settings
-from app.vtrr import held_lease
 from app.worker import gpu
 from app.worker.celery_app import worker_argv
-from app.worker.runner import Workload, build_worker, worker_name
+from app.worker.inline import InlineExecutor
+from app.worker.runner import build_worker, worker_name
 
 POISON_S = 7.77
 STUBBORN_S = 2.22
 RUNS_KEY = "faults:runs"
+TELL_APART_S = 0.05  # the budget seen by the job is its duration_s less a few milliseconds
 
 
-def _job_id() -> str:
-    """The job this run holds (the fair queue's item id, set on the Celery request)."""
-    lease = None if current_task is None else held_lease(current_task)
-    return "?" if lease is None else lease.task_id
-
-
-def fault_workload(settings: Settings) -> Workload:
-    """The workload: record the run, then die, ignore the stop flag, or run normally."""
+def fault_burn(settings: Settings, device: gpu.Device) -> JobType:
+    """The burn job type: record the run, then die, ignore the stop flag, or run normally."""
     runs = redis.Redis.from_url(settings.redis_url)
+    name = worker_name(settings, device)
 
-    def run(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]) -> gpu.Outcome:
-        runs.rpush(RUNS_KEY, f"{_job_id()} {worker_name(settings, device)}")
-        if duration_s == POISON_S:
+    @job(name="burn", max_duration_s=3000)
+    def burn(ctx: JobContext, inp: BurnIn) -> BurnOut:
+        runs.rpush(RUNS_KEY, f"{ctx.task_id} {name}")
+        duration_s = ctx.deadline - time.time()  # the job's budget, to a few milliseconds
+        if abs(duration_s - POISON_S) < TELL_APART_S:
             os.kill(os.getpid(), signal.SIGKILL)
-        if duration_s == STUBBORN_S:
+        if abs(duration_s - STUBBORN_S) < TELL_APART_S:
             start = time.monotonic()
-            time.sleep(duration_s)  # the workload itself: uninterruptible work of this length
-            return gpu.Outcome(time.monotonic() - start, None, stopped=False)
-        return gpu.run(device, duration_s, should_stop)
+            time.sleep(duration_s)  # the job itself: uninterruptible work of this length
+            return BurnOut(seconds=time.monotonic() - start)
+        return builtin_burn.target(ctx, inp)  # type: ignore[no-any-return]
 
-    return run
+    return burn
 
 
 def main() -> None:
@@ -65,9 +64,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     device = gpu.CPU
-    service, _ = build_worker(
-        settings, Accounts.load(settings.users_file), device, fault_workload(settings)
-    )
+    executor = InlineExecutor(Registry([fault_burn(settings, device)]))
+    service, _ = build_worker(settings, Accounts.load(settings.users_file), device, executor)
     service.celery.worker_main(worker_argv(settings.worker_queues, worker_name(settings, device)))
 
 

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from pydantic import BaseModel
 
 from app.auth import Accounts
+from app.jobs import JobContext, Registry, job
 from app.models import Kind
 from app.service import Service
 from app.settings import Settings
 from app.store.keys import job_key
-from app.worker import gpu
+from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
 from app.worker.short_first import order
 
@@ -28,35 +30,46 @@ ALICE = "11111111-1111-1111-1111-111111111111"
 BOB = "22222222-2222-2222-2222-222222222222"
 
 
+class Nothing(BaseModel):
+    """No input, no output."""
+
+
+RAN: list[str] = []  # the jobs that the job type below ran, in order
+
+
+@job(name="noted", queue="long", max_duration_s=3000)
+def noted(ctx: JobContext, inp: Nothing) -> Nothing:
+    """Only notes which job ran."""
+    RAN.append(ctx.task_id)
+    return Nothing()
+
+
 class Worker:
-    """A worker's service whose workload only notes which job it ran."""
+    """A worker's service whose jobs only note that they ran."""
 
     def __init__(self, redis_url: str, queues: str = "short,long", long_every: int = 4) -> None:
-        self.ran: list[str] = []
-        self.names: dict[float, str] = {}
+        RAN.clear()
+        self.ran = RAN
+        self.count = 0
         settings = Settings(
             redis_url=redis_url, users_file=FIXTURES, worker_queues=queues, long_every=long_every
         )  # type: ignore[call-arg]
-        self.service: Service = build_worker(
-            settings, Accounts.load(FIXTURES), workload=self._workload
-        )[0]
-
-    def _workload(
-        self, device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]
-    ) -> gpu.Outcome:
-        self.ran.append(self.names[duration_s])
-        return gpu.Outcome(seconds=duration_s, tflops=None, stopped=False)
+        executor = InlineExecutor(Registry([noted]))
+        self.service: Service = build_worker(settings, Accounts.load(FIXTURES), executor=executor)[
+            0
+        ]
 
     def submit(self, r: redis.Redis, kind: Kind, name: str, owner: str = ALICE) -> None:
-        """A job as the API writes and queues it; its duration, unique, names it to the
-        workload."""
-        duration = (10.0 if kind == "short" else 100.0) + len(self.names) / 1000
-        self.names[duration] = name
+        """A job as the API writes and queues it, its task id being its name."""
+        duration = (10.0 if kind == "short" else 100.0) + self.count / 1000  # as before types
+        self.count += 1
         fields = {"task_id": name, "owner": owner, "kind": kind, "duration_s": repr(duration)}
         r.hset(
             job_key(name),
-            mapping={**fields, "status": "PENDING", "attempts": 0, "enqueued_at": 1.0},
-        )
+            mapping={
+                **fields, "type": "noted", "status": "PENDING", "attempts": 0, "enqueued_at": 1.0
+            },
+        )  # fmt: skip
         self.service.queues[kind].enqueue(owner, [self.service.job_item(kind, name, duration)])
 
     def trigger(self, kind: Kind) -> None:

@@ -1,4 +1,7 @@
-"""The job runner, in process, on a real Redis: how runs start, end, fail and are billed."""
+"""The job runner, in process, on a real Redis: how runs start, end, fail and are billed.
+
+Jobs run in this process (InlineExecutor) so that a test's job type can act on the test's Redis
+mid-run; tests/jobs and tests/e2e run them in the warm child process."""
 
 from __future__ import annotations
 
@@ -7,30 +10,78 @@ from pathlib import Path
 
 import pytest
 import redis
+from pydantic import BaseModel
 
 from app import billing
 from app.auth import Accounts
 from app.billing import price
+from app.jobs import JobContext, JobType, Registry, job, load_registry
 from app.models import Status
 from app.service import Service, job_weight
 from app.settings import Settings
 from app.store import JobRecorder
 from app.store.keys import UNQUEUED, billing_key, job_key
-from app.worker import gpu
+from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
 OWNER = "11111111-1111-1111-1111-111111111111"
+REDIS: list[redis.Redis] = []  # the test's client, for the job types below that act on Redis
+
+
+class Nothing(BaseModel):
+    """No input, no output."""
+
+
+@job(name="broken")
+def broken(ctx: JobContext, inp: Nothing) -> Nothing:
+    raise RuntimeError("CUDA error: out of memory")
+
+
+@job(name="cancelled-midway", max_duration_s=30)
+def cancelled_midway(ctx: JobContext, inp: Nothing) -> Nothing:
+    """Its owner cancels it while it runs (the mark revoke.lua writes); it stops when told."""
+    REDIS[0].hset(job_key(ctx.task_id), "cancel", "owner")
+    while not ctx.cancelled:
+        pass  # the runner looks at the mark once per heartbeat (0.05 s here)
+    ctx.check_cancelled()
+    return Nothing()
+
+
+@job(name="dropped-midway", max_duration_s=30)
+def dropped_midway(ctx: JobContext, inp: Nothing) -> Nothing:
+    """An admin drops its queue while it runs, as the API's drop does."""
+    SERVICE[0].queues["short"].drop("short")
+    REDIS[0].hset(job_key(ctx.task_id), mapping={"status": "REVOKED", "cancel": "operator"})
+    while not ctx.cancelled:
+        pass  # its heartbeat finds the lease gone
+    ctx.check_cancelled()
+    return Nothing()
+
+
+SERVICE: list[Service] = []
+TEST_TYPES: list[JobType] = [broken, cancelled_midway, dropped_midway]
 
 
 @pytest.fixture
-def make_service(redis_url: str) -> Iterator[Callable[..., Service]]:
-    """Build the service's worker side on the test Redis; closed after the test."""
+def make_service(redis_url: str, r: redis.Redis) -> Iterator[Callable[..., Service]]:
+    """Build the service's worker side on the test Redis, running jobs in this process; closed
+    after the test."""
     built: list[Service] = []
+    REDIS[:] = [r]
 
-    def make(workload: Callable[..., gpu.Outcome] = gpu.run) -> Service:
-        settings = Settings(redis_url=redis_url, users_file=FIXTURES, max_attempts=2)
-        built.append(build_worker(settings, Accounts.load(FIXTURES), workload=workload)[0])
+    def make() -> Service:
+        settings = Settings(
+            redis_url=redis_url,
+            users_file=FIXTURES,
+            max_attempts=2,
+            heartbeat_seconds=0.05,
+            lease_seconds=5,
+        )
+        registry = Registry([*load_registry().types(), *TEST_TYPES])
+        executor = InlineExecutor(registry)
+        built.append(build_worker(settings, Accounts.load(FIXTURES), executor=executor)[0])
+        SERVICE[:] = built[-1:]
         return built[-1]
 
     yield make
@@ -38,7 +89,13 @@ def make_service(redis_url: str) -> Iterator[Callable[..., Service]]:
         service.close()
 
 
-def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0.01) -> str:
+def new_job(
+    service: Service,
+    r: redis.Redis,
+    job_id: str,
+    duration_s: float = 0.01,
+    job_type: str = "burn",
+) -> str:
     """A PENDING job as the API writes it, queued and leased as a worker's trigger would."""
     r.hset(
         job_key(job_id),
@@ -46,6 +103,7 @@ def new_job(service: Service, r: redis.Redis, job_id: str, duration_s: float = 0
             "task_id": job_id,
             "owner": OWNER,
             "kind": "short",
+            "type": job_type,
             "duration_s": repr(duration_s),
             "status": "PENDING",
             "attempts": 0,
@@ -73,19 +131,19 @@ def test_a_job_runs_and_is_billed_once(
     assert r.llen(billing_key(OWNER)) == 1
 
 
-def test_a_job_that_raises_fails_with_the_error_and_is_not_billed(
+def test_a_job_that_raises_fails_with_the_error_and_is_billed_for_its_time(
     make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
-    def broken(device: gpu.Device, duration_s: float, should_stop: object) -> gpu.Outcome:
-        raise RuntimeError("CUDA error: out of memory")
-
-    service = make_service(workload=broken)
-    token = new_job(service, r, "job-2")
-    assert service.runner.run("short", "job-2", token) == "failed"
+    service = make_service()
+    token = new_job(service, r, "job-2", job_type="broken")
+    assert service.runner.run("short", "job-2", token) == "failed: exception"
     job = service.recorder.get("job-2")
     assert job is not None and job.status == "FAILURE"
-    assert job.error == "RuntimeError: CUDA error: out of memory"
-    assert r.llen(billing_key(OWNER)) == 0
+    assert job.error_kind == "exception"
+    assert "RuntimeError: CUDA error: out of memory" in (job.error or "")
+    # it held the GPU: billed what it ran, at least the 1 s floor
+    records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    assert [(x.task_id, x.billed_seconds) for x in records] == [("job-2", 1.0)]
 
 
 def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
@@ -133,19 +191,14 @@ def test_job_weight_is_its_gpu_milliseconds_at_least_one_second(
 def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time(
     make_service: Callable[..., Service], r: redis.Redis
 ) -> None:
-    def cancelled_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
-        r.hset(job_key("job-5"), "cancel", "owner")  # the owner's DELETE, as revoke.lua writes it
-        assert should_stop()
-        return gpu.Outcome(seconds=2.0, tflops=None, stopped=True)
-
-    service = make_service(workload=cancelled_midway)
-    token = new_job(service, r, "job-5", duration_s=30)
+    service = make_service()
+    token = new_job(service, r, "job-5", duration_s=30, job_type="cancelled-midway")
     assert service.runner.run("short", "job-5", token) == "cancelled"
     job = service.recorder.get("job-5")
-    assert job is not None and job.status == "REVOKED"
+    assert job is not None and (job.status, job.error_kind) == ("REVOKED", "cancelled")
     records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
-    assert [(x.task_id, x.gpu_seconds, x.cost) for x in records] == [("job-5", 2.0, 1.0)]
-    assert "cancelled after 2.0 s" in records[0].description
+    assert [(x.task_id, x.billed_seconds, x.cost) for x in records] == [("job-5", 1.0, 0.5)]
+    assert "cancelled after" in records[0].description
 
 
 def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_unbilled(
@@ -153,16 +206,8 @@ def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_unbilled(
 ) -> None:
     """An admin's drop deletes the lease and ends the job REVOKED, an operator's stop: the run
     sees it stop (its heartbeat finds the lease gone), bills nothing, and cannot end it again."""
-
-    def dropped_midway(device: gpu.Device, duration_s: float, should_stop: Callable[[], bool]):
-        service.queues["short"].drop("short")
-        # what the API's revoke (by the operator) writes after the drop
-        r.hset(job_key("job-7"), mapping={"status": "REVOKED", "cancel": "operator"})
-        assert should_stop()
-        return gpu.Outcome(seconds=1.0, tflops=None, stopped=True)
-
-    service = make_service(workload=dropped_midway)
-    token = new_job(service, r, "job-7", duration_s=30)
+    service = make_service()
+    token = new_job(service, r, "job-7", duration_s=30, job_type="dropped-midway")
     assert service.runner.run("short", "job-7", token) == "stopped by an operator"
     job = service.recorder.get("job-7")
     assert job is not None and job.status == "REVOKED"

@@ -19,8 +19,17 @@ from app.api.live.outage import Outage, RedisAwayError, error_event
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job, placed_status
 from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
+from app.api.submissions import Submission, submission
 from app.errors import IdempotencyMismatchError
-from app.models import EnqueueRequest, EnqueueResponse, ErrorBody, Kind, Status, TaskStatus
+from app.models import (
+    EnqueueBody,
+    EnqueueRequest,
+    EnqueueResponse,
+    ErrorBody,
+    Kind,
+    Status,
+    TaskStatus,
+)
 from app.store import JobRecord
 from app.vtrr import DuplicateTaskError, QueueFullError
 
@@ -42,18 +51,15 @@ QUEUE_FULL_RETRY_S = 30
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 
 
-async def valid_job(body: EnqueueRequest, runtime: RuntimeDep) -> EnqueueRequest:
-    """The job, if its duration is within its queue's limit (a setting); 422 otherwise."""
-    limit = runtime.settings.max_duration_s(body.kind)
-    if body.duration_s > limit:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"duration_s must be at most {limit:g} for a {body.kind} job",
-        )
-    return body
+async def valid_job(body: EnqueueBody, runtime: RuntimeDep) -> Submission:
+    """The job the body asks for, if its type is known and available, its input fits and its
+    duration is within the limits; 422 otherwise. A dependency, so that a refused job is not
+    counted against the key's rate (KeyedRoute counts in the endpoint)."""
+    return submission(body, runtime.job_types, runtime.settings)
 
 
-ValidJob = Annotated[EnqueueRequest, Depends(valid_job)]
+#: The job; an EnqueueRequest too, for a caller of the endpoint itself (the benchmarks).
+ValidJob = Annotated[Submission | EnqueueRequest, Depends(valid_job)]
 
 
 @router.post(
@@ -64,8 +70,9 @@ ValidJob = Annotated[EnqueueRequest, Depends(valid_job)]
         413: {"model": ErrorBody, "description": "body over 64 KiB"},
         422: {
             "model": ErrorBody,
-            "description": "an invalid job, a body not sent as application/json, or an "
-            "Idempotency-Key used before with another body",
+            "description": "an invalid job (an unknown or unavailable type, an input that its "
+            "type refuses, a duration over the limit), a body not sent as application/json, "
+            "or an Idempotency-Key used before with another body",
         },
     },
 )
@@ -75,16 +82,25 @@ async def enqueue_task(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> EnqueueResponse:
-    """Queue a job for the caller's account in the short or long fair queue.
+    """Queue a job for the caller's account in the short or long fair queue: a job of a
+    registered type (GET /job-types) with its input, or, with the body {"kind", "duration_s"},
+    a job of the built-in type burn.
 
     With an Idempotency-Key, repeating the request returns the first request's task instead of
     queueing another; the same key with a different body is a 422.
     """
+    job = body if isinstance(body, Submission) else await valid_job(body, runtime)
     account = caller.account
-    once = None if idempotency_key is None else (idempotency_key, body.fingerprint())
+    once = None if idempotency_key is None else (idempotency_key, job.fingerprint())
     try:
         job_id, created = await runtime.store.create(
-            str(uuid.uuid4()), account.user_id, body.kind, body.duration_s, once
+            str(uuid.uuid4()),
+            account.user_id,
+            job.kind,
+            job.duration_s,
+            once,
+            job_type=job.type,
+            input_json=job.input_json,
         )
     except IdempotencyMismatchError:
         raise HTTPException(
@@ -92,28 +108,28 @@ async def enqueue_task(
             detail="this Idempotency-Key was used with a different request",
         ) from None
     if created:
-        await _enqueue(runtime, account.user_id, body, job_id, replay=False)
+        await _enqueue(runtime, account.user_id, job, job_id, replay=False)
         log.info(
             "job queued",
-            extra={"task_id": job_id, "account": account.user_id, "queue": body.kind},
+            extra={"task_id": job_id, "account": account.user_id, "queue": job.kind},
         )
     else:
-        job = await runtime.store.get(job_id)
-        if job is not None and job.status is Status.PENDING:
+        first = await runtime.store.get(job_id)
+        if first is not None and first.status is Status.PENDING:
             # The first request may have died between its two steps: make sure it is queued.
-            await _enqueue(runtime, account.user_id, body, job_id, replay=True)
+            await _enqueue(runtime, account.user_id, job, job_id, replay=True)
     return EnqueueResponse(task_id=job_id)
 
 
 async def _enqueue(
-    runtime: Runtime, user_id: str, body: EnqueueRequest, job_id: str, *, replay: bool
+    runtime: Runtime, user_id: str, job: Submission, job_id: str, *, replay: bool
 ) -> None:
     """Put a created job in its fair queue. A replay (a repeated Idempotency-Key) was accepted
     under the quota already: it is never refused for it, and is a no-op once queued."""
-    item = runtime.service.job_item(body.kind, job_id, body.duration_s)
+    item = runtime.service.job_item(job.kind, job_id, job.duration_s)
     most = runtime.settings.max_queued_per_account
     try:
-        _, triggers = await runtime.queues[body.kind].enqueue(
+        _, triggers = await runtime.queues[job.kind].enqueue(
             user_id, [item], max_queued=None if replay else most
         )
     except DuplicateTaskError:
@@ -124,13 +140,13 @@ async def _enqueue(
         if isinstance(exc, QueueFullError):
             raise HTTPException(
                 status.HTTP_429_TOO_MANY_REQUESTS,
-                detail=f"this account already has {most} jobs queued in {body.kind}",
+                detail=f"this account already has {most} jobs queued in {job.kind}",
                 headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
             ) from None
         raise
     await runtime.store.queued(job_id)
     if triggers:
-        publish = runtime.service.queues[body.kind].publish_triggers
+        publish = runtime.service.queues[job.kind].publish_triggers
         await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop
 
 

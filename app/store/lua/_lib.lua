@@ -35,6 +35,12 @@ local function observe(metrics, name, kind, value)
   bump(metrics, name .. '_sum:' .. kind, value)
 end
 
+-- Count a job's end by its type and how it ended ('success', or its error kind), for
+-- fairgpu_jobs_ended_total; a job created before types existed is a burn job.
+local function ended(metrics, how)
+  bump(metrics, 'ended:' .. (redis.call('HGET', JOB, 'type') or 'burn') .. ':' .. how)
+end
+
 -- Tell the API processes that the order of a queue changed (a job joined, left or started), so
 -- that the streams of queued jobs recompute their position.
 local function moved(channel, kind)

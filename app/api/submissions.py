@@ -1,0 +1,108 @@
+"""What a submitted job is: the body of POST /enqueue-task read against the registered job types
+and the queues' limits, or a 422 that names what is wrong. Nothing here touches Redis, so a
+refused submit changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from app.jobs import JobType, Registry
+from app.models import EnqueueRequest, Kind, TypedEnqueueRequest
+from app.settings import Settings
+
+#: The type of a job submitted with the original body {"kind", "duration_s"}.
+BURN = "burn"
+NO_INPUT = "{}"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A job ready to be written: its type, its input as canonical JSON, its queue and its time
+    budget."""
+
+    type: str
+    input_json: str
+    kind: Kind
+    duration_s: float
+
+    def fingerprint(self) -> str:
+        """What identifies the request for an Idempotency-Key. A burn job without input keeps
+        the original body's fingerprint, so both spellings of it (and keys remembered from
+        before types) match; any other job adds its type and a digest of its input."""
+        if self.type == BURN and self.input_json == NO_INPUT:
+            return f"{self.kind}:{self.duration_s!r}"
+        digest = hashlib.sha256(self.input_json.encode()).hexdigest()
+        return f"{self.type}:{self.kind}:{self.duration_s!r}:{digest}"
+
+
+def submission(
+    body: EnqueueRequest | TypedEnqueueRequest, job_types: Registry, settings: Settings
+) -> Submission:
+    """The job that body asks for; RequestValidationError or HTTPException (422) when its type is
+    unknown or unavailable, its input does not fit the type, or its duration is over the limit."""
+    if isinstance(body, EnqueueRequest):
+        body = TypedEnqueueRequest(type=BURN, kind=body.kind, duration_s=body.duration_s)
+    job_type = _runnable(job_types, body.type)
+    input_json = _checked_input(job_type, body.input)
+    kind = body.kind or job_type.queue
+    duration_s = _duration(job_type, kind, body.duration_s, settings.max_duration_s(kind))
+    return Submission(job_type.name, input_json, kind, duration_s)
+
+
+def _runnable(job_types: Registry, name: str) -> JobType:
+    """The registered type called name, if it can run here."""
+    job_type = job_types.get(name)
+    if job_type is None:
+        raise _invalid(("type",), "job_type", f"no job type {name!r}: GET /job-types lists them")
+    reason = job_type.unavailable
+    if reason is not None:
+        raise _invalid(("type",), "job_type_unavailable", f"job type {name!r} {reason}")
+    return job_type
+
+
+def _checked_input(job_type: JobType, raw: dict[str, Any]) -> str:
+    """The input as canonical JSON (sorted keys, no spaces), once it fits the type's model."""
+    try:
+        text = json.dumps(
+            raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except ValueError:
+        raise _invalid(("input",), "finite_number", "NaN and Infinity are not JSON") from None
+    try:
+        job_type.parse_input(raw)
+    except ValidationError as exc:
+        errors = [
+            {"type": e["type"], "loc": ("body", "input", *e["loc"]), "msg": e["msg"]}
+            for e in exc.errors(include_url=False)
+        ]
+        raise RequestValidationError(errors) from None
+    return text
+
+
+def _duration(job_type: JobType, kind: Kind, asked: float | None, queue_limit: float) -> float:
+    """The job's time budget: as asked, else the most it may have, which is the type's own or
+    its queue's limit, the lower; a 422 that says which when it asks for more."""
+    if job_type.max_duration_s < queue_limit:
+        limit, whose = job_type.max_duration_s, f"a job of type {job_type.name}"
+    else:
+        limit, whose = queue_limit, f"a {kind} job"
+    if asked is None:
+        return limit
+    if asked > limit:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"duration_s must be at most {limit:g} for {whose}",
+        )
+    return asked
+
+
+def _invalid(loc: tuple[str, ...], kind: str, message: str) -> RequestValidationError:
+    """A 422 in the shape of FastAPI's own, about one field of the body."""
+    return RequestValidationError([{"type": kind, "loc": ("body", *loc), "msg": message}])

@@ -1,0 +1,115 @@
+"""digits-train: trains a small classifier on scikit-learn's bundled 8x8 digits (1,797 images,
+no download) and reports its accuracy on a held-out fifth. An example of a job that checks for
+its cancel between epochs. With torch (and a device) it trains an MLP with torch on the job's
+device; without torch, scikit-learn's MLPClassifier, one pass per epoch.
+
+sklearn and torch are imported inside the job: the API imports this module only to read its
+schemas, and stays light."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.jobs.context import JobContext
+from app.jobs.registry import job
+
+HIDDEN = 64  # units of the one hidden layer
+LEARNING_RATE = 0.01
+BATCH = 32
+SPLIT_SEED = 0  # the held-out images are the same whatever the input's seed
+
+
+class DigitsIn(BaseModel):
+    """How long to train, and the seed of the model's initial weights and of the shuffling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(10, ge=1, le=50, description="passes over the training images")
+    seed: int = Field(0, description="seed of the initial weights and of the batches' order")
+
+
+class DigitsOut(BaseModel):
+    """The accuracy on the held-out images after training."""
+
+    accuracy: float = Field(description="fraction of the held-out images classified right")
+    epochs: int
+
+
+@dataclass(frozen=True)
+class _Split:
+    x_train: Any
+    y_train: Any
+    x_test: Any
+    y_test: Any
+
+
+@job(
+    name="digits-train",
+    queue="short",
+    max_duration_s=60,
+    description="Trains a small classifier on scikit-learn's digits; returns its accuracy.",
+)
+def digits_train(ctx: JobContext, inp: DigitsIn) -> DigitsOut:
+    """Trains a small classifier on scikit-learn's digits; returns its accuracy."""
+    split = _load()
+    if ctx.device is not None:
+        accuracy = _train_torch(ctx, inp, split)
+    else:
+        accuracy = _train_sklearn(ctx, inp, split)
+    return DigitsOut(accuracy=accuracy, epochs=inp.epochs)
+
+
+def _load() -> _Split:
+    from sklearn.datasets import load_digits  # type: ignore[import-untyped]
+    from sklearn.model_selection import train_test_split  # type: ignore[import-untyped]
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype("float32")  # pixels are 0..16
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, digits.target, test_size=0.2, random_state=SPLIT_SEED, stratify=digits.target
+    )
+    return _Split(x_train, y_train, x_test, y_test)
+
+
+def _train_sklearn(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
+    from sklearn.neural_network import MLPClassifier  # type: ignore[import-untyped]
+
+    model = MLPClassifier(
+        hidden_layer_sizes=(HIDDEN,),
+        learning_rate_init=LEARNING_RATE,
+        batch_size=BATCH,
+        random_state=inp.seed,
+    )
+    for _ in range(inp.epochs):
+        ctx.check_cancelled()
+        model.partial_fit(split.x_train, split.y_train, classes=list(range(10)))
+    return float(model.score(split.x_test, split.y_test))
+
+
+def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
+    import torch
+
+    device = ctx.device
+    x_train = torch.as_tensor(split.x_train, device=device)
+    y_train = torch.as_tensor(split.y_train, device=device)
+    with torch.random.fork_rng(devices=[]):  # seed this job's weights, not the whole process
+        torch.manual_seed(inp.seed)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
+        ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    order = torch.Generator().manual_seed(inp.seed)
+    for _ in range(inp.epochs):
+        ctx.check_cancelled()
+        for rows in torch.randperm(len(x_train), generator=order).split(BATCH):
+            batch = rows.to(device)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        guesses = model(torch.as_tensor(split.x_test, device=device)).argmax(dim=1).cpu()
+    return float((guesses.numpy() == split.y_test).mean())

@@ -1,0 +1,481 @@
+"""JobChild: the warm child process a worker runs its jobs in.
+
+The child is started with `spawn` (CUDA does not survive a fork), loads the job types once and
+serves job after job, so a type's `setup()` runs once per child. The worker (the parent) keeps
+the clock: a job past its budget plus a grace, or one that ignores its cancel, is killed with
+its child, and so is nothing else: a job that crashes the interpreter, leaks GPU memory or hangs
+costs a fresh child, never the worker or its lease.
+
+The child writes its fds 1 and 2 to a log file of its own, so that a crash's last words (a C
+library's too, and faulthandler's traceback) can be quoted in the job's error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import faulthandler
+import importlib.util
+import json
+import logging
+import multiprocessing
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from app.jobs import MAX_OUTPUT_BYTES, JobCancelledError, JobContext, load_registry
+from app.jobs.registry import JobType, Registry, RegistryError, Runnable
+
+log = logging.getLogger(__name__)
+
+EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed"]
+
+POLL_S = 0.1  # how often the parent looks at the pipe, the clock and should_stop()
+START_TIMEOUT_S = 300.0  # importing the job modules (torch, a model's code) can take a while
+ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
+ERROR_CHARS = 4096  # and at most this much of them
+PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
+LOG_KEEP_BYTES = 1 << 20  # a child's log is emptied before a job once it grows past this
+
+
+@dataclass(frozen=True)
+class Call:
+    """One job for the child: its task id, type, input (JSON text), budget and GPU."""
+
+    task_id: str
+    type: str
+    input: str
+    budget_s: float
+    gpu_id: int | None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a job ended; `seconds` as the parent measured it, from the call to the reply or
+    the kill."""
+
+    end: EndKind
+    seconds: float
+    output: str | None = None
+    error: str | None = None
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How a job ended, as the process that ran it saw it: an Ended less the time."""
+
+    end: EndKind
+    output: str | None = None
+    error: str | None = None
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+
+    def ended(self, seconds: float) -> Ended:
+        """The end, with the time the worker measured."""
+        return Ended(
+            self.end,
+            seconds,
+            self.output,
+            self.error,
+            self.peak_gpu_memory_bytes,
+            self.peak_rss_bytes,
+        )
+
+
+class ChildStartError(RuntimeError):
+    """The child could not load the job types; the message says why."""
+
+
+# -- the parent's side --------------------------------------------------------------------------
+
+
+class JobChild:
+    """The worker's handle on its warm child: start it, run jobs in it, replace it when a job
+    takes it down, close it."""
+
+    def __init__(
+        self,
+        job_modules: Sequence[str],
+        gpu_id: int | None,
+        *,
+        timeout_grace_s: float,
+        cancel_grace_s: float,
+        kill_grace_s: float = 2.0,
+    ) -> None:
+        self._modules, self._gpu_id = list(job_modules), gpu_id
+        self._timeout_grace, self._cancel_grace = timeout_grace_s, cancel_grace_s
+        self._kill_grace = kill_grace_s
+        self._mp = multiprocessing.get_context("spawn")
+        # A lock-free shared flag: a child killed while reading it cannot leave a lock held
+        # that the worker would then wait on forever (an Event's would).
+        self._cancel = self._mp.RawValue(ctypes.c_bool, False)
+        self._dir: Path | None = None
+        self._process: Any = None  # a SpawnProcess; typeshed does not name it
+        self._conn: Connection | None = None
+        self._log: Path | None = None
+        self._ready = False
+        self._spawned = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid, None while there is no child."""
+        return None if self._process is None else int(self._process.pid)
+
+    def start(self) -> None:
+        """Start the child and wait until it has loaded the job types; ChildStartError with the
+        child's message if it could not."""
+        if self._process is None:
+            self._spawn()
+        self._await_ready()
+
+    def run(self, call: Call, should_stop: Callable[[], bool]) -> Ended:
+        """Run one job in the child, stopping it past its budget or when should_stop() says so
+        (polled every POLL_S; it should only read a flag)."""
+        self.start()
+        assert self._conn is not None
+        assert self._log is not None
+        offset = self._log_offset(self._log)
+        self._cancel.value = False
+        began = time.monotonic()
+        try:
+            self._conn.send(call)
+            return self._await_end(call, should_stop, began, offset)
+        except BaseException:
+            # the worker gave up on the job (should_stop raised, a signal): a child left running
+            # it would answer the next call with this job's reply
+            self._stop_child()
+            raise
+
+    def close(self) -> None:
+        """Stop the child (SIGTERM, then SIGKILL) and delete its files; idempotent."""
+        self._stop_child()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        atexit.unregister(self.close)
+
+    def _spawn(self) -> None:
+        """Start a child without waiting for it: a replacement starts while the worker records
+        the end of the job that took its predecessor down."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="fairgpu-child-"))
+            # before multiprocessing's own exit hook, which would wait for the child forever
+            atexit.register(self.close)
+        self._spawned += 1
+        self._log = self._dir / f"child-{self._spawned}.log"
+        ours, theirs = self._mp.Pipe()
+        args = (theirs, self._cancel, self._modules, self._gpu_id, str(self._log))
+        process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
+        process.start()
+        theirs.close()  # the child holds its end: EOF on ours means the child is gone
+        self._process, self._conn, self._ready = process, ours, False
+
+    def _await_ready(self) -> None:
+        if self._ready:
+            return
+        assert self._conn is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._conn.poll(POLL_S):
+            if not self._process.is_alive():
+                break
+            if time.monotonic() > deadline:
+                self._stop_child()
+                raise ChildStartError(f"the job child did not start within {START_TIMEOUT_S:g} s")
+        message = self._receive()
+        if message == ("ready", None):
+            self._ready = True
+            return
+        why = message[1] if message is not None else self._died_text(0)
+        self._stop_child()
+        raise ChildStartError(f"the job child did not start: {why}")
+
+    def _receive(self) -> Any:
+        """The child's next message, or None when it is gone (or silent)."""
+        assert self._conn is not None
+        try:
+            return self._conn.recv() if self._conn.poll(0) else None
+        except (EOFError, OSError):
+            return None
+
+    def _await_end(
+        self, call: Call, should_stop: Callable[[], bool], began: float, offset: int
+    ) -> Ended:
+        deadline = began + call.budget_s + self._timeout_grace
+        while True:
+            ended = self._poll(began, offset)
+            if ended is not None:
+                return ended
+            now = time.monotonic()
+            if not self._cancel.value and should_stop():
+                self._cancel.value = True  # the job sees ctx.cancelled; it has cancel_grace
+                deadline = min(deadline, now + self._cancel_grace)
+            if now >= deadline:
+                return self._kill(call, began, cancelled=self._cancel.value)
+
+    def _poll(self, began: float, offset: int) -> Ended | None:
+        """The child's reply, a crash, or None while the job runs on."""
+        assert self._conn is not None
+        if self._conn.poll(POLL_S):
+            reply = self._receive()
+            if isinstance(reply, Reply):
+                return reply.ended(time.monotonic() - began)
+        elif self._process.is_alive():
+            return None
+        return self._crashed(began, offset)
+
+    def _crashed(self, began: float, offset: int) -> Ended:
+        seconds = time.monotonic() - began
+        error = self._died_text(offset)
+        self._replace_child()
+        return Ended("crashed", seconds, error=error)
+
+    def _kill(self, call: Call, began: float, *, cancelled: bool) -> Ended:
+        seconds = time.monotonic() - began
+        self._replace_child()
+        if cancelled:
+            error = f"the job did not stop within {self._cancel_grace:g} s of its cancel: killed"
+            return Ended("cancelled", seconds, error=error)
+        error = (
+            f"the job ran past its budget of {call.budget_s:g} s and a grace of "
+            f"{self._timeout_grace:g} s: killed"
+        )
+        return Ended("timeout", seconds, error=error)
+
+    def _replace_child(self) -> None:
+        """Stop the child and start its successor; if that cannot even be spawned, the job's end
+        still goes back, and the next run() tries again (and raises)."""
+        self._stop_child()
+        try:
+            self._spawn()
+        except Exception:
+            log.exception("could not start a fresh job child")
+            self._stop_child()
+
+    def _died_text(self, offset: int) -> str:
+        """How the child died (exit code or signal) and the last lines of its log since offset."""
+        self._process.join(self._kill_grace)  # EOF comes a moment before the exit code
+        code = self._process.exitcode
+        if code is None:
+            how = "it stopped answering"
+        elif code < 0:
+            how = f"killed by {_signal_name(-code)}"
+        else:
+            how = f"exit code {code}"
+        tail = _tail(self._log, offset) if self._log is not None else ""
+        return f"the job's process died ({how}); its last output:\n{tail}".rstrip()
+
+    def _stop_child(self) -> None:
+        """SIGTERM the child, SIGKILL it after kill_grace_s, reap it, drop its pipe and log."""
+        process, self._process, self._ready = self._process, None, False
+        if process is not None:
+            if process.is_alive():
+                process.terminate()
+                process.join(self._kill_grace)
+            if process.is_alive():
+                process.kill()
+            process.join()
+            process.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
+
+    @staticmethod
+    def _log_offset(path: Path) -> int:
+        """Where this job's output starts in the log; a log grown too long is emptied first
+        (the child writes in append mode, so it carries on at the new end)."""
+        size = path.stat().st_size if path.exists() else 0
+        if size > LOG_KEEP_BYTES:
+            os.truncate(path, 0)
+            return 0
+        return size
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _tail(path: Path, offset: int) -> str:
+    """The last ERROR_LINES lines written to path since offset."""
+    try:
+        with path.open("rb") as file:
+            file.seek(max(offset, file.seek(0, os.SEEK_END) - 4 * ERROR_CHARS))
+            text = file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return _last_lines(text)
+
+
+def _last_lines(text: str) -> str:
+    return "\n".join(text.splitlines()[-ERROR_LINES:])[-ERROR_CHARS:]
+
+
+# -- the child's side ---------------------------------------------------------------------------
+
+
+def child_main(
+    conn: Connection, cancel: ctypes.c_bool, modules: list[str], gpu_id: int | None, log_path: str
+) -> None:
+    """The child process: load the job types, say so, then serve calls until the pipe closes."""
+    _redirect_output(log_path)
+    # a fatal signal's traceback goes to the log, for the error: the faulting thread's only, so
+    # that the job's last output still fits in the lines quoted
+    faulthandler.enable(all_threads=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the worker's to handle
+    _exit_with_parent(Path(log_path).parent)
+    try:
+        registry = load_registry(modules)
+    except RegistryError as exc:
+        conn.send(("error", str(exc)))
+        return
+    device, runnables = _device(gpu_id), dict[str, Runnable]()
+    conn.send(("ready", None))
+    while True:
+        try:
+            call = conn.recv()
+        except EOFError:
+            _await_orphaning(Path(log_path).parent)
+            return
+        deadline = time.time() + call.budget_s
+        ctx = JobContext(call.task_id, call.gpu_id, device, deadline, lambda: bool(cancel.value))
+        conn.send(run_call(registry, runnables, call, ctx))
+
+
+def _redirect_output(log_path: str) -> None:
+    """fds 1 and 2 to the log, in append mode (the parent may empty it between jobs)."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)  # a job's prints reach the log as it goes
+
+
+def _exit_with_parent(log_dir: Path) -> None:
+    """End the child when the worker dies without closing it (SIGKILL, OOM): a running job
+    would otherwise hold the GPU with no one left to stop it."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()  # returns when the parent's end of its sentinel pipe closes
+        _orphaned(log_dir)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _await_orphaning(log_dir: Path) -> None:
+    """The pipe closed while the child waited for a call: the worker is dying (it closes the
+    pipe only after killing the child). Give it a moment, then clean up for it."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        parent.join(PARENT_EXIT_S)
+        if not parent.is_alive():
+            _orphaned(log_dir)
+
+
+def _orphaned(log_dir: Path) -> None:
+    """Remove the log directory the dead worker can no longer delete, and exit."""
+    shutil.rmtree(log_dir, ignore_errors=True)
+    os._exit(1)
+
+
+def _device(gpu_id: int | None) -> Any:
+    """torch's device for the jobs: the one visible card, the CPU, or None without torch."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    # CUDA_VISIBLE_DEVICES has pinned the worker's card: it is index 0 here
+    return torch.device("cpu" if gpu_id is None else "cuda:0")
+
+
+def run_call(
+    registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext
+) -> Reply:
+    """Run the call's job in this process and say how it ended. `runnables` keeps each type's
+    instance once its setup() has succeeded, so setup runs once per process (and again after
+    it raised). The child runs every job with it; so does InlineExecutor, in the worker."""
+    end: EndKind
+    output: str | None
+    error: str | None
+    try:
+        end, output, error = "success", _run(registry, runnables, call, ctx), None
+    except JobCancelledError as exc:
+        end, output, error = "cancelled", None, str(exc)
+    except Exception as exc:
+        end, output, error = "exception", None, _describe(exc)
+    if ctx.cancelled:
+        end, output = "cancelled", None  # any end after a cancel counts as the cancel
+    return Reply(end, output, error, *_peaks(ctx.device))
+
+
+def _run(registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext) -> str:
+    job_type = registry.get(call.type)
+    if job_type is None:
+        raise LookupError(f"unknown job type {call.type!r}")
+    if job_type.unavailable is not None:
+        raise RuntimeError(f"job type {call.type!r} {job_type.unavailable}")
+    inp = job_type.parse_input(json.loads(call.input))
+    runnable = runnables.get(job_type.name)
+    if runnable is None:
+        runnable = job_type.make()
+        runnable.setup(ctx)  # if it raises, the next job of the type tries a fresh instance
+        runnables[job_type.name] = runnable
+    return _dumped(job_type, runnable.run(ctx, inp))
+
+
+def _dumped(job_type: JobType, result: object) -> str:
+    """The output as the type's model, in JSON, within MAX_OUTPUT_BYTES."""
+    if isinstance(result, BaseModel) and not isinstance(result, job_type.output_model):
+        result = result.model_dump()
+    text = job_type.output_model.model_validate(result).model_dump_json()
+    size = len(text.encode())
+    if size > MAX_OUTPUT_BYTES:
+        raise ValueError(
+            f"the job's output is {size} bytes of JSON, over the limit of {MAX_OUTPUT_BYTES} "
+            "bytes (MAX_OUTPUT_BYTES): keep large results elsewhere and return a reference"
+        )
+    return text
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception's message, then the last lines of its traceback."""
+    lines = "".join(traceback.format_exception(exc))
+    return f"{type(exc).__name__}: {exc}\n{_last_lines(lines)}"
+
+
+def _peaks(device: Any) -> tuple[int | None, int]:
+    """The job's peak GPU memory (then free the cache for the next job) and the child's peak
+    RSS so far."""
+    gpu_peak = None
+    if device is not None and device.type == "cuda":
+        import torch
+
+        gpu_peak = int(torch.cuda.max_memory_allocated(device))
+        torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.empty_cache()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return gpu_peak, rss_kib * (1 if sys.platform == "darwin" else 1024)

@@ -1,0 +1,130 @@
+"""Job types for the tests (JOB_MODULES=tests.jobs.sample): one per way a job can end. Each is
+small and light to import, as the API and every worker's child import this module."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Literal
+
+from pydantic import BaseModel
+
+from app.jobs import JobContext, job
+
+STEP_S = 0.05  # how often the looping jobs look at the clock (and polite at its cancel)
+#: setup() calls of `counted` in this process: a fresh child starts again at 0
+setups = 0
+shaky_setups = 0  # and of `shaky`, whose first setup fails
+
+
+class EchoIn(BaseModel):
+    text: str
+
+
+class EchoOut(BaseModel):
+    upper: str
+
+
+@job(name="echo", queue="short", max_duration_s=30, description="Upper-cases its text.")
+def echo(ctx: JobContext, inp: EchoIn) -> EchoOut:
+    return EchoOut(upper=inp.text.upper())
+
+
+class Nothing(BaseModel):
+    pass
+
+
+class Counts(BaseModel):
+    setups: int
+    pid: int
+
+
+@job(name="counted", queue="short", max_duration_s=30, description="Counts its setups.")
+class Counted:
+    def setup(self, ctx: JobContext) -> None:
+        global setups
+        setups += 1
+
+    def run(self, ctx: JobContext, inp: Nothing) -> Counts:
+        return Counts(setups=setups, pid=os.getpid())
+
+
+@job(name="shaky", queue="short", max_duration_s=30, description="Its first setup fails.")
+class Shaky:
+    def setup(self, ctx: JobContext) -> None:
+        global shaky_setups
+        shaky_setups += 1
+        if shaky_setups == 1:
+            raise RuntimeError("shaky: the first setup fails")
+
+    def run(self, ctx: JobContext, inp: Nothing) -> Counts:
+        return Counts(setups=shaky_setups, pid=os.getpid())
+
+
+class Seconds(BaseModel):
+    seconds: float
+
+
+class Slept(BaseModel):
+    slept: float
+
+
+@job(name="sleepy", queue="short", max_duration_s=30, description="Sleeps; ignores cancel.")
+def sleepy(ctx: JobContext, inp: Seconds) -> Slept:
+    end = time.monotonic() + inp.seconds
+    while time.monotonic() < end:
+        time.sleep(STEP_S)  # the job's work is to take its time
+    return Slept(slept=inp.seconds)
+
+
+class Ran(BaseModel):
+    ran: float
+
+
+@job(name="polite", queue="short", max_duration_s=30, description="Runs until cancelled.")
+def polite(ctx: JobContext, inp: Seconds) -> Ran:
+    end = time.monotonic() + inp.seconds
+    while time.monotonic() < end:
+        ctx.check_cancelled()
+        time.sleep(STEP_S)  # the job's work is to take its time
+    return Ran(ran=inp.seconds)
+
+
+class How(BaseModel):
+    how: Literal["exit", "segv"]
+
+
+@job(name="crash", queue="short", max_duration_s=30, description="Takes its process down.")
+def crash(ctx: JobContext, inp: How) -> Nothing:
+    print("crash: about to go", flush=True)
+    if inp.how == "exit":
+        os._exit(3)
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return Nothing()
+
+
+@job(name="fail", queue="short", max_duration_s=30, description="Raises ValueError.")
+def fail(ctx: JobContext, inp: Nothing) -> Nothing:
+    print("fail: about to raise", flush=True)
+    raise ValueError("the job failed on purpose")
+
+
+class Text(BaseModel):
+    text: str
+
+
+@job(name="huge", queue="short", max_duration_s=30, description="Returns 100 KiB of output.")
+def huge(ctx: JobContext, inp: Nothing) -> Text:
+    return Text(text="x" * 100 * 1024)
+
+
+@job(
+    name="needs-extra",
+    queue="short",
+    max_duration_s=30,
+    description="Needs a package that is not installed.",
+    requires=("fairgpu_no_such_package",),
+)
+def needs_extra(ctx: JobContext, inp: Nothing) -> Nothing:
+    return Nothing()
