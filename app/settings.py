@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.models import KINDS, RECLAIM_QUEUE, Kind
@@ -82,6 +82,35 @@ class Settings(BaseSettings):
     )
     cancel_grace_s: float = Field(
         5, ge=0, description="a cancelled job that has not stopped after this is killed"
+    )
+    max_log_lines: int = Field(
+        10_000, ge=1, description="log lines kept per job (the newest); GET /tasks/{id}/logs"
+    )
+    log_events_per_s: float = Field(
+        4, gt=0, description="log events a job's stream carries a second (lines are batched)"
+    )
+    artifacts_dir: Path | None = Field(
+        None,
+        description="folder of the jobs' artifacts (default ./artifacts; under fairgpu dev, the "
+        "stack's own folder)",
+    )
+    artifacts_url: str | None = Field(
+        None, description="s3://bucket/prefix: keep artifacts in S3-compatible storage instead"
+    )
+    artifacts_endpoint_url: str | None = Field(
+        None, description="the S3-compatible server's URL, where it is not AWS itself"
+    )
+    max_artifact_bytes: int = Field(
+        1 << 30, gt=0, description="artifacts one job may leave; more ends it as FAILURE"
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="whsec_<base64>: signs webhooks (Standard Webhooks); unset: no webhooks"
+    )
+    webhook_allow_private: bool = Field(
+        False, description="allow webhooks to private and loopback addresses (tests, one host)"
+    )
+    webhook_max_attempts: int = Field(
+        12, ge=1, description="deliveries of one webhook before it is given up (backoff doubles)"
     )
     worker_name: str = Field(
         "", description="worker name (%h: the host); default <gpuN|cpu>@<host>"
