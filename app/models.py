@@ -48,6 +48,18 @@ def _finite_number(value: Any) -> Any:
     return number
 
 
+#: A submit's optional webhook (both bodies): checked at submit (app/api/submissions.py).
+WebhookUrl = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=2048,
+        description="an http(s) URL that gets the job's final status, POSTed and signed "
+        "(docs/webhooks.md); one at a private or loopback address is refused",
+    ),
+]
+
+
 class EnqueueRequest(BaseModel):
     """POST /enqueue-task: which queue, and how many GPU-seconds the job asks for (a job of the
     built-in type burn)."""
@@ -56,6 +68,7 @@ class EnqueueRequest(BaseModel):
 
     kind: Kind
     duration_s: float = Field(gt=0, description="GPU-seconds; at most 60 short, 3000 long")
+    webhook: WebhookUrl = None
 
     @field_validator("duration_s", mode="before")
     @classmethod
@@ -84,6 +97,7 @@ class TypedEnqueueRequest(BaseModel):
         "max_duration_s (and the queue's limit)",
     )
     kind: Kind | None = Field(None, description="the queue; by default the type's")
+    webhook: WebhookUrl = None
 
     @field_validator("duration_s", mode="before")
     @classmethod
@@ -116,6 +130,39 @@ class EnqueueResponse(BaseModel):
     result: None = None
 
 
+#: Where a job's log line came from: its process's stdout or stderr, or its own log calls.
+LogStream = Literal["stdout", "stderr", "log"]
+
+
+class Progress(BaseModel):
+    """How far a running job says it has got (the latest it reported)."""
+
+    fraction: float | None = Field(None, ge=0, le=1, description="done so far, 0 to 1")
+    message: str | None = Field(None, description="what it is doing now")
+
+
+class Artifact(BaseModel):
+    """A file a job left: GET /tasks/{task_id}/artifacts/{name}."""
+
+    name: str = Field(description="its path inside the job's folder, e.g. plots/loss.png")
+    size: int = Field(ge=0, description="bytes")
+    sha256: str = Field(description="hex digest of its content")
+
+
+class LogLine(BaseModel):
+    """One line of a job's output."""
+
+    at: float = Field(description="when it was written (Unix seconds)")
+    stream: LogStream
+    text: str
+
+
+class TaskLogs(BaseModel):
+    """GET /tasks/{task_id}/logs: the job's log lines, oldest first."""
+
+    lines: list[LogLine]
+
+
 class JobResult(BaseModel):
     """What a finished job reports (success, or the timestamps of a failure)."""
 
@@ -134,6 +181,9 @@ class JobResult(BaseModel):
     )
     peak_rss_bytes: int | None = Field(
         None, description="the most resident memory the run's process held, when measured"
+    )
+    artifacts: list[Artifact] | None = Field(
+        None, description="on SUCCESS: the files it left (GET /tasks/{task_id}/artifacts/{name})"
     )
 
 
@@ -161,6 +211,9 @@ class TaskStatus(BaseModel):
         description="how a FAILURE or REVOKED job ended: its code raised (exception), it ran past "
         "its budget (timeout), it was cancelled, its process died (crashed), or its runs were "
         "lost with their workers (lost); null otherwise",
+    )
+    progress: Progress | None = Field(
+        None, description="the latest progress the job reported; null if none"
     )
 
 

@@ -11,13 +11,16 @@ app/worker/short_first.py picks: short first, long every LONG_EVERY-th dispatch 
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
 import redis
 from celery import Celery, Task
 
+from app.artifacts import open_artifacts
 from app.auth import Accounts
 from app.models import KINDS, RECLAIM_QUEUE, Kind
 from app.settings import Settings
@@ -27,6 +30,10 @@ from app.worker.celery_app import create_celery
 from app.worker.short_first import ShortFirst
 
 SWEEP_TASK = "fairgpu.sweep_unqueued"
+#: The artifact sweep lists every stored job (a folder, or a bucket's objects): once an hour
+#: at most, or once per JOB_TTL_S where that is shorter.
+ARTIFACT_SWEEP_EVERY_S = 3600.0
+log = logging.getLogger(__name__)
 
 #: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
 #: charged 1.01 s, not 2 s as whole seconds rounded up would.
@@ -61,6 +68,7 @@ class Service:
     tasks: dict[Kind, VTRRTask]
     recorder: JobRecorder
     runner: Runner | None = None
+    artifacts_swept_at: float | None = None  # monotonic time of this process's last sweep
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run a job with this process's runner; a process without one does not run jobs."""
@@ -69,11 +77,32 @@ class Service:
         return self.runner.run(kind, job_id, token)
 
     def sweep(self) -> int:
-        """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued)."""
-        return self.recorder.sweep_unqueued(
+        """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued), and
+        now and then the artifacts of jobs whose records have expired."""
+        removed = self.recorder.sweep_unqueued(
             lambda kind, job_id: self.queues[kind].has(job_id),
             grace_s=self.settings.unqueued_grace_s,
         )
+        self.sweep_artifacts()
+        return removed
+
+    def sweep_artifacts(self, *, now: bool = False) -> int:
+        """Remove the artifacts of jobs whose records have expired (unless one was swept lately,
+        and `now` is False); how many jobs' artifacts went. A store that fails is logged: it
+        must not stop the sweep of unqueued jobs."""
+        settings, last = self.settings, self.artifacts_swept_at
+        every = min(ARTIFACT_SWEEP_EVERY_S, settings.job_ttl_s)
+        if not now and last is not None and time.monotonic() - last < every:
+            return 0
+        self.artifacts_swept_at = time.monotonic()
+        # A record expires JOB_TTL_S after the job ends, its artifacts were put during its run:
+        # keep them as long as the longest run besides.
+        longest_run = max(settings.max_short_s, settings.max_long_s) + settings.timeout_grace_s
+        try:
+            return open_artifacts(settings).sweep(settings.job_ttl_s + longest_run)
+        except Exception:
+            log.warning("the artifact sweep failed", exc_info=True)
+            return 0
 
     def close(self) -> None:
         """Release the broker's and Redis's connections."""

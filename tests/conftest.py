@@ -1,20 +1,88 @@
-"""Test fixtures: one throwaway Redis server for the session, a clean database for each test."""
+"""Test fixtures: one throwaway Redis server per test process, a clean database for each test.
+
+`pytest -m "not integration"` on the whole tree (the unit tests, as the README runs them) is
+spread over worker processes, one per core and at most MAX_WORKERS (pytest-xdist); each worker
+has a Redis server of its own. Every other run stays in one process unless -n says otherwise:
+the integration tests start real workers and APIs whose leases and heartbeats are timed, and
+should not share the cores with other tests. An explicit -n (-n 0: one process) always wins.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+import redis.utils
 
 from app.dev.redis_server import RedisServer
+
+#: More workers than this gain nothing: the longest single tests (the fair queue's model test,
+#: the schema fuzz) bound the run, and each worker pays for its own collection.
+MAX_WORKERS = 4
+#: The files whose tests take longest, longest first: a worker starts on them while the others
+#: share the rest, so that no worker is still on a long one when the rest are done. Only the
+#: order changes; a file missing from this list just runs in its usual place.
+LONGEST_FIRST = (
+    "tests/api/test_schema_fuzz.py",
+    "tests/vtrr/test_model.py",
+    "tests/client/test_client_cli.py",
+)
+#: A free port can be taken by another process (another worker) between its choice and its use.
+REDIS_START_TRIES = 3
+
+# redis-py reads its own version from the installed package metadata (about 1 ms) each time it
+# opens a connection, and the tests open thousands; the answer cannot change within a run.
+redis.utils.get_lib_version = functools.cache(redis.utils.get_lib_version)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Spread the unit tests over the cores: runs before xdist's own hook reads -n."""
+    if (
+        getattr(config.option, "numprocesses", "absent") is None  # xdist there, -n not given
+        and not hasattr(config, "workerinput")  # not an xdist worker itself
+        and config.args_source == pytest.Config.ArgsSource.TESTPATHS  # the whole tree
+        and not config.option.collectonly
+        and config.option.markexpr.split() == ["not", "integration"]
+    ):
+        config.option.numprocesses = "auto"
+        config.option.maxprocesses = config.option.maxprocesses or MAX_WORKERS
+    if getattr(config.option, "numprocesses", None) and config.option.maxschedchunk is None:
+        # One test at a time to whichever worker is free (about 1 ms each): in the default
+        # chunks of a hundred or more tests, one worker got every long test and finished last.
+        config.option.maxschedchunk = 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the longest files first (see LONGEST_FIRST); every worker collects
+    the same order, as xdist requires."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A redis-server of the suite's own, never the machine's."""
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+    """A redis-server of the suite's own, never the machine's (one per xdist worker: each has a
+    temporary directory of its own)."""
+    server = _start_redis(tmp_path_factory.mktemp("redis"))
+    try:
         yield server
+    finally:
+        server.stop()
+
+
+def _start_redis(directory: Path) -> RedisServer:
+    for _ in range(REDIS_START_TRIES - 1):
+        try:
+            return RedisServer(directory).start()  # a new free port each time
+        except RuntimeError:  # exited at start: most likely its port was taken meanwhile
+            continue
+    return RedisServer(directory).start()
 
 
 @pytest.fixture(scope="session")
@@ -35,8 +103,8 @@ def redis_url(redis_server: RedisServer, flusher: redis.Redis) -> Iterator[str]:
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    """A client on the empty database."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def r(redis_url: str, flusher: redis.Redis) -> redis.Redis:
+    """A client on the empty database: the run's one. A client holds nothing of a test's but
+    its connection (a test that closes it gets a new one at its next command), and opening one
+    per test cost its handshake again."""
+    return flusher

@@ -9,6 +9,7 @@ code rather than restating it.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import re
 import shlex
 import stat
@@ -20,8 +21,11 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from app.models import RECLAIM_QUEUE
+from app.settings import Settings
+from app.webhooks.signing import signer
 from app.worker import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,12 +35,12 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 PROFILES = {
-    "cpu": {"redis", "api", "worker-cpu", "beat"},
-    "gpu": {"redis", "api", "worker-gpu0", "worker-gpu1", "beat"},
+    "cpu": {"redis", "api", "worker-cpu", "beat", "webhooks"},
+    "gpu": {"redis", "api", "worker-gpu0", "worker-gpu1", "beat", "webhooks"},
     "monitoring": {"redis", "flower", "prometheus"},
 }
 GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
-APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "flower")
+APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
 
 # Paths inside the containers, which the files may name.
 IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home", "/etc/prometheus", "/prometheus")
@@ -256,7 +260,7 @@ def test_gpu_workers_get_torch_and_the_cpu_services_do_not(services):
 
 
 def test_services_that_need_no_gpu_hide_every_gpu(services):
-    for name in ("worker-cpu", "beat", "flower"):
+    for name in ("worker-cpu", "beat", "webhooks", "flower"):
         env = environment(services[name])
         assert gpu.choose_device(env, lambda: 2) == gpu.CPU, name
         assert not reserved_devices(services[name]), name
@@ -307,6 +311,32 @@ def test_accounts_are_mounted_read_only_where_users_file_points(services):
         assert mode == "ro", name
         default_source = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", source)
         assert (ROOT / default_source / Path(users_file).name).is_file(), name
+
+
+# --- webhooks --------------------------------------------------------------------------------
+
+
+def test_the_webhook_sender_runs_its_module_from_the_api_image(services):
+    sender = services["webhooks"]
+    assert command(sender) == ["python", "-m", "app.webhooks"]
+    assert importlib.util.find_spec("app.webhooks.__main__") is not None
+    api = services["api"]
+    assert (sender["image"], sender["build"]) == (api["image"], api["build"])
+
+
+def test_webhook_senders_can_be_scaled(services):
+    # Replicas share the deliveries through Redis: nothing may tie the service to one container.
+    sender = services["webhooks"]
+    assert "hostname" not in sender
+    assert "container_name" not in sender
+    assert "ports" not in sender
+
+
+def test_the_api_and_the_sender_read_one_webhook_secret_from_the_environment(services):
+    secrets = {environment(services[name])["WEBHOOK_SECRET"] for name in ("api", "webhooks")}
+    assert secrets == {"${WEBHOOK_SECRET:-}"}  # never a secret written in the file
+    # unset, Compose passes it empty: the API refuses webhooks and the sender sends none
+    assert signer(Settings(webhook_secret=SecretStr(""))) is None
 
 
 # --- flower ----------------------------------------------------------------------------------

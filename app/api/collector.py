@@ -84,6 +84,7 @@ class ServiceCollector(Collector):
         yield from self._queue_gauges()
         yield from self._job_counters(counters)
         yield self._ended(counters)
+        yield from _output_counters(counters)
         for key, (name, doc) in HISTOGRAMS.items():
             family = HistogramMetricFamily(name, doc, labels=["queue"])
             for kind in KINDS:
@@ -179,6 +180,39 @@ class ServiceCollector(Collector):
         for kind in KINDS:
             alive.add_metric([kind], len(heartbeats.alive(seen, kind, now, self.heartbeat_s)))
         yield from (beats, alive)
+
+
+def _output_counters(counters: Mapping[str, float]) -> Iterator[Metric]:
+    """What the workers count of jobs' outputs: log lines the stream's throttle left out (the
+    logs endpoint still has them), and bytes of artifacts stored."""
+    dropped = CounterMetricFamily(
+        "fairgpu_log_lines_dropped",
+        "Log lines left out of event streams by the throttle (GET /tasks/{id}/logs keeps them)",
+    )
+    dropped.add_metric([], counters.get("log_lines_dropped", 0.0))
+    stored = CounterMetricFamily("fairgpu_artifact_bytes", "Bytes of artifacts stored")
+    stored.add_metric([], counters.get("artifact_bytes", 0.0))
+    yield from (dropped, stored)
+    yield from _webhook_counters(counters)
+
+
+#: The webhook sender's counters (app/webhooks): name, what it counts, field in the hash.
+WEBHOOK_COUNTERS = (
+    ("fairgpu_webhooks_delivered", "Webhooks a receiver accepted (2xx)", "webhooks_delivered"),
+    ("fairgpu_webhooks_failed", "Webhook deliveries that failed (retried)", "webhooks_failed"),
+    (
+        "fairgpu_webhooks_given_up",
+        "Webhooks given up after their last attempt",
+        "webhooks_given_up",
+    ),
+)
+
+
+def _webhook_counters(counters: Mapping[str, float]) -> Iterator[Metric]:
+    for name, documentation, field in WEBHOOK_COUNTERS:
+        family = CounterMetricFamily(name, documentation)
+        family.add_metric([], counters.get(field, 0.0))
+        yield family
 
 
 def registry(collector: ServiceCollector) -> CollectorRegistry:

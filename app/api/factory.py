@@ -15,7 +15,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import schema
 from app.api.limits import BodyLimit
-from app.api.routes import admin, bills, dashboard, health, job_types, jobs, metrics, tasks
+from app.api.routes import (
+    admin,
+    bills,
+    dashboard,
+    health,
+    job_types,
+    jobs,
+    metrics,
+    outputs,
+    tasks,
+)
 from app.api.runtime import Runtime
 from app.errors import transient
 from app.models import BODY_SHAPES
@@ -50,6 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(OSError, _redis_error)
     for module in (jobs, job_types, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
+    app.include_router(outputs.build(settings))
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]
     return app
 

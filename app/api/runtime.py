@@ -15,6 +15,7 @@ from app.api.limits import RateLimiter
 from app.api.live.estimates import Estimator
 from app.api.live.events import EventHub
 from app.api.live.places import Places
+from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import Accounts
 from app.jobs import Registry, load_registry
 from app.models import Kind
@@ -49,6 +50,7 @@ class Runtime:
     metrics: CollectorRegistry
     places: Places
     job_types: Registry
+    artifacts: ArtifactStore
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
@@ -101,6 +103,7 @@ class Runtime:
             registry(collector),
             Places(hub, queues),
             job_types,
+            open_artifacts(settings),
         )
 
     async def start(self) -> None:

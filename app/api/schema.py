@@ -15,7 +15,8 @@ ADMIN_PREFIX = "/admin/"
 
 def whole(app: FastAPI) -> dict[str, Any]:
     """Every operation, less the 422 FastAPI adds for a task id in the path: a malformed id is
-    the same 404 as an unknown one, so those operations never answer 422. Built once."""
+    the same 404 as an unknown one, so those operations never answer 422 (unless they document
+    one of their own, for another parameter). Built once."""
     if app.openapi_schema is None:
         schema = get_openapi(
             title=app.title, version=app.version, summary=app.summary, routes=app.routes
@@ -23,7 +24,8 @@ def whole(app: FastAPI) -> dict[str, Any]:
         for path, operations in schema["paths"].items():
             if "{task_id}" in path:
                 for operation in operations.values():
-                    operation["responses"].pop("422", None)
+                    if _automatic(operation["responses"].get("422")):
+                        operation["responses"].pop("422")
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -46,6 +48,13 @@ def public(app: FastAPI) -> dict[str, Any]:
         schema["components"]["schemas"] = {k: v for k, v in components.items() if k in used}
         app.state.public_openapi = cached = schema
     return cached
+
+
+def _automatic(response: dict[str, Any] | None) -> bool:
+    """Whether a 422 is the one FastAPI adds by itself (HTTPValidationError)."""
+    if response is None:
+        return False
+    return _references(response) == {"HTTPValidationError"}
 
 
 def _references(node: Any) -> set[str]:

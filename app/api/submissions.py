@@ -1,11 +1,12 @@
 """What a submitted job is: the body of POST /enqueue-task read against the registered job types
-and the queues' limits, or a 422 that names what is wrong. Nothing here touches Redis, so a
-refused submit changes nothing."""
+and the queues' limits, and its webhook against the deployment's rules (app/webhooks/), or a 422
+that names what is wrong. Nothing here touches Redis, so a refused submit changes nothing."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,30 +17,39 @@ from pydantic import ValidationError
 from app.jobs import JobType, Registry
 from app.models import EnqueueRequest, Kind, TypedEnqueueRequest
 from app.settings import Settings
+from app.webhooks import destination
+from app.webhooks.signing import signer
 
 #: The type of a job submitted with the original body {"kind", "duration_s"}.
 BURN = "burn"
 NO_INPUT = "{}"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Submission:
-    """A job ready to be written: its type, its input as canonical JSON, its queue and its time
-    budget."""
+    """A job ready to be written: its type, its input as canonical JSON, its queue, its time
+    budget, and the URL its final status goes to, if any."""
 
     type: str
     input_json: str
     kind: Kind
     duration_s: float
+    webhook: str | None = None
 
     def fingerprint(self) -> str:
         """What identifies the request for an Idempotency-Key. A burn job without input keeps
         the original body's fingerprint, so both spellings of it (and keys remembered from
-        before types) match; any other job adds its type and a digest of its input."""
+        before types) match; any other job adds its type and a digest of its input. A webhook
+        adds a digest of its URL."""
         if self.type == BURN and self.input_json == NO_INPUT:
-            return f"{self.kind}:{self.duration_s!r}"
-        digest = hashlib.sha256(self.input_json.encode()).hexdigest()
-        return f"{self.type}:{self.kind}:{self.duration_s!r}:{digest}"
+            job = f"{self.kind}:{self.duration_s!r}"
+        else:
+            digest = hashlib.sha256(self.input_json.encode()).hexdigest()
+            job = f"{self.type}:{self.kind}:{self.duration_s!r}:{digest}"
+        if self.webhook is None:
+            return job
+        return f"{job}:webhook:{hashlib.sha256(self.webhook.encode()).hexdigest()}"
 
 
 def submission(
@@ -48,12 +58,47 @@ def submission(
     """The job that body asks for; RequestValidationError or HTTPException (422) when its type is
     unknown or unavailable, its input does not fit the type, or its duration is over the limit."""
     if isinstance(body, EnqueueRequest):
-        body = TypedEnqueueRequest(type=BURN, kind=body.kind, duration_s=body.duration_s)
+        body = TypedEnqueueRequest(
+            type=BURN, kind=body.kind, duration_s=body.duration_s, webhook=body.webhook
+        )
     job_type = _runnable(job_types, body.type)
     input_json = _checked_input(job_type, body.input)
     kind = body.kind or job_type.queue
     duration_s = _duration(job_type, kind, body.duration_s, settings.max_duration_s(kind))
-    return Submission(job_type.name, input_json, kind, duration_s)
+    return Submission(job_type.name, input_json, kind, duration_s, body.webhook)
+
+
+async def checked_submission(
+    body: EnqueueRequest | TypedEnqueueRequest, job_types: Registry, settings: Settings
+) -> Submission:
+    """submission(), its webhook checked too: a 422 when this deployment sends none, or when
+    its URL is not an http(s) one whose host resolves to public addresses only (unless
+    WEBHOOK_ALLOW_PRIVATE)."""
+    job = submission(body, job_types, settings)
+    if job.webhook is not None:
+        await _check_webhook(job.webhook, settings)
+    return job
+
+
+async def _check_webhook(url: str, settings: Settings) -> None:
+    if not _sends_webhooks(settings):
+        raise _invalid(
+            ("webhook",),
+            "webhooks_disabled",
+            "this deployment sends no webhooks (its WEBHOOK_SECRET is not set)",
+        )
+    try:
+        await destination.check(url, settings.webhook_allow_private)
+    except destination.RefusedError as exc:
+        raise _invalid(("webhook",), exc.kind, exc.reason) from None
+
+
+def _sends_webhooks(settings: Settings) -> bool:
+    try:
+        return signer(settings) is not None
+    except ValueError as exc:  # the operator's mistake: said in the log, not to the client
+        log.error("webhooks are off: %s", exc)
+        return False
 
 
 def _runnable(job_types: Registry, name: str) -> JobType:

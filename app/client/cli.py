@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from app.client.admin import admin, drop, promote, queues, release
+from app.client.artifacts import artifacts
 from app.client.commands import account, billing, cancel, status, submit, tasks, types, watch
 from app.client.errors import OneLineUsage
 from app.client.http import DEFAULT_URL
+from app.client.logs import logs
 from app.client.options import RootKeyOption, RootUrlOption
 
 cli = typer.Typer(
@@ -43,7 +45,16 @@ def dev(
 def _register(cli: typer.Typer) -> None:
     """Add the client commands, and the `admin` group, to the `fairgpu` command."""
     # The order here is the order of `fairgpu --help`.
-    commands: list[Callable[..., None]] = [submit, status, watch, cancel, tasks, billing]
+    commands: list[Callable[..., None]] = [
+        submit,
+        status,
+        watch,
+        logs,
+        artifacts,
+        cancel,
+        tasks,
+        billing,
+    ]
     for command in [*commands, account, types, queues]:
         cli.command(cls=OneLineUsage)(command)
     admin_commands: list[Callable[..., None]] = [promote, release, drop]

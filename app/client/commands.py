@@ -51,7 +51,8 @@ def submit(
         Kind | None, typer.Option("--kind", help="with --type: its queue (default: the type's)")
     ] = None,
     watch_it: Annotated[
-        bool, typer.Option("--watch", help="follow the job with a live status line until it ends")
+        bool,
+        typer.Option("--watch", help="follow the job to its end: status, progress and log lines"),
     ] = False,
     idempotency_key: Annotated[
         str | None,
@@ -159,9 +160,9 @@ def watch(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Follow a job with a live status line (--json: one status per line) until it ends.
+    """Follow a job until it ends: its status, progress bar and log lines as they come.
 
-    Exits 0 when the job succeeded and 3 when it failed or was revoked."""
+    --json prints one status a line. Exits 3 when the job fails or is revoked."""
     with session(url, key) as client:
         watch_to_end(client, task_id, as_json)
 

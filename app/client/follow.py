@@ -1,20 +1,30 @@
-"""Following a job to its end, as `watch` and `submit --watch` do: a live status line on a
-terminal, one line per change in a log or a pipe, or one JSON status per line for scripts."""
+"""Following a job to its end, as `watch` and `submit --watch` do: on a terminal, a live status
+line with a progress bar under it and the job's log lines printed above; in a log or a pipe, one
+line per change and per log line; or one JSON status per line for scripts."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import typer
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
 from app.client.errors import INTERRUPTED, JOB_DID_NOT_SUCCEED, fail
-from app.client.http import Client, FairgpuError
-from app.client.render import clock, live_line, out, task_table
-from app.models import BillingRecord, Status, TaskStatus
+from app.client.http import Client, FairgpuError, JobEvent, LogBatch
+from app.client.render import (
+    clock,
+    live_line,
+    log_text,
+    out,
+    progress_bar,
+    progress_text,
+    task_table,
+)
+from app.models import BillingRecord, Progress, Status, TaskStatus
 
 
 def watch_to_end(client: Client, task_id: str, as_json: bool) -> None:
@@ -39,7 +49,44 @@ def bill(client: Client, state: TaskStatus) -> BillingRecord | None:
     return client.cost_of(state.task_id) if state.status.terminal else None
 
 
+def dropped_note(count: int, task_id: str) -> Text:
+    """What to say when the server's throttle left log lines out of the stream."""
+    lines = "line was" if count == 1 else "lines were"
+    return Text(f"… {count} log {lines} left out here (fairgpu logs {task_id} has them)", "dim")
+
+
+@dataclass
+class _Seen:
+    """What the stream has said so far: the job's last status and progress."""
+
+    task_id: str
+    last: TaskStatus | None = None
+    progress: Progress | None = field(default=None)
+
+    def take(self, event: JobEvent) -> list[Text]:
+        """Note the event; the log lines it brings, to print."""
+        if isinstance(event, TaskStatus):
+            self.last, self.progress = event, event.progress  # the job's progress as of then
+        elif isinstance(event, Progress):
+            self.progress = event
+        else:
+            return self._lines(event)
+        return []
+
+    def _lines(self, batch: LogBatch) -> list[Text]:
+        now = time.time()
+        shown = [log_text(line, now) for line in batch.lines]
+        if batch.dropped:
+            shown.append(dropped_note(batch.dropped, self.task_id))
+        return shown
+
+    @property
+    def running(self) -> bool:
+        return self.last is not None and self.last.status is Status.STARTED
+
+
 def _follow_json(client: Client, task_id: str) -> TaskStatus:
+    """One status per line: the JSON of GET /task-status (`fairgpu logs` has the lines)."""
     last = None
     for state in client.watch(task_id):
         typer.echo(state.model_dump_json())
@@ -48,32 +95,67 @@ def _follow_json(client: Client, task_id: str) -> TaskStatus:
 
 
 def _follow_live(client: Client, task_id: str) -> TaskStatus:
-    """A spinner and one status line, redrawn as events come and as the clock moves."""
+    """A spinner and one status line, redrawn as events come and as the clock moves, with a
+    progress bar under it while the job runs; log lines are printed above them."""
     spinner = Spinner("dots")
-    last: TaskStatus | None = None
+    seen = _Seen(task_id)
 
     def render() -> RenderableType:
+        last = seen.last
         spinner.update(text=Text("connecting...") if last is None else live_line(last, time.time()))
-        return spinner
+        if seen.progress is None or not seen.running:
+            return spinner
+        return Group(spinner, progress_bar(seen.progress))
 
-    with Live(console=out(), get_renderable=render, transient=True, refresh_per_second=4):
-        for state in client.watch(task_id):
-            last = state
-    return _ended(last)
+    with Live(console=out(), get_renderable=render, transient=True, refresh_per_second=4) as live:
+        for event in client.events(task_id):
+            for line in seen.take(event):
+                live.console.print(line, soft_wrap=True)
+    return _ended(seen.last)
 
 
 def _follow_lines(client: Client, task_id: str) -> TaskStatus:
-    """One line per change, for output that is not a terminal (a log, a pipe)."""
-    console, shown, last = out(), "", None
-    for state in client.watch(task_id):
-        now = time.time()
+    """One line per change of status or progress, and one per log line, for output that is
+    not a terminal (a log, a pipe)."""
+    console, seen, view = out(), _Seen(task_id), _Lines()
+    for event in client.events(task_id):
+        first = seen.last is None
+        for line in seen.take(event):
+            console.print(line, soft_wrap=True)
+        change = view.change(event, time.time(), first=first, running=seen.running)
+        if change is not None:
+            console.print(change, soft_wrap=True)
+    return _ended(seen.last)
+
+
+@dataclass
+class _Lines:
+    """The last status line and progress printed, so that only changes are printed."""
+
+    status_shown: str = ""
+    progress_shown: str = ""
+
+    def change(self, event: JobEvent, now: float, *, first: bool, running: bool) -> Text | None:
+        """The line to print for a status or progress event, if it says something new."""
+        if isinstance(event, TaskStatus):
+            return self.status(event, now, first=first)
+        if isinstance(event, Progress) and running:
+            return self.progress(event, now)
+        return None
+
+    def status(self, state: TaskStatus, now: float, *, first: bool) -> Text | None:
         line = live_line(state, now, ticking=False)
-        if line.plain != shown:
-            when = clock(_moment(state, now, first=last is None), now)
-            console.print(Text(when + " ").append_text(line), soft_wrap=True)
-            shown = line.plain
-        last = state
-    return _ended(last)
+        if line.plain == self.status_shown:
+            return None
+        self.status_shown = line.plain
+        return Text(clock(_moment(state, now, first=first), now) + " ").append_text(line)
+
+    def progress(self, progress: Progress, now: float) -> Text | None:
+        said = progress_text(progress)
+        if said == self.progress_shown:
+            return None
+        self.progress_shown = said
+        return Text(f"{clock(now, now)} progress {said}")
 
 
 def _moment(state: TaskStatus, now: float, *, first: bool) -> float:

@@ -4,11 +4,12 @@ scripts. Every failure is one FairgpuError whose message is a one-line explanati
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import time
 from collections.abc import Generator, Iterator
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -24,8 +25,11 @@ from app.models import (
     Health,
     JobTypeView,
     Kind,
+    LogLine,
+    Progress,
     QueuesView,
     Status,
+    TaskLogs,
     TaskPage,
     TaskStatus,
 )
@@ -44,6 +48,32 @@ class FairgpuError(Exception):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status  # the HTTP status, or None when no answer came
+
+
+class LogBatch(BaseModel):
+    """An `event: log` of a job's stream: its new log lines, and how many more the server's
+    throttle left out of the stream (GET /tasks/{id}/logs has those)."""
+
+    lines: list[LogLine]
+    dropped: int = 0
+
+
+#: What a job's event stream carries: a status, or a running job's progress or log lines.
+JobEvent = TaskStatus | Progress | LogBatch
+#: The model of each named event; an unnamed one is a status. Other names are skipped, so that
+#: a newer server's events do not break this client.
+EVENT_MODELS: dict[str, type[TaskStatus] | type[Progress] | type[LogBatch]] = {
+    "message": TaskStatus,
+    "progress": Progress,
+    "log": LogBatch,
+}
+
+
+class Downloaded(NamedTuple):
+    """What a download received: its bytes and their SHA-256 (hex)."""
+
+    size: int
+    sha256: str
 
 
 class Cancelled(NamedTuple):
@@ -166,6 +196,32 @@ class Client:
         """GET /task-status/{id}."""
         return self._parse(TaskStatus, self._request("GET", f"/task-status/{_segment(task_id)}"))
 
+    def logs(self, task_id: str, tail: int | None = None) -> list[LogLine]:
+        """GET /tasks/{id}/logs: the job's kept log lines (only the last `tail`), oldest first."""
+        params: dict[str, str | int] = {} if tail is None else {"tail": tail}
+        reply = self._request("GET", f"/tasks/{_segment(task_id)}/logs", params=params)
+        return self._parse(TaskLogs, reply).lines
+
+    def download(self, task_id: str, name: str, sink: BinaryIO) -> Downloaded:
+        """GET /tasks/{id}/artifacts/{name}, written to `sink` as it comes; what was received.
+        The caller compares it with the listed size and SHA-256."""
+        path = f"/tasks/{_segment(task_id)}/artifacts/{quote(name, safe='/')}"
+        digest, size = hashlib.sha256(), 0
+        try:
+            with self._http.stream("GET", path) as reply:
+                if not reply.is_success:
+                    reply.read()
+                    raise self._failure(reply)
+                for chunk in reply.iter_bytes():
+                    digest.update(chunk)
+                    sink.write(chunk)
+                    size += len(chunk)
+        except httpx.TransportError as exc:
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                raise self._unreachable(exc) from None
+            raise FairgpuError(f"the download of {name!r} broke: {_reason(exc)}") from None
+        return Downloaded(size, digest.hexdigest())
+
     def cancel(self, task_id: str) -> Cancelled:
         """DELETE /tasks/{id}: revoke a queued job, or ask a running one to stop."""
         reply = self._request("DELETE", f"/tasks/{_segment(task_id)}")
@@ -230,9 +286,16 @@ class Client:
         return self._parse(DropResult, reply)
 
     def watch(self, task_id: str) -> Iterator[TaskStatus]:
-        """The job's statuses as the server streams them, the last one terminal. A connection
-        that drops mid-stream is opened again with Last-Event-ID, at most `reconnects` times in
-        a row; a server that cannot be reached at the start is an error at once."""
+        """The job's statuses as the server streams them, the last one terminal (see events)."""
+        for event in self.events(task_id):
+            if isinstance(event, TaskStatus):
+                yield event
+
+    def events(self, task_id: str) -> Iterator[JobEvent]:
+        """The job's events as the server streams them: its statuses, the last one terminal, and
+        between them its progress and log lines. A connection that drops mid-stream is opened
+        again with Last-Event-ID, at most `reconnects` times in a row; a server that cannot be
+        reached at the start is an error at once."""
         path = f"/task-status/stream/{_segment(task_id)}"
         last_id: str | None = None
         failures = 0
@@ -240,11 +303,12 @@ class Client:
             headers = {"Last-Event-ID": last_id} if last_id is not None else {}
             try:
                 with contextlib.closing(self._stream_once(path, headers)) as events:
-                    for event_id, state in events:
+                    for event_id, event in events:
                         failures = 0  # only drops in a row count against the limit
                         last_id = event_id or last_id
-                        yield state
-                        if state.status.terminal:
+                        if event is not None:
+                            yield event
+                        if isinstance(event, TaskStatus) and event.status.terminal:
                             return
             except _StreamEndedError:
                 yield self.status(task_id)  # the end was seen before; its status says it
@@ -267,7 +331,7 @@ class Client:
 
     def _stream_once(
         self, path: str, headers: dict[str, str]
-    ) -> Generator[tuple[str | None, TaskStatus], None, None]:
+    ) -> Generator[tuple[str | None, JobEvent | None], None, None]:
         """One connection's events. Raises _StreamDroppedError when it breaks or ends before a
         terminal status, _StreamEndedError on a 204 (the job ended, and Last-Event-ID named its
         last event), FairgpuError for an error answer or a success that is not an event stream."""
@@ -294,9 +358,13 @@ class Client:
             raise _StreamDroppedError(_reason(exc)) from None
         raise _StreamDroppedError("the server closed it before the job ended")
 
-    def _event(self, event: SseEvent) -> TaskStatus:
+    def _event(self, event: SseEvent) -> JobEvent | None:
+        """The event's data as its model; None for an event this client does not know."""
+        model = EVENT_MODELS.get(event.event)
+        if model is None:
+            return None
         try:
-            return TaskStatus.model_validate_json(event.data)
+            return model.model_validate_json(event.data)
         except ValidationError:
             raise FairgpuError(
                 f"unexpected event from {self.url}: {one_line(event.data)[:120]}"

@@ -8,17 +8,34 @@ import time
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from app.client.fit import Cell, Column, fitted_table
+from app.client.fit import GAP, Cell, Column, fitted_table
 from app.client.http import one_line
-from app.models import BillingRecord, JobResult, JobTypeView, QueuesView, Status, TaskStatus
+from app.models import (
+    Artifact,
+    BillingRecord,
+    JobResult,
+    JobTypeView,
+    LogLine,
+    Progress,
+    QueuesView,
+    Status,
+    TaskStatus,
+)
 
 MICROS = 1_000_000  # micro-units of money in one unit, as bills count them
 #: The most characters of a job's output that `status` shows; --json shows all of it.
 OUTPUT_SHOWN = 2000
+#: The most artifacts that `status` lists by name; `fairgpu artifacts` lists them all.
+ARTIFACTS_SHOWN = 10
+#: How each stream of a job's log is marked in front of its lines; stderr's stand out in red.
+LOG_MARK = {"stdout": ("out", "dim"), "stderr": ("err", "bold red"), "log": ("log", "dim")}
+SHA256_SHORT = 12  # hex digits of a digest shown when the whole one does not fit
 STYLE = {
     Status.PENDING: "yellow",
     Status.STARTED: "cyan",
@@ -157,6 +174,8 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         start = state.estimated_start_at
         yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
     yield "attempts", str(state.attempts)
+    if state.status is Status.STARTED and state.progress is not None:
+        yield "progress", progress_text(state.progress)
     if result is not None:
         yield from _result_rows(state, now)
     if state.cancel_requested:
@@ -194,6 +213,71 @@ def _outcome_rows(result: JobResult) -> Iterator[tuple[str, str]]:
             yield name, size(used)
     if result.output is not None:
         yield "output", shown_output(result.output)
+    if result.artifacts:
+        yield "artifacts", artifact_list(result.artifacts)
+
+
+def artifact_list(found: list[Artifact]) -> str:
+    """A job's artifacts for its status: names and sizes, the first ARTIFACTS_SHOWN of them."""
+    lines = [f"{clean(a.name)} ({size(a.size)})" for a in found[:ARTIFACTS_SHOWN]]
+    if len(found) > ARTIFACTS_SHOWN:
+        lines.append(f"… and {len(found) - ARTIFACTS_SHOWN} more")
+    return "\n".join(lines)
+
+
+def clean(text: str) -> str:
+    """Text from a job with its control characters (an escape sequence, a carriage return)
+    shown as U+FFFD: a job's output must not drive the terminal of whoever reads it."""
+    return "".join("\ufffd" if _control(char) else char for char in text)
+
+
+def _control(char: str) -> bool:
+    code = ord(char)
+    return char != "\t" and (code < 0x20 or 0x7F <= code < 0xA0)
+
+
+def progress_text(progress: Progress) -> str:
+    """A job's progress in words: "42%  loading data", or only either."""
+    parts = []
+    if progress.fraction is not None:
+        parts.append(f"{progress.fraction:.0%}")
+    if progress.message:
+        parts.append(clean(one_line(progress.message)))
+    return "  ".join(parts) or "running"
+
+
+def progress_bar(progress: Progress, width: int = 30) -> RenderableType:
+    """A bar and the progress in words; a bar that pulses while the job gives no fraction."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=width)
+    grid.add_column(overflow="ellipsis", no_wrap=True)
+    fraction = progress.fraction
+    bar = ProgressBar(total=1.0, completed=fraction or 0.0, width=width, pulse=fraction is None)
+    grid.add_row(bar, Text(progress_text(progress)))
+    return grid
+
+
+def log_text(line: LogLine, now: float | None = None) -> Text:
+    """One log line for people: its clock time, its stream (err in red) and its text."""
+    mark, style = LOG_MARK.get(line.stream, ("log", "dim"))
+    text = Text(clock(line.at, now) + " ", style="dim")
+    text.append(mark, style=style)
+    text.append(" " + clean(line.text))
+    return text
+
+
+def artifacts_table(found: list[Artifact], width: int) -> Table:
+    """A job's artifacts, one a row: name, size and SHA-256, cut to its first digits when the
+    whole one does not fit in width columns (--json has it whole)."""
+    names = max((cell_len(clean(a.name)) for a in found), default=4)
+    sizes = max((len(size(a.size)) for a in found), default=4)
+    whole = names + sizes + 64 + 2 * GAP <= width
+    columns = [Column("name"), Column("size", justify="right"), Column("sha256")]
+    rows = [
+        [clean(a.name), size(a.size), a.sha256 if whole else a.sha256[:SHA256_SHORT] + "…"]
+        for a in found
+    ]
+    return fitted_table(columns, rows, width)
 
 
 def size(count: int) -> str:

@@ -2,11 +2,13 @@
 //
 // Security rules this file keeps:
 // - the API key lives in sessionStorage and in the X-API-Key header, never in a URL;
-// - text from the server only ever reaches the page through textContent, title or dataset;
+// - text from the server only ever reaches the page through textContent, title or dataset
+//   (and an artifact's name through a link's download name and an encodeURIComponent path);
 // - no inline code anywhere (the page's Content-Security-Policy forbids it anyway).
 //
 // Live updates: EventSource cannot send headers, so each live job's stream is read with
-// fetch() and a ReadableStream, and the text/event-stream format is parsed here.
+// fetch() and a ReadableStream, and the text/event-stream format is parsed here. A stream's
+// unnamed events are the job's statuses; its named ones its progress and its log lines.
 
 "use strict";
 
@@ -21,6 +23,8 @@
   const RETRY_FIRST_MS = 1000;
   const RETRY_MOST_MS = 15000;
   const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+  const LOG_TAIL = 200; // the log lines a job's details show: the newest
+  const LOG_MARK = { stdout: "out", stderr: "err", log: "log" };
 
   const byId = (id) => document.getElementById(id);
   const ui = {
@@ -229,18 +233,21 @@
   // ---------------------------------------------------------------------------------------
   // Server-sent events, read from a fetch() body
 
-  // Feeds text to onEvent({data, id}) one complete event at a time; id is null when the
-  // event set none. Lines end in \n, \r\n or \r, as the event-stream format allows.
+  // Feeds text to onEvent({data, id, name}) one complete event at a time; id is null when
+  // the event set none, name is "message" when it has no `event:` field. Lines end in \n,
+  // \r\n or \r, as the event-stream format allows.
   function eventParser(onEvent) {
     let pending = "";
     let data = [];
     let id = null;
+    let name = "message";
 
     function line(text) {
       if (text === "") {
-        if (data.length > 0) onEvent({ data: data.join("\n"), id });
+        if (data.length > 0) onEvent({ data: data.join("\n"), id, name });
         data = [];
         id = null;
+        name = "message";
         return;
       }
       if (text.startsWith(":")) return; // a comment: the server's keep-alive
@@ -249,6 +256,7 @@
       let value = colon < 0 ? "" : text.slice(colon + 1);
       if (value.startsWith(" ")) value = value.slice(1);
       if (field === "data") data.push(value);
+      else if (field === "event") name = value;
       else if (field === "id" && !value.includes("\0")) id = value;
     }
 
@@ -326,15 +334,7 @@
             wait = RETRY_FIRST_MS;
             const ended = await readEvents(response.body, (event) => {
               if (event.id !== null) lastId = event.id;
-              let state;
-              try {
-                state = JSON.parse(event.data);
-              } catch {
-                return false;
-              }
-              if (!state || state.task_id !== taskId) return false;
-              update(owner, job, state);
-              return TERMINAL.has(state.status);
+              return onJobEvent(owner, job, event);
             });
             if (ended) break;
           }
@@ -353,6 +353,27 @@
         scheduleStreams(owner);
       }
     }
+  }
+
+  // One event of a job's stream; true once it says the job has ended.
+  function onJobEvent(owner, job, event) {
+    let data;
+    try {
+      data = JSON.parse(event.data);
+    } catch {
+      return false;
+    }
+    if (!data || typeof data !== "object") return false;
+    if (event.name === "progress") {
+      job.data = Object.assign({}, job.data, { progress: data });
+      render(job);
+    } else if (event.name === "log") {
+      streamedLines(job, data);
+    } else if (event.name === "message" && data.task_id === job.data.task_id) {
+      update(owner, job, data);
+      return TERMINAL.has(data.status);
+    }
+    return false; // `event: error`, or a kind of event this page does not know
   }
 
   function isOver(job) {
@@ -408,7 +429,10 @@
     try {
       const path = `task-status/${encodeURIComponent(job.data.task_id)}`;
       const { data } = await api(owner, "GET", path);
-      if (session === owner) update(owner, job, data);
+      if (session !== owner) return;
+      update(owner, job, data);
+      // a live job without a stream: its open log is read again with its status
+      if (job.log && !job.stream && !isOver(job)) loadLog(owner, job);
     } catch (error) {
       if (error instanceof ApiError && error.status === 404) markGone(job);
       else if (session === owner && !owner.closed) showError(error, "Reading a job");
@@ -433,11 +457,14 @@
       return known;
     }
     const row = document.createElement("tr");
+    row.className = "job";
     row.dataset.taskId = state.task_id;
     const cells = {
       id: cell(row, "mono", "task"),
       kind: cell(row, "", "kind"),
+      type: cell(row, "mono", "type"),
       status: cell(row, "status", "status"),
+      progress: cell(row, "progress", "progress"),
       place: cell(row, "num", "place"),
       eta: cell(row, "", "eta"),
       worker: cell(row, "mono", "worker"),
@@ -452,8 +479,32 @@
     cancel.className = "cancel";
     cancel.textContent = "Cancel";
     cancel.addEventListener("click", () => cancelJob(owner, job, cancel));
-    cells.actions.appendChild(cancel);
-    const job = { data: state, row, cells, cancel, stream: null, gone: false, polledAt: 0 };
+    const more = document.createElement("button");
+    more.type = "button";
+    more.className = "details";
+    more.textContent = "Details";
+    more.setAttribute("aria-expanded", "false");
+    more.addEventListener("click", () => toggleDetails(owner, job));
+    cells.actions.append(more, cancel);
+    const bar = document.createElement("progress");
+    bar.max = 1;
+    const said = document.createElement("span");
+    said.className = "progress-text";
+    cells.progress.append(bar, said);
+    const job = {
+      data: state,
+      row,
+      cells,
+      cancel,
+      more,
+      bar,
+      said,
+      details: null, // the row under it, made when first opened
+      log: null, // its log tail, from when the details were first opened
+      stream: null,
+      gone: false,
+      polledAt: 0,
+    };
     owner.jobs.set(state.task_id, job);
     if (atTop) ui.jobsBody.prepend(row);
     else ui.jobsBody.appendChild(row);
@@ -468,7 +519,11 @@
     if (wasEnded && !ended) return; // a late answer must not bring an ended job back
     job.data = Object.assign({}, job.data, state);
     render(job);
-    if (ended && !wasEnded) billSoon(owner);
+    if (ended && !wasEnded) {
+      billSoon(owner);
+      // The stream may have left lines out: the whole tail once more, now that it is final.
+      if (job.log) loadLog(owner, job);
+    }
   }
 
   function markGone(job) {
@@ -507,6 +562,8 @@
     c.id.textContent = d.task_id.slice(0, 8);
     c.id.title = d.task_id;
     c.kind.textContent = d.kind ?? "";
+    c.type.textContent = d.type ?? "burn";
+    renderProgress(job, live && d.status === "STARTED" ? d.progress : null);
     c.status.textContent =
       (job.gone ? "expired" : d.status) + (d.cancel_requested && live ? " (stopping)" : "");
     c.status.title = d.error ? String(d.error) : "";
@@ -526,6 +583,28 @@
     c.attempts.textContent = Number.isInteger(d.attempts) ? String(d.attempts) : "";
     job.cancel.hidden = !live;
     if (!live || d.cancel_requested) job.cancel.disabled = true;
+    if (job.details && !job.details.hidden) renderArtifacts(job);
+  }
+
+  function percent(fraction) {
+    return `${Math.round(fraction * 100)}%`;
+  }
+
+  // The bar and its words while the job runs and has said how far it is; a bar without a
+  // value (it moves to and fro) while the job gives a message but no fraction.
+  function renderProgress(job, progress) {
+    const shown = progress && typeof progress === "object";
+    job.bar.hidden = !shown;
+    job.said.hidden = !shown;
+    if (!shown) return;
+    const fraction = Number(progress.fraction);
+    const known = progress.fraction !== null && Number.isFinite(fraction);
+    if (known) job.bar.value = Math.min(1, Math.max(0, fraction));
+    else job.bar.removeAttribute("value");
+    const message = typeof progress.message === "string" ? progress.message : "";
+    job.said.textContent = [known ? percent(fraction) : "", message].filter(Boolean).join(" · ");
+    job.said.title = message;
+    job.bar.title = known ? percent(fraction) : "running";
   }
 
   async function cancelJob(owner, job, button) {
@@ -575,6 +654,235 @@
     ui.jobsBody.replaceChildren();
     ui.jobsMore.hidden = true;
     ui.jobsLive.textContent = "";
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // A job's details: its log tail and its artifacts, in a row under the job's own
+  //
+  // The log tail is read from GET tasks/{id}/logs when the details are first opened, then
+  // grows with the log events of the job's stream. That stream replays the job's events from
+  // its start, so a streamed line is added only if it is not one of the lines read (the same
+  // time, stream and text, counted) and is not older than the first of them; lines streamed
+  // while the read is out wait for its answer. When the job ends the tail is read once more,
+  // since the stream may leave lines out when a job writes many.
+
+  function toggleDetails(owner, job) {
+    if (!job.details) job.details = makeDetails(owner, job);
+    const open = job.details.hidden;
+    job.details.hidden = !open;
+    job.more.setAttribute("aria-expanded", String(open));
+    if (!open) return;
+    renderArtifacts(job);
+    if (!job.log) {
+      job.log = { lines: [], skip: new Map(), since: null, pending: null, request: null };
+      loadLog(owner, job);
+    }
+  }
+
+  function makeDetails(owner, job) {
+    const row = document.createElement("tr");
+    row.className = "details";
+    row.dataset.detailsFor = job.data.task_id;
+    row.hidden = true;
+    const td = document.createElement("td");
+    td.colSpan = job.row.children.length;
+    const logHead = document.createElement("div");
+    logHead.className = "details-head";
+    const logTitle = document.createElement("h3");
+    logTitle.textContent = "Log";
+    const note = document.createElement("span");
+    note.className = "muted log-note";
+    const reload = document.createElement("button");
+    reload.type = "button";
+    reload.className = "log-reload";
+    reload.textContent = "Reload log";
+    reload.addEventListener("click", () => loadLog(owner, job));
+    logHead.append(logTitle, note, reload);
+    const log = document.createElement("pre");
+    log.className = "log";
+    log.tabIndex = 0;
+    const filesTitle = document.createElement("h3");
+    filesTitle.textContent = "Artifacts";
+    const files = document.createElement("ul");
+    files.className = "artifacts";
+    const none = document.createElement("p");
+    none.className = "muted artifacts-none";
+    td.append(logHead, log, filesTitle, none, files);
+    row.appendChild(td);
+    job.row.after(row);
+    job.parts = { note, log, files, none, artifactsShown: null };
+    return row;
+  }
+
+  async function loadLog(owner, job) {
+    const log = job.log;
+    const request = {};
+    log.request = request;
+    log.pending = log.pending || []; // what the stream brings meanwhile
+    try {
+      const path = `tasks/${encodeURIComponent(job.data.task_id)}/logs?tail=${LOG_TAIL}`;
+      const { data } = await api(owner, "GET", path);
+      if (session !== owner || log.request !== request) return;
+      const lines = Array.isArray(data && data.lines) ? data.lines : [];
+      log.lines = lines.slice(-LOG_TAIL);
+      log.skip = new Map();
+      for (const line of lines) log.skip.set(logKey(line), (log.skip.get(logKey(line)) || 0) + 1);
+      log.since = lines.length > 0 ? Number(lines[0].at) : null;
+      const arrived = log.pending;
+      log.pending = null;
+      for (const line of arrived) addLogLine(log, line);
+      job.parts.note.textContent = "";
+    } catch (error) {
+      if (session !== owner || log.request !== request) return;
+      log.pending = null;
+      showError(error, "Loading the log");
+    }
+    renderLog(job);
+  }
+
+  function logKey(line) {
+    return `${Number(line.at)}|${line.stream}|${line.text}`;
+  }
+
+  // A log event of the job's stream: {lines, dropped}.
+  function streamedLines(job, batch) {
+    const log = job.log;
+    if (!log) return; // nobody has opened the details: their first read will have these
+    const lines = Array.isArray(batch.lines) ? batch.lines : [];
+    for (const line of lines) {
+      if (line && typeof line === "object") {
+        if (log.pending) log.pending.push(line);
+        else addLogLine(log, line);
+      }
+    }
+    const dropped = Number(batch.dropped);
+    if (dropped > 0 && !log.pending) {
+      job.parts.note.textContent = "some lines were left out of the live view: Reload log";
+    }
+    renderLog(job);
+  }
+
+  function addLogLine(log, line) {
+    const key = logKey(line);
+    const unseen = log.skip.get(key) || 0;
+    if (unseen > 0) {
+      log.skip.set(key, unseen - 1);
+      return;
+    }
+    if (log.since !== null && Number(line.at) < log.since) return;
+    log.lines.push(line);
+    if (log.lines.length > LOG_TAIL) log.lines.splice(0, log.lines.length - LOG_TAIL);
+  }
+
+  function renderLog(job) {
+    const pre = job.parts.log;
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    const spans = job.log.lines.map((line) => {
+      const span = document.createElement("span");
+      span.className = "log-line";
+      span.dataset.stream = String(line.stream);
+      const when = new Date(Number(line.at) * 1000).toLocaleTimeString();
+      const mark = LOG_MARK[line.stream] || "log";
+      span.textContent = `${when} ${mark} ${String(line.text)}\n`;
+      return span;
+    });
+    pre.replaceChildren(...spans);
+    pre.dataset.count = String(spans.length);
+    if (spans.length === 0) pre.textContent = job.log.pending ? "loading…" : "no log lines yet";
+    if (atBottom) pre.scrollTop = pre.scrollHeight; // follow the end, unless scrolled up
+  }
+
+  // The job's artifacts, as links that download with the key; redrawn only when they change.
+  function renderArtifacts(job) {
+    const d = job.data;
+    const found = d.status === "SUCCESS" && d.result && Array.isArray(d.result.artifacts);
+    const list = found ? d.result.artifacts : [];
+    const shown = JSON.stringify([d.status, list]);
+    if (job.parts.artifactsShown === shown) return;
+    job.parts.artifactsShown = shown;
+    job.parts.none.hidden = list.length > 0;
+    job.parts.none.textContent =
+      d.status === "SUCCESS"
+        ? "none: the job left no files"
+        : TERMINAL.has(d.status)
+          ? "none: only a job that succeeds keeps its files"
+          : "none yet: they are listed when the job succeeds";
+    job.parts.files.replaceChildren(...list.map((artifact) => artifactItem(job, artifact)));
+  }
+
+  function artifactPath(taskId, name) {
+    const parts = String(name).split("/").map(encodeURIComponent);
+    return `tasks/${encodeURIComponent(taskId)}/artifacts/${parts.join("/")}`;
+  }
+
+  function artifactItem(job, artifact) {
+    const item = document.createElement("li");
+    item.dataset.name = String(artifact.name);
+    const link = document.createElement("a");
+    link.className = "artifact";
+    link.href = artifactPath(job.data.task_id, artifact.name);
+    link.download = String(artifact.name).split("/").pop();
+    link.textContent = String(artifact.name);
+    link.addEventListener("click", (event) => {
+      event.preventDefault(); // the link alone has no key: fetch it with the header instead
+      if (session) downloadArtifact(session, job, artifact, link);
+    });
+    const size = document.createElement("span");
+    size.className = "muted";
+    size.textContent = ` ${bytes(Number(artifact.size))} · sha256 `;
+    const digest = document.createElement("code");
+    digest.textContent = String(artifact.sha256).slice(0, 12) + "…";
+    digest.title = String(artifact.sha256);
+    item.append(link, size, digest);
+    return item;
+  }
+
+  function bytes(count) {
+    if (!Number.isFinite(count)) return "";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let amount = count;
+    let unit = 0;
+    while (amount >= 1024 && unit < units.length - 1) {
+      amount /= 1024;
+      unit += 1;
+    }
+    return unit === 0 ? `${count} B` : `${amount.toFixed(1)} ${units[unit]}`;
+  }
+
+  // Fetches the file with the key, checks its SHA-256 where the browser can (a secure
+  // context: HTTPS or this machine), and hands it to the browser as a download of a blob URL.
+  async function downloadArtifact(owner, job, artifact, link) {
+    if (link.dataset.busy) return;
+    link.dataset.busy = "1";
+    try {
+      const response = await fetch(link.href, {
+        headers: headersFor(owner.key, { Accept: "*/*" }),
+        cache: "no-store",
+      });
+      if (!response.ok) throw await errorFrom(response);
+      const blob = await response.blob();
+      if (globalThis.crypto && crypto.subtle) {
+        const digest = await crypto.subtle.digest("SHA-256", await blob.arrayBuffer());
+        const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0"));
+        if (hex.join("") !== String(artifact.sha256).toLowerCase()) {
+          throw new Error("its SHA-256 does not match the listed one; not saved");
+        }
+      }
+      if (session !== owner) return;
+      const url = URL.createObjectURL(blob);
+      const save = document.createElement("a");
+      save.href = url;
+      save.download = link.download;
+      save.hidden = true;
+      document.body.appendChild(save);
+      save.click();
+      save.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000); // once the browser has taken it
+    } catch (error) {
+      if (session === owner) showError(error, `Downloading ${artifact.name}`);
+    } finally {
+      delete link.dataset.busy;
+    }
   }
 
   // ---------------------------------------------------------------------------------------

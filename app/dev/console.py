@@ -64,6 +64,7 @@ def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> N
         f"Redis: {without_password(stack.redis_url)} ({where}); "
         f"{stack.worker_count} CPU worker(s); logs in {stack.log_dir}"
     )
+    out.print(webhook_line(stack), markup=False, highlight=False)
     demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)
     if demo is not None:
         out.print(
@@ -71,6 +72,17 @@ def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> N
         )
     out.print(curl_example(stack.url), markup=False, highlight=False)
     out.print("Ctrl-C stops everything; a process that dies is started again.")
+
+
+def webhook_line(stack: Stack) -> str:
+    """How the stack's webhooks are signed: the secret it made, in full, for a receiver to
+    verify with (docs/webhooks.md); one from the environment is not printed."""
+    if stack.generated_secret is None:
+        return "Webhooks: signed with WEBHOOK_SECRET from the environment"
+    return (
+        f"Webhooks: signed with WEBHOOK_SECRET={stack.generated_secret} "
+        "(made for this run; set WEBHOOK_SECRET to keep one)"
+    )
 
 
 def curl_example(url: str) -> str:

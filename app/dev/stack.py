@@ -1,13 +1,18 @@
 """Stack: the whole service on one machine, as processes: Redis (embedded unless one is given),
-the API, N CPU workers, and the periodic reclaim. `fairgpu dev` runs one, supervised (a process
-that dies is started again, see supervisor.py); so do the end-to-end tests, which also kill its
-workers and so leave supervision off.
+the API, N CPU workers, the webhook sender, and the periodic reclaim. `fairgpu dev` runs one,
+supervised (a process that dies is started again, see supervisor.py); so do the end-to-end tests,
+which also kill its workers and so leave supervision off.
+
+What the environment leaves unset, the stack sets for its processes: ARTIFACTS_DIR is a folder in
+its workdir, and WEBHOOK_SECRET a key made for this run (the banner prints it).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -71,6 +76,9 @@ class Stack:
         self.redis_url = ""
         self.env: dict[str, str] = {}
         self.api: subprocess.Popen[bytes] | None = None
+        self.webhooks: subprocess.Popen[bytes] | None = None
+        #: The WEBHOOK_SECRET the stack made, when the environment gave none.
+        self.generated_secret: str | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self._queues: dict[str, str] = {}  # each worker's queues, to start it again alike
         self._lock = threading.RLock()  # the supervisor's ticks and the stack's own changes
@@ -94,9 +102,11 @@ class Stack:
             ).start()
             self.redis_url = self.redis_server.url
         self.redis_watch = RedisWatch(self.redis_url)
-        self.settings = self.settings.model_copy(update={"redis_url": self.redis_url})
+        update = {"redis_url": self.redis_url, **self._own_defaults()}
+        self.settings = self.settings.model_copy(update=update)
         self.env = {**os.environ, **as_environment(self.settings)}
         self.api = self._spawn("api", "app.api.serve", {})
+        self._start_webhooks()
         for i in range(1, self.worker_count + 1):
             self.start_worker(f"cpu{i}")
         self._wait_healthy()
@@ -106,6 +116,22 @@ class Stack:
             self._supervisor = Supervisor(self._slots, self.redis_watch, self._ping, self._lock)
             self._supervisor.start()
         return self
+
+    def _own_defaults(self) -> dict[str, object]:
+        """The settings the stack picks where the environment gave none: its own artifacts
+        folder, and a webhook secret for this run."""
+        defaults: dict[str, object] = {}
+        if self.settings.artifacts_dir is None:
+            defaults["artifacts_dir"] = self.workdir / "artifacts"
+        secret = self.settings.webhook_secret
+        if secret is None or not secret.get_secret_value():
+            self.generated_secret = new_webhook_secret()
+            defaults["webhook_secret"] = SecretStr(self.generated_secret)
+        return defaults
+
+    def _start_webhooks(self) -> None:
+        with self._lock:
+            self.webhooks = self._spawn("webhooks", "app.webhooks", {})
 
     def start_worker(self, name: str, queues: str = "short,long") -> subprocess.Popen[bytes]:
         """Start one CPU worker called <name>@<host> on the given queues."""
@@ -136,10 +162,13 @@ class Stack:
         return processes.spawn(argv, {**self.env, **env}, log_file, new_session=self.supervise)
 
     def _slots(self) -> list[Slot]:
-        """What the supervisor keeps running: the API, each worker, and a Redis of our own."""
+        """What the supervisor keeps running: the API, the webhook sender, each worker, and a
+        Redis of our own."""
         slots = []
         if self.api is not None:
             slots.append(Slot("the API", self.api.poll, self._restart_api))
+        if self.webhooks is not None:
+            slots.append(Slot("the webhook sender", self.webhooks.poll, self._start_webhooks))
         for name, process in self.workers.items():
             slots.append(Slot(f"worker {name}", process.poll, self._restarter(name)))
         server = self.redis_server
@@ -214,6 +243,7 @@ class Stack:
             self._supervisor.stop()  # first: nothing stopped below is started again
         self._stop.set()
         children = [*self.workers.values(), *([self.api] if self.api else [])]
+        children += [self.webhooks] if self.webhooks else []
         if children:  # all at once, so that the slowest sets the time, not the sum
             with ThreadPoolExecutor(len(children)) as pool:
                 list(pool.map(processes.stop, children))
@@ -234,6 +264,12 @@ class Stack:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def new_webhook_secret() -> str:
+    """A random WEBHOOK_SECRET in the whsec_<base64> form, 32 bytes as Standard Webhooks
+    suggests."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
 def as_environment(settings: Settings) -> dict[str, str]:

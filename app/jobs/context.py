@@ -1,15 +1,36 @@
-"""JobContext: what a running job knows about its run, and how it learns that it should stop."""
+"""JobContext: what a running job knows about its run, how it learns that it should stop, and
+how it reports (log lines, progress, files)."""
 
 from __future__ import annotations
 
+import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+#: A progress message longer than this is cut: it is shown in a status line, not a log.
+MAX_PROGRESS_MESSAGE = 200
 
 
 class JobCancelledError(Exception):
     """Raised by JobContext.check_cancelled() once the job has been asked to stop. A job that
     lets it through ends REVOKED, like one that returns after a cancel."""
+
+
+def _scratch_dir() -> Path:
+    """An empty folder of its own for a context built by hand (a test of a job type): a worker
+    always passes the run's folder, whose files become the job's artifacts."""
+    return Path(tempfile.mkdtemp(prefix="fairgpu-output-"))
+
+
+def _ignore_log(text: str) -> None:
+    """Where ctx.log goes when nobody listens (a context built by hand)."""
+
+
+def _ignore_progress(fraction: float, message: str) -> None:
+    """Where ctx.progress goes when nobody listens."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +40,8 @@ class JobContext:
     `device` is the torch device the job should use (None where torch is not installed),
     `gpu_id` the host's number of the worker's card (None on a CPU worker), `deadline` the Unix
     time at which the job's budget runs out (it is stopped a grace period after that).
+    `output_dir` is an empty folder for this run: every file left in it when the job returns
+    is kept as one of the job's artifacts.
     """
 
     task_id: str
@@ -26,6 +49,11 @@ class JobContext:
     device: Any
     deadline: float
     _stop: Callable[[], bool] = field(default=lambda: False, repr=False, compare=False)
+    output_dir: Path = field(default_factory=_scratch_dir)
+    _log: Callable[[str], None] = field(default=_ignore_log, repr=False, compare=False)
+    _progress: Callable[[float, str], None] = field(
+        default=_ignore_progress, repr=False, compare=False
+    )
 
     @property
     def cancelled(self) -> bool:
@@ -36,3 +64,15 @@ class JobContext:
         """Raise JobCancelledError if the job was asked to stop."""
         if self._stop():
             raise JobCancelledError(f"job {self.task_id} was cancelled")
+
+    def log(self, text: str) -> None:
+        """Add a line (or several, one per line of text) to the job's log."""
+        self._log(str(text))
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Say how far the job has got: fraction in [0, 1], and a short message (cut to
+        MAX_PROGRESS_MESSAGE characters). ValueError for a fraction outside [0, 1]."""
+        value = float(fraction)
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"progress is a fraction in [0, 1], got {fraction!r}")
+        self._progress(value, str(message)[:MAX_PROGRESS_MESSAGE])

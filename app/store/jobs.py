@@ -3,9 +3,12 @@ and the billing records."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import redis.asyncio as aioredis
 
-from app.models import Kind, StoppedBy
+from app.models import Kind, LogLine, LogStream, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
@@ -13,14 +16,16 @@ from app.store.keys import (
     METRICS,
     STOPS,
     UNQUEUED,
+    WEBHOOKS,
     billing_key,
     events_key,
     idempotency_key,
     input_key,
     job_key,
+    logs_key,
     owned_key,
 )
-from app.store.record import JobRecord
+from app.store.record import JobEvent, JobRecord, decode
 from app.store.scripts import AsyncScripts
 from app.vtrr.queue import as_text
 
@@ -47,9 +52,10 @@ class JobStore:
         *,
         job_type: str = "burn",
         input_json: str = "{}",
+        webhook: str | None = None,
     ) -> tuple[str, bool]:
-        """Write a new PENDING job owned by owner, of job_type with its input (JSON text);
-        returns (its id, True).
+        """Write a new PENDING job owned by owner, of job_type with its input (JSON text) and
+        the URL its final status is sent to (webhook, checked already); returns (its id, True).
 
         With once = (Idempotency-Key, request fingerprint), a key already used by this account
         for the same request returns (the first job's id, False) and writes nothing; used for
@@ -58,7 +64,7 @@ class JobStore:
         """
         keys = [job_key(job_id), events_key(job_id), UNQUEUED, owned_key(owner), input_key(job_id)]
         args: list[str | int] = [job_id, owner, kind, repr(duration_s), CHANNEL, self._ttl]
-        args += [LISTED_PER_ACCOUNT, job_type, input_json]
+        args += [LISTED_PER_ACCOUNT, job_type, input_json, webhook or ""]
         if once is not None:
             keys.append(idempotency_key(owner, once[0]))
             args += [once[1], self._idempotency_ttl, JOB_PREFIX]
@@ -69,8 +75,9 @@ class JobStore:
         """Cancel a job, as its owner or as an operator: 'revoked' (it was queued), 'stopping'
         (running, its owner's cancel: its worker is asked to stop, and bills the time it ran),
         'stopped' (running, an operator's: REVOKED now, unbilled), its final status when it had
-        already ended, or 'gone'. A running job's id is published on STOPS for its worker."""
-        keys = [job_key(job_id), events_key(job_id), METRICS]
+        already ended, or 'gone'. A running job's id is published on STOPS for its worker; a job
+        that ends here with a webhook goes on WEBHOOKS for the sender."""
+        keys = [job_key(job_id), events_key(job_id), METRICS, WEBHOOKS]
         args: list[str | int] = [job_id, CHANNEL, self._ttl, by, STOPS]
         return as_text(await self._scripts.run("revoke", keys, args))
 
@@ -96,17 +103,36 @@ class JobStore:
         await self.redis.zrem(UNQUEUED, job_id)
         await self.redis.zrem(owned_key(owner), job_id)
 
-    async def events_after(self, job_id: str, after: str) -> list[tuple[str, JobRecord]]:
+    async def events_after(self, job_id: str, after: str) -> list[tuple[str, JobRecord | JobEvent]]:
         """The job's events after the event id `after` ("0" for all), oldest first; each is the
-        job as it was then."""
+        job as it was then, or a report of the job (progress, log lines)."""
         start = f"({after}" if after != "0" else "-"
         entries = await self.redis.xrange(events_key(job_id), min=start) or []
         return [
-            (as_text(event_id), JobRecord.parse(fields))
+            (as_text(event_id), _event(fields))
             for event_id, fields in entries
             if event_id and fields
         ]
 
+    async def logs(self, job_id: str, tail: int) -> list[LogLine]:
+        """The job's last `tail` log lines, oldest first."""
+        entries = await self.redis.xrevrange(logs_key(job_id), count=tail) or []
+        return [_log_line(decode(fields)) for _, fields in reversed(entries) if fields]
+
     async def billing(self, user_id: str, limit: int) -> list[str]:
         """The account's billing records as JSON texts, newest first."""
         return [as_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]
+
+
+def _event(raw: Mapping[Any, Any]) -> JobRecord | JobEvent:
+    fields = decode(raw)
+    return JobEvent.parse(fields) or JobRecord.parse(fields)
+
+
+STREAMS: tuple[LogStream, ...] = ("stdout", "stderr", "log")
+
+
+def _log_line(fields: Mapping[str, str]) -> LogLine:
+    """A log entry as the worker writes it; a stream it does not name is its own log."""
+    stream = next((name for name in STREAMS if name == fields.get("stream")), "log")
+    return LogLine(at=float(fields.get("at") or 0), stream=stream, text=fields.get("text", ""))

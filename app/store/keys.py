@@ -2,10 +2,15 @@
 
     fairgpu:job:<id>          hash    the job: owner, kind, type, duration_s, status, attempts,
                                       times, worker, gpu_id, tflops, error, error_kind, output,
-                                      peak memory, current lease token
+                                      peak memory, current lease token, the latest progress
+                                      and on SUCCESS the artifacts (both JSON)
     fairgpu:input:<id>        string  the job's input (JSON), apart from the hash that every
                                       event copies; renewed when a run starts or ends
-    fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash
+    fairgpu:events:<id>       stream  one entry per change of the job, a copy of its hash; and
+                                      the job's reports: entries with `event` (progress | log)
+                                      and `data` (JSON)
+    fairgpu:logs:<id>         stream  the job's log lines (at, stream, text), the newest
+                                      MAX_LOG_LINES kept
     fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
     fairgpu:billed:<id>       string  "already billed" marker, set with the record
     fairgpu:idem:<account>:<sha256 of key>
@@ -20,6 +25,13 @@
     fairgpu:changes:moves     channel a queue's name, whenever its order changes
     fairgpu:stops             channel a running job's id, when its owner or an operator stops it
     fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
+    fairgpu:webhooks          stream  ended jobs whose webhook is to be sent (`task_id`), added
+                                      once per job by the script that ends it (the job's
+                                      `webhook_queued` field marks it); read by the senders'
+                                      consumer group (app/webhooks/)
+    fairgpu:webhooks:due      zset    job id -> when its webhook's next delivery is due, or when
+                                      the sender holding it lets go (ms, Redis's clock)
+    fairgpu:webhooks:failed   hash    job id -> failed deliveries of its webhook so far
 
 Job hashes, inputs and event streams expire job_ttl_s after their last change.
 """
@@ -36,6 +48,10 @@ UNQUEUED = "fairgpu:unqueued"
 #: Workers listen here, so that a cancel reaches a running job at once, without polling.
 STOPS = "fairgpu:stops"
 JOB_PREFIX = "fairgpu:job:"
+#: Ended jobs with a webhook, for the sender; the job's hash holds the URL as `webhook`.
+WEBHOOKS = "fairgpu:webhooks"
+WEBHOOKS_DUE = "fairgpu:webhooks:due"
+WEBHOOKS_FAILED = "fairgpu:webhooks:failed"
 
 
 def job_key(job_id: str) -> str:
@@ -56,6 +72,11 @@ def idempotency_key(user_id: str, key: str) -> str:
 def events_key(job_id: str) -> str:
     """The stream of one job's changes."""
     return f"fairgpu:events:{job_id}"
+
+
+def logs_key(job_id: str) -> str:
+    """The stream of one job's log lines."""
+    return f"fairgpu:logs:{job_id}"
 
 
 def job_channel(job_id: str) -> str:

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from app.models import KINDS, ErrorKind, JobResult, Kind, Status, TaskStatus
+from pydantic import TypeAdapter, ValidationError
+
+from app.models import KINDS, Artifact, ErrorKind, JobResult, Kind, Progress, Status, TaskStatus
 from app.vtrr.queue import as_text
 
 
@@ -49,6 +51,30 @@ def _output(text: str | None) -> Any:
         return None
 
 
+_ARTIFACTS = TypeAdapter(list[Artifact])
+
+
+def _progress(text: str | None) -> Progress | None:
+    """The latest progress, from the JSON the worker keeps; None if none or malformed (a
+    status should survive a bad report rather than answer 500)."""
+    if not text:
+        return None
+    try:
+        return Progress.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
+def _artifacts(text: str | None) -> list[Artifact] | None:
+    """The artifacts a SUCCESS lists; None if none or malformed."""
+    if not text:
+        return None
+    try:
+        return _ARTIFACTS.validate_json(text)
+    except ValidationError:
+        return None
+
+
 def _kind(value: str) -> Kind:
     for kind in KINDS:
         if value == kind:
@@ -80,6 +106,8 @@ class JobRecord:
     output: str | None = None  # JSON text, kept as it came: parsed only for a status
     peak_gpu_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
+    progress: str | None = None  # JSON text, the latest the job reported
+    artifacts: str | None = None  # JSON text, the list a SUCCESS left
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -107,6 +135,8 @@ class JobRecord:
             output=fields.get("output"),
             peak_gpu_memory_bytes=_whole(fields, "peak_gpu_memory_bytes"),
             peak_rss_bytes=_whole(fields, "peak_rss_bytes"),
+            progress=fields.get("progress"),
+            artifacts=fields.get("artifacts"),
         )
 
     def status_view(
@@ -127,6 +157,7 @@ class JobRecord:
                 output=_output(self.output) if self.status is Status.SUCCESS else None,
                 peak_gpu_memory_bytes=self.peak_gpu_memory_bytes,
                 peak_rss_bytes=self.peak_rss_bytes,
+                artifacts=_artifacts(self.artifacts) if self.status is Status.SUCCESS else None,
             )
         return TaskStatus(
             task_id=self.task_id,
@@ -141,4 +172,20 @@ class JobRecord:
             cancel_requested=self.cancel_requested and self.status is Status.STARTED,
             type=self.type,
             error_kind=self.error_kind,
+            progress=_progress(self.progress),
         )
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """A report in a job's event stream that is not a change of the job: `name` is progress or
+    log, `data` its JSON text (see app/store/keys.py)."""
+
+    name: str
+    data: str
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> JobEvent | None:
+        """The report in a stream entry, or None when the entry is a copy of the job."""
+        name = fields.get("event")
+        return None if name is None else cls(name, fields.get("data", "null"))

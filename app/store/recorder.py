@@ -1,9 +1,11 @@
-"""JobRecorder: the workers' side of the job records: start and finish runs, fenced by the run's
-lease token, and sweep away jobs that were created but never queued."""
+"""JobRecorder: the workers' side of the job records: start and finish runs, write what a
+running job reports (log lines, progress), all fenced by the run's lease token, and sweep away
+jobs that were created but never queued."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -15,11 +17,13 @@ from app.store.keys import (
     CHANNEL,
     METRICS,
     UNQUEUED,
+    WEBHOOKS,
     billed_key,
     billing_key,
     events_key,
     input_key,
     job_key,
+    logs_key,
     owned_key,
 )
 from app.store.record import JobRecord
@@ -27,6 +31,9 @@ from app.store.scripts import Scripts
 from app.vtrr.queue import as_text
 
 SWEEP_BATCH = 100
+LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several
+#: A log line as the worker hands it over: when (Unix seconds), its stream, its text.
+Line = tuple[float, str, str]
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,8 @@ class JobRecorder:
         self.redis = client
         self._ttl = settings.job_ttl_s
         self._max_attempts = settings.max_attempts
-        self._scripts = Scripts(client, "start", "finish")
+        self._max_log_lines = settings.max_log_lines
+        self._scripts = Scripts(client, "start", "finish", "progress", "log")
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job, or None."""
@@ -94,7 +102,7 @@ class JobRecorder:
 
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""
-        keys = [job_key(job_id), events_key(job_id), METRICS, input_key(job_id)]
+        keys = [job_key(job_id), events_key(job_id), METRICS, input_key(job_id), WEBHOOKS]
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
         raw = self._scripts.run("start", keys, args)
@@ -125,21 +133,71 @@ class JobRecorder:
         output: str | None = None,
         peak_gpu_memory_bytes: int | None = None,
         peak_rss_bytes: int | None = None,
+        artifacts: str | None = None,
     ) -> bool:
         """Record the run's end, and bill it once with charge, whatever the status (None: no
         bill); False when this run no longer holds the job (its lease was reclaimed and another
         run took over, or an operator ended it). output is the job's JSON text; error_kind
-        defaults to 'exception' for a FAILURE and 'cancelled' for a REVOKED."""
+        defaults to 'exception' for a FAILURE and 'cancelled' for a REVOKED; artifacts is the
+        JSON list of the files stored for a SUCCESS."""
         keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
-        keys += [METRICS, input_key(job_id)]
+        keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS]
         bill: list[str | int] = ["", "", "", ""]
         if charge is not None:
             billed_ms = round(charge.billed_seconds * MS)
             bill = [charge.micros, charge.description, repr(charge.gpu_seconds), billed_ms]
         args: list[str | int] = [job_id, token, status.value, error, _text(tflops), *bill]
         args += [CHANNEL, self._ttl, error_kind or "", output or ""]
-        args += [_text(peak_gpu_memory_bytes), _text(peak_rss_bytes)]
+        args += [_text(peak_gpu_memory_bytes), _text(peak_rss_bytes), artifacts or ""]
         return bool(self._scripts.run("finish", keys, args))
+
+    def count_artifact_bytes(self, size: int) -> None:
+        """Add the bytes of a job's stored artifacts to the metric artifact_bytes."""
+        if size > 0:
+            self.redis.hincrby(METRICS, "artifact_bytes", size)
+
+    def progress(self, job_id: str, token: str, fraction: float, message: str) -> bool:
+        """Record the running job's latest progress (the hash's `progress`, and a `progress`
+        event); False when this run no longer holds the job."""
+        data = json.dumps({"fraction": fraction, "message": message})
+        keys = [job_key(job_id), events_key(job_id)]
+        return bool(self._scripts.run("progress", keys, [job_id, token, CHANNEL, self._ttl, data]))
+
+    def log(
+        self,
+        job_id: str,
+        token: str,
+        lines: Sequence[Line],
+        *,
+        event: Sequence[Line] | None = None,
+        dropped: int = 0,
+    ) -> bool:
+        """Append lines to the running job's log stream and, given an event's lines, add a
+        `log` event of them that says how many lines the throttle left out of it (dropped);
+        False when this run no longer holds the job."""
+        keys = [job_key(job_id), events_key(job_id), logs_key(job_id), METRICS]
+        base: list[str | int] = [job_id, token, CHANNEL, self._ttl, self._max_log_lines]
+        chunks = [lines[n : n + LINES_PER_WRITE] for n in range(0, len(lines), LINES_PER_WRITE)]
+        for n, chunk in enumerate(chunks or [[]]):
+            data = ""  # the event goes with the last chunk, after every line it shows
+            if event is not None and n == max(len(chunks) - 1, 0):
+                data = json.dumps({"lines": [_line(x) for x in event], "dropped": dropped})
+            if not (chunk or data):
+                continue
+            args = [*base, data, dropped if data else 0, *_flat(chunk)]
+            if not self._scripts.run("log", keys, args):
+                return False
+        return True
+
+
+def _flat(lines: Sequence[Line]) -> list[str | int]:
+    """Lines as the log script's arguments: time, stream, text, then the next line's."""
+    return [x for at, stream, text in lines for x in (f"{at:.6f}", stream, text)]
+
+
+def _line(line: Line) -> dict[str, object]:
+    at, stream, text = line
+    return {"at": round(at, 6), "stream": stream, "text": text}
 
 
 def _text(number: float | None) -> str:

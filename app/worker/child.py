@@ -6,8 +6,11 @@ the clock: a job past its budget plus a grace, or one that ignores its cancel, i
 its child, and so is nothing else: a job that crashes the interpreter, leaks GPU memory or hangs
 costs a fresh child, never the worker or its lease.
 
-The child writes its fds 1 and 2 to a log file of its own, so that a crash's last words (a C
-library's too, and faulthandler's traceback) can be quoted in the job's error.
+The child writes its fds 1 and 2 to two files of its own, which the worker tails while a job
+runs: their lines are the job's `stdout` and `stderr` log lines, and a crash's last words (a C
+library's too, and faulthandler's traceback) are quoted in the job's error. ctx.log and
+ctx.progress come over the pipe; all of it goes to the JobEvents given to run(). Each job gets
+a fresh, empty output folder in the child's temporary folder: its files are the artifacts.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +41,7 @@ from pydantic import BaseModel
 
 from app.jobs import MAX_OUTPUT_BYTES, JobCancelledError, JobContext, load_registry
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
+from app.worker.live import NO_EVENTS, JobEvents, LogLine, OutputTail, Stream, lines_of
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +52,28 @@ START_TIMEOUT_S = 300.0  # importing the job modules (torch, a model's code) can
 ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
 ERROR_CHARS = 4096  # and at most this much of them
 PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
-LOG_KEEP_BYTES = 1 << 20  # a child's log is emptied before a job once it grows past this
+LOG_KEEP_BYTES = 1 << 20  # a child's output file is emptied before a job once past this
+MESSAGES_PER_POLL = 10_000  # a job that floods the pipe still lets the parent watch the clock
 
 
 @dataclass(frozen=True)
 class Call:
-    """One job for the child: its task id, type, input (JSON text), budget and GPU."""
+    """One job for the child: its task id, type, input (JSON text), budget and GPU, and the
+    folder for its output files (the executor fills it in)."""
 
     task_id: str
     type: str
     input: str
     budget_s: float
     gpu_id: int | None
+    output_dir: str = ""
 
 
 @dataclass(frozen=True)
 class Ended:
     """How a job ended; `seconds` as the parent measured it, from the call to the reply or
-    the kill."""
+    the kill. `output_dir` holds the files the job left (the runner stores and deletes them);
+    `artifacts` is what the runner stored of them (JSON), for the job's record."""
 
     end: EndKind
     seconds: float
@@ -73,6 +81,8 @@ class Ended:
     error: str | None = None
     peak_gpu_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
+    output_dir: Path | None = None
+    artifacts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class JobChild:
         self._dir: Path | None = None
         self._process: Any = None  # a SpawnProcess; typeshed does not name it
         self._conn: Connection | None = None
-        self._log: Path | None = None
+        self._outputs: dict[Stream, Path] = {}  # the child's fds 1 and 2
         self._ready = False
         self._spawned = 0
 
@@ -143,23 +153,33 @@ class JobChild:
             self._spawn()
         self._await_ready()
 
-    def run(self, call: Call, should_stop: Callable[[], bool]) -> Ended:
+    def run(
+        self, call: Call, should_stop: Callable[[], bool], events: JobEvents = NO_EVENTS
+    ) -> Ended:
         """Run one job in the child, stopping it past its budget or when should_stop() says so
-        (polled every POLL_S; it should only read a flag)."""
+        (polled every POLL_S; it should only read a flag). What the job says goes to events,
+        once per poll. The Ended names the job's output folder: the caller deletes it."""
         self.start()
         assert self._conn is not None
-        assert self._log is not None
-        offset = self._log_offset(self._log)
+        assert self._dir is not None
+        folder = Path(tempfile.mkdtemp(prefix="output-", dir=self._dir))
+        call = replace(call, output_dir=str(folder))
+        watch = _Watch(call.task_id, events, OutputTail(self._tails_from_here()))
         self._cancel.value = False
         began = time.monotonic()
         try:
             self._conn.send(call)
-            return self._await_end(call, should_stop, began, offset)
+            ended = self._await_end(call, should_stop, began, watch)
+            watch.finish()  # the last lines, written before the reply (or the kill)
         except BaseException:
             # the worker gave up on the job (should_stop raised, a signal): a child left running
             # it would answer the next call with this job's reply
             self._stop_child()
+            shutil.rmtree(folder, ignore_errors=True)
             raise
+        finally:
+            watch.close()
+        return replace(ended, output_dir=folder)
 
     def close(self) -> None:
         """Stop the child (SIGTERM, then SIGKILL) and delete its files; idempotent."""
@@ -177,9 +197,14 @@ class JobChild:
             # before multiprocessing's own exit hook, which would wait for the child forever
             atexit.register(self.close)
         self._spawned += 1
-        self._log = self._dir / f"child-{self._spawned}.log"
+        self._outputs = {
+            stream: self._dir / f"child-{self._spawned}.{stream}" for stream in ("stdout", "stderr")
+        }
+        for path in self._outputs.values():
+            path.touch(0o600)  # there before the child writes: the parent may tail it at once
         ours, theirs = self._mp.Pipe()
-        args = (theirs, self._cancel, self._modules, self._gpu_id, str(self._log))
+        paths = [str(path) for path in self._outputs.values()]
+        args = (theirs, self._cancel, self._modules, self._gpu_id, paths)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
         process.start()
         theirs.close()  # the child holds its end: EOF on ours means the child is gone
@@ -200,7 +225,7 @@ class JobChild:
         if message == ("ready", None):
             self._ready = True
             return
-        why = message[1] if message is not None else self._died_text(0)
+        why = message[1] if message is not None else self._died_text(self._start_output())
         self._stop_child()
         raise ChildStartError(f"the job child did not start: {why}")
 
@@ -213,11 +238,11 @@ class JobChild:
             return None
 
     def _await_end(
-        self, call: Call, should_stop: Callable[[], bool], began: float, offset: int
+        self, call: Call, should_stop: Callable[[], bool], began: float, watch: _Watch
     ) -> Ended:
         deadline = began + call.budget_s + self._timeout_grace
         while True:
-            ended = self._poll(began, offset)
+            ended = self._poll(began, watch)
             if ended is not None:
                 return ended
             now = time.monotonic()
@@ -227,20 +252,39 @@ class JobChild:
             if now >= deadline:
                 return self._kill(call, began, cancelled=self._cancel.value)
 
-    def _poll(self, began: float, offset: int) -> Ended | None:
-        """The child's reply, a crash, or None while the job runs on."""
-        assert self._conn is not None
-        if self._conn.poll(POLL_S):
-            reply = self._receive()
-            if isinstance(reply, Reply):
-                return reply.ended(time.monotonic() - began)
-        elif self._process.is_alive():
+    def _poll(self, began: float, watch: _Watch) -> Ended | None:
+        """The child's reply, a crash, or None while the job runs on; what the job said in
+        the meantime goes to the watch."""
+        reply, alive = self._gather(watch)
+        watch.flush()
+        if reply is not None:
+            return reply.ended(time.monotonic() - began)
+        if alive:
             return None
-        return self._crashed(began, offset)
+        return self._crashed(began, watch)
 
-    def _crashed(self, began: float, offset: int) -> Ended:
+    def _gather(self, watch: _Watch) -> tuple[Reply | None, bool]:
+        """The child's messages for POLL_S (or until its reply): (the reply, whether the child
+        is still there)."""
+        assert self._conn is not None
+        until = time.monotonic() + POLL_S
+        for _ in range(MESSAGES_PER_POLL):
+            try:
+                if not self._conn.poll(max(0.0, until - time.monotonic())):
+                    break
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                return None, False  # the pipe closed: the child is gone
+            if isinstance(message, Reply):
+                return message, True
+            watch.take(message)
+        return None, bool(self._process.is_alive())
+
+    def _crashed(self, began: float, watch: _Watch) -> Ended:
         seconds = time.monotonic() - began
-        error = self._died_text(offset)
+        self._process.join(self._kill_grace)  # EOF comes a moment before the exit code
+        watch.finish()  # its last words are in its output files now
+        error = self._died_text("\n".join(watch.recent))
         self._replace_child()
         return Ended("crashed", seconds, error=error)
 
@@ -266,9 +310,9 @@ class JobChild:
             log.exception("could not start a fresh job child")
             self._stop_child()
 
-    def _died_text(self, offset: int) -> str:
-        """How the child died (exit code or signal) and the last lines of its log since offset."""
-        self._process.join(self._kill_grace)  # EOF comes a moment before the exit code
+    def _died_text(self, output: str) -> str:
+        """How the child died (exit code or signal), and the last lines of its output."""
+        self._process.join(self._kill_grace)
         code = self._process.exitcode
         if code is None:
             how = "it stopped answering"
@@ -276,11 +320,33 @@ class JobChild:
             how = f"killed by {_signal_name(-code)}"
         else:
             how = f"exit code {code}"
-        tail = _tail(self._log, offset) if self._log is not None else ""
-        return f"the job's process died ({how}); its last output:\n{tail}".rstrip()
+        return f"the job's process died ({how}); its last output:\n{_last_lines(output)}".rstrip()
+
+    def _start_output(self) -> str:
+        """The last lines a child that died at its start wrote."""
+        self._process.join(self._kill_grace)
+        tail = OutputTail([(stream, path, 0) for stream, path in self._outputs.items()])
+        for _ in tail.drain(time.time()):
+            pass  # only the last lines are kept, to quote
+        tail.close()
+        return "\n".join(tail.recent)
+
+    def _tails_from_here(self) -> list[tuple[Stream, Path, int]]:
+        """The child's output files and where this job's output starts in them; a file grown
+        too long is emptied first (the child writes in append mode, so it carries on at the
+        new end)."""
+        files: list[tuple[Stream, Path, int]] = []
+        for stream, path in self._outputs.items():
+            size = path.stat().st_size if path.exists() else 0
+            if size > LOG_KEEP_BYTES:
+                os.truncate(path, 0)
+                size = 0
+            files.append((stream, path, size))
+        return files
 
     def _stop_child(self) -> None:
-        """SIGTERM the child, SIGKILL it after kill_grace_s, reap it, drop its pipe and log."""
+        """SIGTERM the child, SIGKILL it after kill_grace_s, reap it, drop its pipe and files (a
+        job's tail keeps its files open until it is done with them)."""
         process, self._process, self._ready = self._process, None, False
         if process is not None:
             if process.is_alive():
@@ -293,19 +359,56 @@ class JobChild:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        if self._log is not None:
-            self._log.unlink(missing_ok=True)
-            self._log = None
+        for path in self._outputs.values():
+            path.unlink(missing_ok=True)
+        self._outputs = {}
 
-    @staticmethod
-    def _log_offset(path: Path) -> int:
-        """Where this job's output starts in the log; a log grown too long is emptied first
-        (the child writes in append mode, so it carries on at the new end)."""
-        size = path.stat().st_size if path.exists() else 0
-        if size > LOG_KEEP_BYTES:
-            os.truncate(path, 0)
-            return 0
-        return size
+
+class _Watch:
+    """What one job says, as the parent gathers it: ctx.log lines and the latest progress from
+    the pipe, and the lines of the child's stdout and stderr; flushed to the JobEvents once per
+    poll."""
+
+    def __init__(self, task_id: str, events: JobEvents, tail: OutputTail) -> None:
+        self._task_id, self._events, self._tail = task_id, events, tail
+        self._lines: list[LogLine] = []
+        self._progress: tuple[float, str] | None = None
+        self._finished = False
+
+    @property
+    def recent(self) -> list[str]:
+        """The last lines of the job's stdout and stderr."""
+        return list(self._tail.recent)
+
+    def take(self, message: object) -> None:
+        """A message of the job's (one of another job's lingering threads is dropped)."""
+        match message:
+            case ("log", self._task_id, float(at), str(text)):
+                self._lines += lines_of("log", text, at)
+            case ("progress", self._task_id, float(fraction), str(text)):
+                self._progress = (fraction, text)
+
+    def flush(self) -> None:
+        """Hand the lines so far (none is news too) and the latest progress to the events."""
+        lines, self._lines = [*self._lines, *self._tail.read(time.time())], []
+        self._events.lines(lines)
+        if self._progress is not None:
+            self._events.progress(*self._progress)
+            self._progress = None
+
+    def finish(self) -> None:
+        """Flush, then every line left in the output files; once the job is done writing."""
+        if self._finished:
+            return
+        self._finished = True
+        self.flush()
+        for batch in self._tail.drain(time.time()):
+            if batch:
+                self._events.lines(batch)
+
+    def close(self) -> None:
+        """Close the output files."""
+        self._tail.close()
 
 
 def _signal_name(number: int) -> str:
@@ -313,17 +416,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def _tail(path: Path, offset: int) -> str:
-    """The last ERROR_LINES lines written to path since offset."""
-    try:
-        with path.open("rb") as file:
-            file.seek(max(offset, file.seek(0, os.SEEK_END) - 4 * ERROR_CHARS))
-            text = file.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return _last_lines(text)
 
 
 def _last_lines(text: str) -> str:
@@ -334,45 +426,86 @@ def _last_lines(text: str) -> str:
 
 
 def child_main(
-    conn: Connection, cancel: ctypes.c_bool, modules: list[str], gpu_id: int | None, log_path: str
+    conn: Connection,
+    cancel: ctypes.c_bool,
+    modules: list[str],
+    gpu_id: int | None,
+    output_paths: list[str],
 ) -> None:
     """The child process: load the job types, say so, then serve calls until the pipe closes."""
-    _redirect_output(log_path)
-    # a fatal signal's traceback goes to the log, for the error: the faulting thread's only, so
+    _redirect_output(output_paths)
+    # a fatal signal's traceback goes to stderr, for the error: the faulting thread's only, so
     # that the job's last output still fits in the lines quoted
     faulthandler.enable(all_threads=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the worker's to handle
-    _exit_with_parent(Path(log_path).parent)
+    folder = Path(output_paths[0]).parent
+    _exit_with_parent(folder)
     try:
         registry = load_registry(modules)
     except RegistryError as exc:
         conn.send(("error", str(exc)))
         return
     device, runnables = _device(gpu_id), dict[str, Runnable]()
-    conn.send(("ready", None))
+    pipe = _Pipe(conn)
+    pipe.send(("ready", None))
     while True:
         try:
             call = conn.recv()
         except EOFError:
-            _await_orphaning(Path(log_path).parent)
+            _await_orphaning(folder)
             return
-        deadline = time.time() + call.budget_s
-        ctx = JobContext(call.task_id, call.gpu_id, device, deadline, lambda: bool(cancel.value))
-        conn.send(run_call(registry, runnables, call, ctx))
+        reply = run_call(registry, runnables, call, _context(call, device, cancel, pipe))
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # the job's last words are in the files before the parent hears
+        pipe.send(reply)
 
 
-def _redirect_output(log_path: str) -> None:
-    """fds 1 and 2 to the log, in append mode (the parent may empty it between jobs)."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    for target in (1, 2):
+class _Pipe:
+    """The child's end of the pipe, shared by the serving loop and a job's threads (ctx.log
+    from a data loader's thread): one message at a time."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn, self._lock = conn, threading.Lock()
+
+    def send(self, message: object) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+
+def _context(call: Call, device: Any, cancel: ctypes.c_bool, pipe: _Pipe) -> JobContext:
+    """The job's context: its cancel flag, and ctx.log and ctx.progress as messages to the
+    parent (tagged with the job, so that a lingering thread of an earlier one is ignored)."""
+
+    def say(text: str) -> None:
+        pipe.send(("log", call.task_id, time.time(), text))
+
+    def progress(fraction: float, message: str) -> None:
+        pipe.send(("progress", call.task_id, fraction, message))
+
+    return JobContext(
+        call.task_id,
+        call.gpu_id,
+        device,
+        time.time() + call.budget_s,
+        lambda: bool(cancel.value),
+        output_dir=Path(call.output_dir),
+        _log=say,
+        _progress=progress,
+    )
+
+
+def _redirect_output(paths: list[str]) -> None:
+    """fds 1 and 2 to their files, in append mode (the parent may empty them between jobs)."""
+    for target, path in zip((1, 2), paths, strict=True):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, target)
-    os.close(fd)
+        os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True)  # a job's prints reach the log as it goes
+            stream.reconfigure(line_buffering=True)  # a job's prints reach the files as it goes
 
 
-def _exit_with_parent(log_dir: Path) -> None:
+def _exit_with_parent(folder: Path) -> None:
     """End the child when the worker dies without closing it (SIGKILL, OOM): a running job
     would otherwise hold the GPU with no one left to stop it."""
     parent = multiprocessing.parent_process()
@@ -381,24 +514,25 @@ def _exit_with_parent(log_dir: Path) -> None:
 
     def watch() -> None:
         parent.join()  # returns when the parent's end of its sentinel pipe closes
-        _orphaned(log_dir)
+        _orphaned(folder)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _await_orphaning(log_dir: Path) -> None:
+def _await_orphaning(folder: Path) -> None:
     """The pipe closed while the child waited for a call: the worker is dying (it closes the
     pipe only after killing the child). Give it a moment, then clean up for it."""
     parent = multiprocessing.parent_process()
     if parent is not None:
         parent.join(PARENT_EXIT_S)
         if not parent.is_alive():
-            _orphaned(log_dir)
+            _orphaned(folder)
 
 
-def _orphaned(log_dir: Path) -> None:
-    """Remove the log directory the dead worker can no longer delete, and exit."""
-    shutil.rmtree(log_dir, ignore_errors=True)
+def _orphaned(folder: Path) -> None:
+    """Remove the child's folder (output files, job folders) that the dead worker can no longer
+    delete, and exit."""
+    shutil.rmtree(folder, ignore_errors=True)
     os._exit(1)
 
 

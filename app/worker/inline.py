@@ -1,16 +1,22 @@
 """InlineExecutor: runs jobs in the worker's own process, for tests and for debugging a job
 type under pdb. It has what a job needs (its context, setup once per type, typed input and
-output, cooperative cancel) and none of what the warm child adds: a job that hangs is not
-stopped, and one that crashes takes the worker with it. Workers use JobChild."""
+output, cooperative cancel, ctx.log and ctx.progress, an output folder) and none of what the
+warm child adds: a job that hangs is not stopped, one that crashes takes the worker with it, and
+its prints are not captured. Workers use JobChild."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from app.jobs import JobContext, Registry
 from app.jobs.registry import Runnable
 from app.worker.child import Call, Ended, run_call
+from app.worker.live import NO_EVENTS, JobEvents, lines_of
 
 
 class InlineExecutor:
@@ -23,14 +29,32 @@ class InlineExecutor:
     def start(self) -> None:
         """Nothing to start."""
 
-    def run(self, call: Call, should_stop: Callable[[], bool]) -> Ended:
-        """Run the job to its end; should_stop() is what its ctx.cancelled reads."""
+    def run(
+        self, call: Call, should_stop: Callable[[], bool], events: JobEvents = NO_EVENTS
+    ) -> Ended:
+        """Run the job to its end; should_stop() is what its ctx.cancelled reads, and each
+        ctx.log and ctx.progress goes to events as it is called. The Ended names the job's
+        output folder: the caller deletes it."""
         began = time.monotonic()
+        folder = Path(tempfile.mkdtemp(prefix="fairgpu-output-"))
         ctx = JobContext(
-            call.task_id, call.gpu_id, self.device, time.time() + call.budget_s, should_stop
+            call.task_id,
+            call.gpu_id,
+            self.device,
+            time.time() + call.budget_s,
+            should_stop,
+            output_dir=folder,
+            _log=lambda text: events.lines(lines_of("log", text, time.time())),
+            _progress=events.progress,
         )
-        reply = run_call(self.registry, self._runnables, call, ctx)
-        return reply.ended(time.monotonic() - began)
+        try:
+            reply = run_call(
+                self.registry, self._runnables, replace(call, output_dir=str(folder)), ctx
+            )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # nobody else knows the folder
+            raise
+        return replace(reply.ended(time.monotonic() - began), output_dir=folder)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -2,19 +2,22 @@
 
 Start the job under the lease (the store refuses a job that has ended or used its attempts),
 renew the lease from a heartbeat while the job runs in the worker's warm child process
-(app/worker/child.py), then record how it ended and bill what it ran, once, fenced by the
-lease token; finally credit the fair queue with what the job did not use. The fair queue acks
-the lease when the task returns.
+(app/worker/child.py) and while what it says (log lines, progress) is written to Redis
+(app/worker/reports.py), store the files it left as its artifacts (app/worker/outputs.py), then
+record how it ended and bill what it ran, once, fenced by the lease token; finally credit the
+fair queue with what the job did not use. The fair queue acks the lease when the task returns.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
@@ -27,6 +30,7 @@ from tenacity import (
 )
 
 from app import billing
+from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import Accounts
 from app.models import Kind, Status
 from app.service import Service, build, job_weight
@@ -37,6 +41,9 @@ from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker import gpu
 from app.worker.child import Call, Ended, JobChild
+from app.worker.live import JobEvents
+from app.worker.outputs import ArtifactsError, as_json, store_outputs
+from app.worker.reports import LiveReports
 from app.worker.stops import StopListener
 
 log = logging.getLogger(__name__)
@@ -54,8 +61,10 @@ class Executor(Protocol):
         """Get ready to run jobs (start the child process)."""
         ...
 
-    def run(self, call: Call, should_stop: Callable[[], bool]) -> Ended:
-        """Run the call; should_stop() turning True asks the job to stop."""
+    def run(self, call: Call, should_stop: Callable[[], bool], events: JobEvents) -> Ended:
+        """Run the call; should_stop() turning True asks the job to stop; what the job says
+        (log lines, progress) goes to events as it runs. The Ended names the job's output
+        folder, which the caller deletes."""
         ...
 
     def close(self) -> None:
@@ -103,9 +112,11 @@ class JobRunner:
         worker: str,
         executor: Executor,
         stops: StopListener,
+        artifacts: ArtifactStore,
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
+        self.artifacts = artifacts
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
         self.on_busy: Callable[[float | None], None] = lambda until: None
@@ -134,9 +145,36 @@ class JobRunner:
     ) -> Ended:
         call = Call(job_id, started.type, started.input, started.duration_s, self.device.gpu_id)
         every = self.settings.heartbeat_seconds
+        reports = LiveReports(
+            self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
+        )
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
             marked = partial(self.recorder.cancel_requested, job_id)
-            return self.executor.run(call, StopCheck(beat, heard, marked, every))
+            ended = self.executor.run(call, StopCheck(beat, heard, marked, every), reports)
+            reports.close()  # before the end is recorded: the status event comes last
+            return self._keep_outputs(job_id, ended)  # still under the lease: uploads take time
+
+    def _keep_outputs(self, job_id: str, ended: Ended) -> Ended:
+        """Store the files a successful job left as its artifacts (it fails when they cannot
+        be kept: over MAX_ARTIFACT_BYTES, a name refused, the store failing); delete its
+        output folder whatever the end."""
+        folder = ended.output_dir
+        if folder is None:
+            return ended
+        try:
+            if ended.end != "success":
+                return ended
+            cap = self.settings.max_artifact_bytes
+            stored = store_outputs(self.artifacts, job_id, folder, cap)
+        except ArtifactsError as exc:
+            return replace(ended, end="exception", output=None, error=str(exc))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            self.recorder.count_artifact_bytes(sum(artifact.size for artifact in stored))
+        except UNREACHABLE:
+            log.warning("Redis unreachable; artifact bytes not counted", extra={"task_id": job_id})
+        return replace(ended, artifacts=as_json(stored))
 
     def _record(
         self,
@@ -160,7 +198,7 @@ class JobRunner:
             error_kind=None if ended.end == "success" else ended.end,
             output=ended.output, tflops=_tflops(started.type, ended.output),
             peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
-            peak_rss_bytes=ended.peak_rss_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts,
         )  # fmt: skip
         if not self._finish(who, finish):
             return "refused: another run owns the job"
@@ -270,6 +308,9 @@ def build_worker(
             cancel_grace_s=settings.cancel_grace_s,
         )
     stops = StopListener(service.recorder.redis)
-    runner = JobRunner(settings, service.recorder, service.queues, device, name, executor, stops)
+    artifacts = open_artifacts(settings)
+    runner = JobRunner(
+        settings, service.recorder, service.queues, device, name, executor, stops, artifacts
+    )
     service.runner = runner
     return service, runner

@@ -185,6 +185,9 @@ async def test_the_same_request_with_the_valid_key_is_not_refused(
         return
     response = await send(api, method, path, task_id, KEY)
 
+    if "{name}" in path:  # the job left no artifact: past the key, the artifact's own 404
+        assert response.json() == {"detail": "artifact not found"}
+        return
     assert response.status_code < 300, response.text[:300]
 
 

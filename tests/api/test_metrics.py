@@ -48,6 +48,11 @@ FAMILIES = {
     "fairgpu_worker_last_heartbeat_timestamp_seconds": "gauge",
     "fairgpu_workers": "gauge",
     "fairgpu_api_open_streams": "gauge",
+    "fairgpu_log_lines_dropped": "counter",
+    "fairgpu_artifact_bytes": "counter",
+    "fairgpu_webhooks_delivered": "counter",
+    "fairgpu_webhooks_failed": "counter",
+    "fairgpu_webhooks_given_up": "counter",
 }
 PER_PROCESS = "fairgpu_api_open_streams"
 

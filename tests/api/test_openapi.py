@@ -48,6 +48,19 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/metrics"): {"503": ERROR},
     ("get", "/account"): {"401": ERROR, "429": ERROR, "503": ERROR},
     ("get", "/tasks"): {"401": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
+    ("get", "/tasks/{task_id}/logs"): {
+        "401": ERROR,
+        "404": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("get", "/tasks/{task_id}/artifacts/{name}"): {
+        "401": ERROR,
+        "404": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
     # Admin endpoints answer 404, not 401, to a key that is not an admin's (or to none).
     ("get", "/admin/queues"): {"404": ERROR, "429": ERROR, "503": ERROR},
     ("post", "/admin/tasks/{task_id}/promote"): {

@@ -68,6 +68,7 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "cancel_requested": False,
         "type": "burn",  # the original body is a job of the built-in type burn
         "error_kind": None,
+        "progress": None,  # none reported
     }
 
 

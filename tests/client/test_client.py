@@ -11,9 +11,9 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from app.client.http import Client, FairgpuError, check_url, describe_detail
+from app.client.http import Client, FairgpuError, LogBatch, check_url, describe_detail
 from app.client.sse import SseEvent, sse_events
-from app.models import Status
+from app.models import LogLine, Progress, Status, TaskStatus
 
 TASK = "0b7d2f6e-0000-4000-8000-000000000001"
 URL = "http://fairgpu.test"
@@ -23,8 +23,9 @@ def state(status: str, **extra: object) -> str:
     return json.dumps({"task_id": TASK, "status": status, "kind": "short", "attempts": 1, **extra})
 
 
-def event(data: str, event_id: str | None = None) -> bytes:
+def event(data: str, event_id: str | None = None, name: str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
+    head += f"event: {name}\n" if name is not None else ""
     return f"{head}data: {data}\n\n".encode()
 
 
@@ -168,6 +169,28 @@ def test_an_event_that_is_not_a_status_is_one_line() -> None:
         pytest.raises(FairgpuError, match=f"^unexpected event from {URL}: <html> </html>$"),
     ):
         next(c.watch(TASK))
+
+
+def test_named_events_are_a_jobs_progress_and_log_lines_and_unknown_ones_are_skipped() -> None:
+    line = {"at": 1.5, "stream": "stderr", "text": "careful"}
+    log = json.dumps({"lines": [line], "dropped": 2})
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Last-Event-ID"))
+        if seen[-1] is None:
+            body = event(state("STARTED"), "1-0") + event('{"fraction": 0.5}', "2-0", "progress")
+            return sse(Breaks([body + event("{}", "3-0", "from-a-newer-server")]))
+        return sse(event(log, "4-0", "log") + event(state("SUCCESS"), "5-0"))
+
+    with client(handler, reconnect_delay_s=0) as c:
+        events = list(c.events(TASK))
+        assert [s.status for s in c.watch(TASK)] == [Status.STARTED, Status.SUCCESS]
+    assert seen == [None, "3-0"] * 2  # an event it skipped still moves the resume point
+    assert [type(e) for e in events] == [TaskStatus, Progress, LogBatch, TaskStatus]
+    assert events[1] == Progress(fraction=0.5, message=None)
+    said = LogLine(at=1.5, stream="stderr", text="careful")
+    assert events[2] == LogBatch(lines=[said], dropped=2)
 
 
 # -- answers --------------------------------------------------------------------------------------

@@ -1,25 +1,32 @@
 """The `fairgpu` client commands against the real API: the app with its lifespan, served by
 uvicorn in a thread on the suite's Redis, spoken to over HTTP. Jobs are moved along by the API
-tests' worker stand-in (tests/api/helpers.py), so every state is reached without waiting."""
+tests' worker stand-in (tests/api/helpers.py), so every state is reached without waiting.
+
+One uvicorn server serves the whole module (starting and stopping one took about 0.3 s a test,
+most of it uvicorn's own pauses); each test still has an app of its own with its own lifespan,
+run in the server's event loop on that test's empty Redis, and the server forwards to it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 import pytest
 import uvicorn
+from starlette.types import Receive, Scope, Send
 from typer.testing import CliRunner, Result
 
-from app.api.factory import create_app
 from app.client.cli import cli
 from app.client.render import eta, place, span
+from app.dev.processes import wait_until
 from app.dev.redis_server import free_port
 from app.settings import Settings
-from tests.api.helpers import OWNER, SECOND, USERS_FILE, Worker
-from tests.support import wait_for
+from tests.api.conftest import APPS, hub_listening, running
+from tests.api.helpers import OWNER, SECOND, USERS_FILE, WAIT_S, Worker
 
 DEMO = "default_api_key"  # account 1111..., an admin
 OTHER = "second_api_key"  # account 2222..., not an admin
@@ -30,29 +37,99 @@ def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, users_file=USERS_FILE)
 
 
+class Server:
+    """uvicorn on a free port of 127.0.0.1, in a thread with its own event loop, forwarding
+    every request to the app of the test at hand (`serving`)."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the thread's, once it runs
+        self.config = uvicorn.Config(
+            self._forward,
+            interface="asgi3",  # a bound method: uvicorn would take it for ASGI 2
+            host="127.0.0.1",
+            port=free_port(),
+            loop="none",  # the thread's own loop, which the tests' apps run in too
+            ws="none",
+            lifespan="off",  # each app's lifespan is run by `serving`, not by uvicorn
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        self.uvicorn = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self._run, name="api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.config.port}"
+
+    def _run(self) -> None:
+        # asyncio.Runner, as asyncio.run, cancels what is left at the end (sse-starlette
+        # leaves a watcher task behind).
+        with asyncio.Runner() as runner:
+            self.loop = runner.get_loop()
+            runner.run(self.uvicorn.serve())
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.app is not None, "no app is open: use the `url` fixture"
+        await self.app(scope, receive, send)
+
+    def start(self) -> None:
+        self.thread.start()
+        wait_until(
+            lambda: self.uvicorn.started or not self.thread.is_alive(),
+            15,
+            "the API to start",
+            every=0.005,
+        )
+        assert self.uvicorn.started, "the API did not start"
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(15)
+        assert not self.thread.is_alive(), "the API did not stop"
+
+    def serving(self, settings: Settings) -> Iterator[str]:
+        """An app for these settings (lent by the API tests' APPS), its lifespan running in the
+        server's loop, behind the server while the caller holds it; the lifespan must end
+        within WAIT_S afterwards."""
+        assert self.loop is not None, "the server is not running"
+        opened: Future[None] = Future()
+        done = asyncio.Event()
+        with APPS.lend(settings) as app:
+
+            async def hold() -> None:
+                async with running(app):
+                    await hub_listening(app.state.runtime)
+                    opened.set_result(None)
+                    await done.wait()
+
+            held = asyncio.run_coroutine_threadsafe(hold(), self.loop)
+            wait([opened, held], WAIT_S, return_when=FIRST_COMPLETED)
+            if held.done():
+                held.result()  # the start-up's own error
+            opened.result(0)  # TimeoutError: not started within WAIT_S
+            self.app = app
+            try:
+                yield self.url
+            finally:
+                self.app = None
+                self.loop.call_soon_threadsafe(done.set)
+                held.result(WAIT_S)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    started = Server()
+    started.start()
+    yield started
+    started.stop()
+
+
 @pytest.fixture
-def url(settings: Settings) -> Iterator[str]:
+def url(server: Server, settings: Settings) -> Iterator[str]:
     """The real API, with its lifespan, listening on a free port of 127.0.0.1."""
-    config = uvicorn.Config(
-        create_app(settings),
-        host="127.0.0.1",
-        port=free_port(),
-        loop="asyncio",
-        ws="none",
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="api", daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), 15, "the API to start")
-    assert server.started, "the API did not start"
-    yield f"http://127.0.0.1:{config.port}"
-    server.should_exit = True
-    thread.join(15)
-    assert not thread.is_alive(), "the API did not stop"
+    yield from server.serving(settings)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from tests.client import test_client_cli as served
 from tests.client.test_client_cli import as_json, fairgpu, ok, one_error_line
 
 #: The real API in a thread, as the other client tests have it, on this module's settings.
+server = served.server
 url = served.url
 worker = served.worker
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from app.auth import Accounts
 from app.dev.console import banner, curl_example, make_console
-from app.dev.stack import Stack
+from app.dev.stack import Stack, new_webhook_secret
 from tests.support import FIXTURES, fast_settings
 
 
-def printed_banner(tmp_path: Path) -> list[str]:
+def printed_banner(tmp_path: Path, generated_secret: str | None = None) -> list[str]:
     stack = Stack(fast_settings(port=8000), use_given_redis=False, workdir=tmp_path)  # not started
     stack.redis_url = "redis://127.0.0.1:6379/0"
+    stack.generated_secret = generated_secret
     out = io.StringIO()
     banner(make_console(file=out, width=80), stack, Accounts.load(FIXTURES), str(FIXTURES))
     return out.getvalue().splitlines()
@@ -31,3 +32,14 @@ def test_the_banner_names_the_dashboard_and_where_the_keys_are(tmp_path: Path) -
     text = "\n".join(printed_banner(tmp_path))
     assert "/dashboard" in text
     assert f"every key is in {FIXTURES}" in text
+
+
+def test_the_banner_prints_the_webhook_secret_the_stack_made(tmp_path: Path) -> None:
+    secret = new_webhook_secret()
+    [line] = [line for line in printed_banner(tmp_path, secret) if line.startswith("Webhooks:")]
+    assert f"WEBHOOK_SECRET={secret} " in line  # whole, to copy into a receiver
+
+
+def test_the_banner_never_prints_a_secret_from_the_environment(tmp_path: Path) -> None:
+    [line] = [line for line in printed_banner(tmp_path) if line.startswith("Webhooks:")]
+    assert line == "Webhooks: signed with WEBHOOK_SECRET from the environment"

@@ -1,4 +1,6 @@
-"""The dashboard in a real headless Chromium (Debian's), against a real stack.
+"""The dashboard in a real headless Chromium (Debian's), against a real stack: jobs followed
+live, cancelled and billed, the queues for admins; and a typed job's type, progress bar, log
+tail and artifacts (the `reporter` type of tests/client/reporting.py, run by a real worker).
 
 Playwright drives the browser that the system installed (`executable_path`): no browser is ever
 downloaded. Where Chromium is missing the test is skipped; CI installs it first (.ci/run).
@@ -11,6 +13,7 @@ With FAIRGPU_SCREENSHOT_DIR set, the final screenshot is also written there as d
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import shutil
@@ -32,6 +35,7 @@ from playwright.sync_api import (
 from app.api.factory import create_app
 from app.api.routes.dashboard import ASSETS, FOLDER, PAGE
 from app.dev.stack import Stack
+from tests.client.reporting import FILES, LAST_LINE
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY
 from tests.support import fast_settings
 
@@ -105,7 +109,7 @@ def sign_in(page: Page, key: str) -> None:
 
 def submit(page: Page, kind: str, duration_s: float) -> Locator:
     """Submit a job through the form; its row, found by the task id the page was given."""
-    rows = page.locator("#jobs-body tr")
+    rows = page.locator("#jobs-body tr.job")
     before = rows.count()
     page.locator("#submit-kind").select_option(kind)
     page.locator("#submit-duration").fill(str(duration_s))
@@ -237,6 +241,80 @@ def test_dashboard_follows_jobs_live_cancels_bills_and_shows_queues_to_admins(
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / "dashboard.png").write_bytes(shot)
+    assert problems == []
+
+
+def submit_typed(stack: Stack, key: str, job_type: str, job_input: dict[str, Any]) -> str:
+    body = {"type": job_type, "input": job_input}
+    reply = httpx.post(
+        f"{stack.url}/enqueue-task", json=body, headers={"X-API-Key": key}, timeout=10
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["task_id"])
+
+
+def log_lines(details: Locator) -> list[str]:
+    """The log tail's lines without their clock time ("err 1": these lines are one word)."""
+    shown = details.locator(".log-line").all_text_contents()
+    return [" ".join(text.split()[-2:]) for text in shown]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_dashboard_shows_a_jobs_type_progress_log_tail_and_artifacts(
+    make_stack: Callable[..., Stack], page: Page, tmp_path: Path
+) -> None:
+    stack = make_stack(workers=1, job_modules=["tests.client.reporting"])
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    go = tmp_path / "go-ahead"
+    task_id = submit_typed(stack, DEMO_KEY, "reporter", {"lines": 3, "go": str(go)})
+
+    page.goto(f"{stack.url}/dashboard")
+    sign_in(page, DEMO_KEY)
+    row = page.locator(f'#jobs-body tr.job[data-task-id="{task_id}"]')
+    expect(row.locator('[data-col="type"]')).to_have_text("reporter", timeout=WAIT_MS)
+    status_of(row)("STARTED")
+    # The progress bar, while it runs, at the half the job reported while it waits.
+    bar = row.locator('[data-col="progress"] progress')
+    expect(bar).to_be_visible(timeout=WAIT_MS)
+    expect(bar).to_have_attribute("value", "0.5", timeout=WAIT_MS)
+    expect(row.locator(".progress-text")).to_have_text("50% · waiting for the go-ahead")
+
+    # Its log tail: what it said so far, each stream marked; stderr's stand apart.
+    row.locator("button.details").click()
+    details = page.locator(f'#jobs-body tr.details[data-details-for="{task_id}"]')
+    log = details.locator("pre.log")
+    expect(log).to_have_attribute("data-count", "9", timeout=WAIT_MS)
+    said = sorted(log_lines(details))
+    assert said == sorted(f"{mark} {n}" for mark in ("out", "err", "log") for n in range(3))
+    expect(details.locator('.log-line[data-stream="stderr"]')).to_have_count(3)
+    expect(details.locator(".artifacts-none")).to_contain_text("none yet")
+
+    # The go-ahead: its last line comes live, once, and its files are listed when it succeeds.
+    go.write_text("go")
+    status_of(row)("SUCCESS")
+    expect(log).to_contain_text(LAST_LINE, timeout=WAIT_MS)
+    expect(log).to_have_attribute("data-count", "10", timeout=WAIT_MS)
+    assert log_lines(details).count(f"log {LAST_LINE}") == 1
+    expect(bar).to_be_hidden()
+    items = details.locator("ul.artifacts li")
+    expect(items).to_have_count(len(FILES), timeout=WAIT_MS)
+    assert sorted(items.evaluate_all("(all) => all.map((li) => li.dataset.name)")) == sorted(FILES)
+
+    # A link downloads the file with the key (fetched with its header, saved from a blob).
+    link = details.locator('li[data-name="plots/loss.csv"] a.artifact')
+    with page.expect_download(timeout=WAIT_MS) as started:
+        link.click()
+    download = started.value
+    assert download.suggested_filename == "loss.csv"
+    saved = Path(download.path())
+    assert saved.read_text() == FILES["plots/loss.csv"]
+    listed = job(stack, DEMO_KEY, task_id)["result"]["artifacts"]
+    digests = {a["name"]: a["sha256"] for a in listed}
+    assert digests["plots/loss.csv"] == hashlib.sha256(saved.read_bytes()).hexdigest()
+    assert DEMO_KEY not in (link.get_attribute("href") or "")
     assert problems == []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from app.dev.stack import Stack, as_environment
-from tests.support import DEMO_KEY, fast_settings, wait_for
+from tests.support import DEMO_KEY, OTHER_KEY, fast_settings, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SAMPLE = "tests.jobs.sample"
@@ -158,6 +159,8 @@ def test_digits_train_learns_the_digits(stack: Stack) -> None:
     assert done["status"] == "SUCCESS", done["error"]
     assert done["result"]["output"]["epochs"] == 10
     assert done["result"]["output"]["accuracy"] >= 0.9
+    assert [a["name"] for a in done["result"]["artifacts"]] == ["accuracy.csv"]
+    assert done["progress"] == {"fraction": 1.0, "message": "epoch 10 of 10"}
 
 
 def test_vad_finds_no_speech_in_silence(stack: Stack) -> None:
@@ -171,6 +174,59 @@ def test_vad_finds_no_speech_in_silence(stack: Stack) -> None:
     done = run(stack, "vad", {"audio": audio})
     assert done["status"] == "SUCCESS", done["error"]
     assert done["result"]["output"]["speech_ratio"] == 0
+
+
+def events_of(stack: Stack, task_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event name, data) of a stream of the job, read until the server ends it."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    name = "message"
+    with httpx.stream(
+        "GET", f"{stack.url}/task-status/stream/{task_id}", headers=HEADERS, timeout=60
+    ) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event:"):
+                name = line.removeprefix("event:").strip()
+            elif line.startswith("data:"):
+                seen.append((name, json.loads(line.removeprefix("data:"))))
+                name = "message"
+    return seen
+
+
+def test_a_stream_opened_before_the_job_starts_gets_its_progress_and_log_events(
+    stack: Stack,
+) -> None:
+    blocker = submit(stack, {"type": "sleepy", "input": {"seconds": 1.5}})
+    wait_for(lambda: status(stack, blocker)["status"] == "STARTED", 30, "the worker busy")
+    task_id = submit(stack, {"type": "chatty", "input": {"lines": 3, "files": 0}})
+    seen = events_of(stack, task_id)
+    assert seen[0][0] == "message" and seen[0][1]["status"] == "PENDING"
+    assert seen[-1][0] == "message" and seen[-1][1]["status"] == "SUCCESS"
+    progress = [data for name, data in seen if name == "progress"]
+    assert progress[-1] == {"fraction": 1.0, "message": "line 3 of 3"}
+    logged = [line for name, data in seen if name == "log" for line in data["lines"]]
+    dropped = sum(data["dropped"] for name, data in seen if name == "log")
+    assert len(logged) + dropped == 9  # three lines each by ctx.log, stdout and stderr
+    assert {line["stream"] for line in logged} <= {"log", "stdout", "stderr"}
+
+
+def test_logs_and_artifacts_are_kept_for_their_owner_only(stack: Stack) -> None:
+    done = run(stack, "chatty", {"lines": 2, "files": 3})
+    task_id = done["task_id"]
+    names = sorted(a["name"] for a in done["result"]["artifacts"])
+    assert names == ["file-0.txt", "file-2.txt", "sub/file-1.txt"]
+    logs = httpx.get(f"{stack.url}/tasks/{task_id}/logs", headers=HEADERS, timeout=10).json()
+    by_stream = {(line["stream"], line["text"]) for line in logs["lines"]}
+    assert {("log", "log 1"), ("stdout", "out 1"), ("stderr", "err 1")} <= by_stream
+    got = httpx.get(f"{stack.url}/tasks/{task_id}/artifacts/sub/file-1.txt", headers=HEADERS)
+    assert (got.status_code, got.text) == (200, "file 1\n")
+    other = {"X-API-Key": OTHER_KEY}
+    for path in ("logs", "artifacts/file-0.txt"):
+        reply = httpx.get(f"{stack.url}/tasks/{task_id}/{path}", headers=other, timeout=10)
+        assert reply.status_code == 404, path
+    escaping = httpx.get(
+        f"{stack.url}/tasks/{task_id}/artifacts/..%2F..%2Fsettings.py", headers=HEADERS
+    )
+    assert escaping.status_code in (404, 422)
 
 
 @pytest.mark.parametrize("module", ["app.worker.main", "app.api.serve"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 from typing import Literal
 
@@ -127,4 +128,40 @@ def huge(ctx: JobContext, inp: Nothing) -> Text:
     requires=("fairgpu_no_such_package",),
 )
 def needs_extra(ctx: JobContext, inp: Nothing) -> Nothing:
+    return Nothing()
+
+
+class Chat(BaseModel):
+    lines: int = 3
+    files: int = 2
+
+
+class Said(BaseModel):
+    lines: int
+    files: int
+
+
+@job(name="chatty", queue="short", max_duration_s=30, description="Logs, prints, leaves files.")
+def chatty(ctx: JobContext, inp: Chat) -> Said:
+    """Each line three ways (ctx.log, stdout, stderr) with a progress report; then files, every
+    other one in a subfolder."""
+    for n in range(inp.lines):
+        ctx.log(f"log {n}")
+        print(f"out {n}")
+        print(f"err {n}", file=sys.stderr)
+        ctx.progress((n + 1) / inp.lines, f"line {n + 1} of {inp.lines}")
+    for n in range(inp.files):
+        folder = ctx.output_dir / "sub" if n % 2 else ctx.output_dir
+        folder.mkdir(exist_ok=True)
+        (folder / f"file-{n}.txt").write_text(f"file {n}\n")
+    return Said(lines=inp.lines, files=inp.files)
+
+
+class Size(BaseModel):
+    bytes: int = 4096
+
+
+@job(name="hoarder", queue="short", max_duration_s=30, description="Leaves a file of a size.")
+def hoarder(ctx: JobContext, inp: Size) -> Nothing:
+    (ctx.output_dir / "big.bin").write_bytes(bytes(inp.bytes))
     return Nothing()

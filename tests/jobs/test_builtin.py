@@ -7,6 +7,7 @@ import io
 import struct
 import time
 import wave
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -17,8 +18,9 @@ from app.jobs.builtin.vad import CHUNK_S, VadIn, VadOut, _segments
 from app.jobs.registry import Runnable
 
 
-def context(stop_after: int | None = None) -> JobContext:
-    """A context whose cancel flag turns true on its stop_after-th look (never with None)."""
+def context(stop_after: int | None = None, output_dir: Path | None = None) -> JobContext:
+    """A context whose cancel flag turns true on its stop_after-th look (never with None); its
+    output folder under the test's tmp_path (see conftest.py) unless given."""
     looks = 0
 
     def stop() -> bool:
@@ -26,7 +28,9 @@ def context(stop_after: int | None = None) -> JobContext:
         looks += 1
         return stop_after is not None and looks >= stop_after
 
-    return JobContext("t1", None, None, time.time() + 60, _stop=stop)
+    if output_dir is None:
+        return JobContext("t1", None, None, time.time() + 60, _stop=stop)
+    return JobContext("t1", None, None, time.time() + 60, _stop=stop, output_dir=output_dir)
 
 
 def test_the_registry_lists_the_builtin_types_with_their_schemas() -> None:
@@ -46,10 +50,21 @@ def test_the_registry_lists_the_builtin_types_with_their_schemas() -> None:
 
 # importing scikit-learn alone takes about 2 s: too slow for the unit tier
 @pytest.mark.integration
-def test_digits_reaches_90_percent_in_10_epochs() -> None:
-    out = digits_train.make().run(context(), DigitsIn(epochs=10))
+def test_digits_reaches_90_percent_in_10_epochs_and_reports_each_epoch(tmp_path: Path) -> None:
+    said: list[str] = []
+    progress: list[tuple[float, str]] = []
+    ctx = JobContext(
+        "t1", None, None, time.time() + 60, output_dir=tmp_path, _log=said.append,
+        _progress=lambda fraction, message: progress.append((fraction, message)),
+    )  # fmt: skip
+    out = digits_train.make().run(ctx, DigitsIn(epochs=10))
     assert out.model_dump()["epochs"] == 10
     assert out.model_dump()["accuracy"] >= 0.9
+    assert [fraction for fraction, _ in progress] == [n / 10 for n in range(1, 11)]
+    assert said[-1].startswith("epoch 10: held-out accuracy")
+    curve = (tmp_path / "accuracy.csv").read_text().splitlines()
+    assert curve[0] == "epoch,accuracy" and len(curve) == 11
+    assert curve[-1] == f"10,{out.model_dump()['accuracy']:.4f}"
 
 
 @pytest.mark.integration
@@ -83,11 +98,11 @@ def wav(raw: bytes, rate: int = 16_000, channels: int = 1, width: int = 2) -> by
 
 
 @pytest.fixture(scope="module")
-def vad() -> Runnable:
+def vad(tmp_path_factory: pytest.TempPathFactory) -> Runnable:
     vad_type = load_registry(entry_points=False).get("vad")
     assert vad_type is not None
     runnable = vad_type.make()
-    runnable.setup(context())
+    runnable.setup(context(output_dir=tmp_path_factory.mktemp("vad-setup")))
     return runnable
 
 

@@ -17,6 +17,7 @@ import pytest
 from app.dev.processes import wait_until
 from app.jobs import MAX_OUTPUT_BYTES
 from app.worker.child import Call, ChildStartError, Ended, JobChild
+from app.worker.live import LogLine, Stream
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +39,28 @@ def after_polls(polls: int) -> Callable[[], bool]:
         return seen >= polls
 
     return should_stop
+
+
+class Heard:
+    """A JobEvents that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.said: list[LogLine] = []
+        self.reported: list[tuple[float, str]] = []
+
+    def lines(self, batch: list[LogLine]) -> None:
+        self.said += batch
+
+    def progress(self, fraction: float, message: str) -> None:
+        self.reported.append((fraction, message))
+
+    def texts(self, stream: Stream) -> list[str]:
+        return [line.text for line in self.said if line.stream == stream]
+
+
+def files(folder: Path | None) -> list[str]:
+    assert folder is not None
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 def call(type_: str, inp: dict[str, Any] | None = None, budget_s: float = 10) -> Call:
@@ -114,16 +137,39 @@ def test_a_failed_setup_is_an_exception_and_is_tried_again(child: JobChild) -> N
     assert json.loads(second.output or "") == {"setups": 2, "pid": child.pid}
 
 
+def test_what_a_job_says_arrives_in_order_by_stream_and_its_files_stay(shared: JobChild) -> None:
+    heard = Heard()
+    ended = shared.run(call("chatty", {"lines": 5, "files": 3}), never, heard)
+    assert ended.end == "success", ended.error
+    assert heard.texts("log") == [f"log {n}" for n in range(5)]
+    assert heard.texts("stdout") == [f"out {n}" for n in range(5)]
+    assert heard.texts("stderr") == [f"err {n}" for n in range(5)]
+    assert heard.reported[-1] == (1.0, "line 5 of 5")
+    fractions = [fraction for fraction, _ in heard.reported]
+    assert fractions == sorted(fractions)
+    assert files(ended.output_dir) == ["file-0.txt", "file-2.txt", "sub/file-1.txt"]
+    # the next job has a folder of its own, empty, and hears nothing of this one
+    again = Heard()
+    echoed = shared.run(call("echo", {"text": "quiet"}), never, again)
+    assert echoed.output_dir not in (None, ended.output_dir)
+    assert files(echoed.output_dir) == []
+    assert again.said == []
+
+
 @pytest.mark.parametrize(("how", "death"), [("exit", "exit code 3"), ("segv", "SIGSEGV")])
 def test_a_crash_fails_the_job_and_a_fresh_child_serves_the_next(
     child: JobChild, how: str, death: str
 ) -> None:
     first = counted(child)
-    ended = child.run(call("crash", {"how": how}), never)
+    heard = Heard()
+    ended = child.run(call("crash", {"how": how}), never, heard)
     assert ended.end == "crashed"
     assert ended.error is not None
     assert death in ended.error
     assert "crash: about to go" in ended.error
+    assert heard.texts("stdout") == ["crash: about to go"]  # its last words are its log too
+    if how == "segv":
+        assert any("Segmentation fault" in text for text in heard.texts("stderr"))
     after = counted(child)
     assert after["pid"] != first["pid"]
     assert after == {"setups": 1, "pid": child.pid}
@@ -131,7 +177,9 @@ def test_a_crash_fails_the_job_and_a_fresh_child_serves_the_next(
 
 def test_an_exception_ends_the_job_with_its_traceback(shared: JobChild) -> None:
     pid = shared.pid
-    ended = shared.run(call("fail"), never)
+    heard = Heard()
+    ended = shared.run(call("fail"), never, heard)
+    assert heard.texts("stdout") == ["fail: about to raise"]
     assert ended.end == "exception"
     assert ended.error is not None
     assert ended.error.startswith("ValueError: the job failed on purpose")

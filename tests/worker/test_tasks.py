@@ -6,7 +6,6 @@ mid-run; tests/jobs and tests/e2e run them in the warm child process."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -23,9 +22,8 @@ from app.store import JobRecorder
 from app.store.keys import UNQUEUED, billing_key, job_key
 from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
+from tests.worker.support import FIXTURES, OWNER, new_job
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
-OWNER = "11111111-1111-1111-1111-111111111111"
 REDIS: list[redis.Redis] = []  # the test's client, for the job types below that act on Redis
 
 
@@ -87,34 +85,6 @@ def make_service(redis_url: str, r: redis.Redis) -> Iterator[Callable[..., Servi
     yield make
     for service in built:
         service.close()
-
-
-def new_job(
-    service: Service,
-    r: redis.Redis,
-    job_id: str,
-    duration_s: float = 0.01,
-    job_type: str = "burn",
-) -> str:
-    """A PENDING job as the API writes it, queued and leased as a worker's trigger would."""
-    r.hset(
-        job_key(job_id),
-        mapping={
-            "task_id": job_id,
-            "owner": OWNER,
-            "kind": "short",
-            "type": job_type,
-            "duration_s": repr(duration_s),
-            "status": "PENDING",
-            "attempts": 0,
-            "enqueued_at": 1.0,
-        },
-    )
-    queue = service.queues["short"]
-    queue.enqueue(OWNER, [service.job_item("short", job_id, duration_s)])
-    lease = queue.dequeue()
-    assert lease is not None
-    return lease.token
 
 
 def test_a_job_runs_and_is_billed_once(

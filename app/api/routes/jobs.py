@@ -8,18 +8,20 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Response, status
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
-from app.api.live.outage import Outage, RedisAwayError, error_event
+from app.api.live.outage import RECONNECT_MS, Outage, RedisAwayError, error_event
+from app.api.live.places import Place
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job, placed_status
 from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
-from app.api.submissions import Submission, submission
+from app.api.submissions import Submission, checked_submission
 from app.errors import IdempotencyMismatchError
 from app.models import (
     EnqueueBody,
@@ -31,6 +33,7 @@ from app.models import (
     TaskStatus,
 )
 from app.store import JobRecord
+from app.store.record import JobEvent
 from app.vtrr import DuplicateTaskError, QueueFullError
 
 log = logging.getLogger(__name__)
@@ -51,11 +54,48 @@ QUEUE_FULL_RETRY_S = 30
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
 
 
+def _event_shape(name: str, data: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The schema of one kind of event: its type, id and JSON data. A status is sent without an
+    `event:` field, which SSE reads as the type "message"."""
+    properties: dict[str, Any] = {
+        "event": {"const": name},
+        "id": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+        **more,
+    }
+    shape = {"type": "object", "properties": properties}
+    return shape if name == "message" else {**shape, "required": ["event"]}
+
+
+LOG_BATCH = {
+    "type": "object",
+    "properties": {
+        "lines": {"type": "array", "items": {"$ref": "#/components/schemas/LogLine"}},
+        "dropped": {"type": "integer", "description": "lines the throttle left out of the stream"},
+    },
+}
+STREAM_EVENT = {
+    "description": "one event: a status (no `event:` field, so of type message; data holding a "
+    "TaskStatus), a running job's progress or log lines, or the error that ends a stream",
+    "oneOf": [
+        _event_shape("message", {"$ref": "#/components/schemas/TaskStatus"}),
+        _event_shape("progress", {"$ref": "#/components/schemas/Progress"}),
+        _event_shape("log", LOG_BATCH),
+        _event_shape(
+            "error",
+            {"$ref": "#/components/schemas/ErrorBody"},
+            retry={"type": "integer", "minimum": RECONNECT_MS[0], "maximum": RECONNECT_MS[1]},
+        ),
+    ],
+}
+
+
 async def valid_job(body: EnqueueBody, runtime: RuntimeDep) -> Submission:
     """The job the body asks for, if its type is known and available, its input fits and its
-    duration is within the limits; 422 otherwise. A dependency, so that a refused job is not
-    counted against the key's rate (KeyedRoute counts in the endpoint)."""
-    return submission(body, runtime.job_types, runtime.settings)
+    duration is within the limits, and its webhook, if any, may be sent; 422 otherwise. A
+    dependency, so that a refused job is not counted against the key's rate (KeyedRoute counts
+    in the endpoint)."""
+    return await checked_submission(body, runtime.job_types, runtime.settings)
 
 
 #: The job; an EnqueueRequest too, for a caller of the endpoint itself (the benchmarks).
@@ -71,8 +111,9 @@ ValidJob = Annotated[Submission | EnqueueRequest, Depends(valid_job)]
         422: {
             "model": ErrorBody,
             "description": "an invalid job (an unknown or unavailable type, an input that its "
-            "type refuses, a duration over the limit), a body not sent as application/json, "
-            "or an Idempotency-Key used before with another body",
+            "type refuses, a duration over the limit, a webhook this deployment does not send "
+            "to), a body not sent as application/json, or an Idempotency-Key used before with "
+            "another body",
         },
     },
 )
@@ -101,6 +142,7 @@ async def enqueue_task(
             once,
             job_type=job.type,
             input_json=job.input_json,
+            webhook=job.webhook,
         )
     except IdempotencyMismatchError:
         raise HTTPException(
@@ -201,27 +243,20 @@ async def cancel_task(
         **ERRORS,
         **NOT_YOURS,
         200: {
-            "description": "one event per change, `data:` as in GET /task-status; ends after a "
-            "terminal status. A Redis outage of up to SSE_OUTAGE_S (default 30 s) is ridden out: "
+            "description": "one unnamed event per change, `data:` as in GET /task-status; ends "
+            "after a terminal status. Between them, named events report a running job: `event: "
+            'progress` with `data: {"fraction", "message"}` (as the status\'s `progress`), and '
+            '`event: log` with `data: {"lines": [{"at", "stream", "text"}], "dropped": N}`, '
+            "its new log lines batched a few times a second (N lines left out of the stream by "
+            "that throttle; GET /tasks/{task_id}/logs has them all). Every event but keep-alives "
+            "and `event: error` has an id, and a stream opened late replays them from the start. "
+            "A Redis outage of up to SSE_OUTAGE_S (default 30 s) is ridden out: "
             "keep-alive comments go on and the stream resumes from its last event. Past that, or "
             "on an internal error, it ends with `event: error`, a `retry:` field (milliseconds, "
             '2,000 to 10,000) and `data: {"detail": "..."}`, without an id: reconnect '
             "with Last-Event-ID and nothing is missed",
             "content": {
-                "text/event-stream": {
-                    "schema": {
-                        "description": "one event: its id, and data holding a TaskStatus",
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string"},
-                            "data": {
-                                "type": "string",
-                                "contentMediaType": "application/json",
-                                "contentSchema": {"$ref": "#/components/schemas/TaskStatus"},
-                            },
-                        },
-                    }
-                }
+                "text/event-stream": {"schema": STREAM_EVENT},
             },
         },
         204: {"description": "the job has ended and Last-Event-ID names its last event"},
@@ -273,47 +308,79 @@ async def _events(
         yield error_event("internal error; reconnect with Last-Event-ID")
 
 
+@dataclass
+class _Seen:
+    """How far a stream has got: the last event sent, the last status shown, whether it ended."""
+
+    after: str
+    shown: TaskStatus | None = None
+    ended: bool = False
+
+
 async def _changes(
     runtime: Runtime, task_id: str, kind: Kind, after: str
 ) -> AsyncIterator[ServerSentEvent]:
     outage = Outage(runtime.hub, runtime.settings.sse_outage_s)
+    seen = _Seen(after)
     async with (
         runtime.hub.subscribe(task_id) as changed,
         runtime.places.watch(kind, task_id) as place,
     ):
-        shown: TaskStatus | None = None
         while True:
             changed.clear()
             try:
                 # The job before its events: a status read first is never newer than the events
                 # read after it, so an end seen here is among them, or was before `after`.
                 job = await runtime.store.get(task_id)
-                for event_id, then in await runtime.store.events_after(task_id, after):
-                    shown = await job_status(runtime, then)
-                    place.told = shown.position
-                    yield ServerSentEvent(data=shown.model_dump_json(), id=event_id)
-                    after = event_id  # once sent: a failed read above reads this event again
-                    if shown.status.terminal:
-                        return
+                async for event in _replay(runtime, task_id, seen, place):
+                    yield event
             except RedisError as exc:
                 await outage.wait(exc)  # Redis away: read again from `after` once it may be back
                 continue
             outage.over()
-            if job is None or job.status.terminal:
-                return  # expired, or its end was before `after`
-            while not changed.is_set():  # the job is as it was: follow its place in line
-                await _either(changed, place.changed)
-                if place.changed.is_set() and not changed.is_set():
-                    place.changed.clear()
-                    try:
-                        moved = await _placed(runtime, job, place.position)
-                    except RedisError:
-                        break  # the next round reads again, and waits out an outage
-                    if moved is not None and shown is not None and moved_on(shown, moved):
-                        # no id: a client resuming with Last-Event-ID still gets every change
-                        place.told = moved.position
-                        yield ServerSentEvent(data=moved.model_dump_json())
-                        shown = moved
+            if seen.ended or job is None or job.status.terminal:
+                return  # ended now, expired, or its end was before `after`
+            async for event in _follow_place(runtime, job, seen, changed, place):
+                yield event
+
+
+async def _replay(
+    runtime: Runtime, task_id: str, seen: _Seen, place: Place
+) -> AsyncIterator[ServerSentEvent]:
+    """The events after seen.after, up to a terminal status (then seen.ended)."""
+    for event_id, then in await runtime.store.events_after(task_id, seen.after):
+        if isinstance(then, JobEvent):
+            # a report: named, so that a client that knows only statuses can tell it apart
+            yield ServerSentEvent(data=then.data, event=then.name, id=event_id)
+            seen.after = event_id
+            continue
+        seen.shown = await job_status(runtime, then)
+        place.told = seen.shown.position
+        yield ServerSentEvent(data=seen.shown.model_dump_json(), id=event_id)
+        seen.after = event_id  # once sent: a failed read reads this event again
+        if seen.shown.status.terminal:
+            seen.ended = True
+            return
+
+
+async def _follow_place(
+    runtime: Runtime, job: JobRecord, seen: _Seen, changed: asyncio.Event, place: Place
+) -> AsyncIterator[ServerSentEvent]:
+    """Until the job changes, its new places in line while it is queued."""
+    while not changed.is_set():
+        await _either(changed, place.changed)
+        if not place.changed.is_set() or changed.is_set():
+            continue
+        place.changed.clear()
+        try:
+            moved = await _placed(runtime, job, place.position)
+        except RedisError:
+            return  # the next round reads again, and waits out an outage
+        if moved is not None and seen.shown is not None and moved_on(seen.shown, moved):
+            # no id: a client resuming with Last-Event-ID still gets every change
+            place.told = moved.position
+            yield ServerSentEvent(data=moved.model_dump_json())
+            seen.shown = moved
 
 
 async def _placed(runtime: Runtime, job: JobRecord, position: int | None) -> TaskStatus | None:

@@ -55,11 +55,21 @@ class _Split:
 def digits_train(ctx: JobContext, inp: DigitsIn) -> DigitsOut:
     """Trains a small classifier on scikit-learn's digits; returns its accuracy."""
     split = _load()
-    if ctx.device is not None:
-        accuracy = _train_torch(ctx, inp, split)
-    else:
-        accuracy = _train_sklearn(ctx, inp, split)
-    return DigitsOut(accuracy=accuracy, epochs=inp.epochs)
+    ctx.log(f"{len(split.y_train)} training images, {len(split.y_test)} held out")
+    train = _train_torch if ctx.device is not None else _train_sklearn
+    history = train(ctx, inp, split)
+    # the learning curve, as an artifact: one line per epoch
+    lines = [f"{epoch},{accuracy:.4f}" for epoch, accuracy in enumerate(history, 1)]
+    (ctx.output_dir / "accuracy.csv").write_text("\n".join(["epoch,accuracy", *lines]) + "\n")
+    return DigitsOut(accuracy=history[-1], epochs=inp.epochs)
+
+
+def _epoch_done(ctx: JobContext, inp: DigitsIn, history: list[float], accuracy: float) -> None:
+    """Note one epoch's held-out accuracy: in the log, the progress and the learning curve."""
+    history.append(accuracy)
+    epoch = len(history)
+    ctx.log(f"epoch {epoch}: held-out accuracy {accuracy:.3f}")
+    ctx.progress(epoch / inp.epochs, f"epoch {epoch} of {inp.epochs}")
 
 
 def _load() -> _Split:
@@ -74,7 +84,7 @@ def _load() -> _Split:
     return _Split(x_train, y_train, x_test, y_test)
 
 
-def _train_sklearn(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
+def _train_sklearn(ctx: JobContext, inp: DigitsIn, split: _Split) -> list[float]:
     from sklearn.neural_network import MLPClassifier  # type: ignore[import-untyped]
 
     model = MLPClassifier(
@@ -83,13 +93,15 @@ def _train_sklearn(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
         batch_size=BATCH,
         random_state=inp.seed,
     )
+    history: list[float] = []
     for _ in range(inp.epochs):
         ctx.check_cancelled()
         model.partial_fit(split.x_train, split.y_train, classes=list(range(10)))
-    return float(model.score(split.x_test, split.y_test))
+        _epoch_done(ctx, inp, history, float(model.score(split.x_test, split.y_test)))
+    return history
 
 
-def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
+def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> list[float]:
     import torch
 
     device = ctx.device
@@ -102,6 +114,8 @@ def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
         ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     order = torch.Generator().manual_seed(inp.seed)
+    x_test = torch.as_tensor(split.x_test, device=device)
+    history: list[float] = []
     for _ in range(inp.epochs):
         ctx.check_cancelled()
         for rows in torch.randperm(len(x_train), generator=order).split(BATCH):
@@ -110,6 +124,7 @@ def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> float:
             loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()
             optimizer.step()
-    with torch.no_grad():
-        guesses = model(torch.as_tensor(split.x_test, device=device)).argmax(dim=1).cpu()
-    return float((guesses.numpy() == split.y_test).mean())
+        with torch.no_grad():
+            guesses = model(x_test).argmax(dim=1).cpu()
+        _epoch_done(ctx, inp, history, float((guesses.numpy() == split.y_test).mean()))
+    return history

@@ -9,11 +9,16 @@ local function now()
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
+-- The newest entries kept in a job's event stream: its status changes, and its progress and log
+-- events (progress.lua, log.lua), which come a few a second.
+local EVENTS_CAP = 512
+
 -- Append the job's new state to its event stream, tell the API processes that follow the job on
 -- its own channel (`channel`:<job id>), and keep both keys for ttl seconds more. Returns the
 -- event's id.
 local function emit(channel, job_id, ttl)
-  local id = redis.call('XADD', EVENTS, 'MAXLEN', '~', 64, '*', unpack(redis.call('HGETALL', JOB)))
+  local id = redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*',
+                        unpack(redis.call('HGETALL', JOB)))
   redis.call('PUBLISH', channel .. ':' .. job_id, job_id)
   redis.call('EXPIRE', JOB, ttl)
   redis.call('EXPIRE', EVENTS, ttl)
@@ -45,4 +50,13 @@ end
 -- that the streams of queued jobs recompute their position.
 local function moved(channel, kind)
   redis.call('PUBLISH', channel .. ':moves', kind)
+end
+
+-- Hand an ended job's webhook, if it has one, to the sender (app/webhooks/): its id goes on the
+-- deliveries stream, in the same step as the end, so no crash can lose it; once per job, however
+-- many scripts see the end (the field `webhook_queued` marks it).
+local function notify(stream)
+  if redis.call('HEXISTS', JOB, 'webhook') == 1 and redis.call('HSETNX', JOB, 'webhook_queued', 1) == 1 then
+    redis.call('XADD', stream, '*', 'task_id', redis.call('HGET', JOB, 'task_id'))
+  end
 end

@@ -3,7 +3,8 @@
 -- a crash). Only the run that holds the job's current lease token may finish it: a stale
 -- worker is refused.
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] owner's billing list  KEYS[4] billed marker
--- KEYS[5] metrics hash  KEYS[6] the job's input
+-- KEYS[5] metrics hash  KEYS[6] the job's input  KEYS[7] the job's log stream
+-- KEYS[8] the webhooks stream: the job's webhook, if any, goes there (_lib.lua notify)
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE|REVOKED)
 -- ARGV[4] error ('' none)  ARGV[5] tflops ('' none)
 -- ARGV[6] cost in integer micro-units ('' bills nothing)
@@ -12,6 +13,7 @@
 -- ARGV[12] error kind ('': 'exception' for a FAILURE, 'cancelled' for a REVOKED)
 -- ARGV[13] the job's output, JSON ('' none)  ARGV[14] peak GPU memory, bytes ('' unknown)
 -- ARGV[15] peak resident memory, bytes ('' unknown)
+-- ARGV[16] the artifacts stored, JSON [{"name", "size", "sha256"}] ('' none)
 -- Reply: 1 when recorded, 0 when refused (stale token, or the job is not running).
 local RUN_EWMA_WEIGHT = 0.2
 if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= ARGV[2] then
@@ -21,7 +23,8 @@ local t = now()
 local status = ARGV[3]
 redis.call('HSET', JOB, 'status', status, 'finished_at', t)
 local optional = {error = ARGV[4], tflops = ARGV[5], output = ARGV[13],
-                  peak_gpu_memory_bytes = ARGV[14], peak_rss_bytes = ARGV[15]}
+                  peak_gpu_memory_bytes = ARGV[14], peak_rss_bytes = ARGV[15],
+                  artifacts = ARGV[16]}
 for field, value in pairs(optional) do
   if value ~= '' then redis.call('HSET', JOB, field, value) end
 end
@@ -33,6 +36,7 @@ if status ~= 'SUCCESS' then
 end
 local ttl = tonumber(ARGV[11])
 redis.call('EXPIRE', KEYS[6], ttl)
+redis.call('EXPIRE', KEYS[7], ttl)  -- the log lines are kept as long as the record
 local kind = redis.call('HGET', JOB, 'kind')
 local ran = t - tonumber(redis.call('HGET', JOB, 'started_at'))
 bump(KEYS[5], 'finished:' .. kind .. ':' .. status)
@@ -54,5 +58,6 @@ if ARGV[6] ~= '' and redis.call('SET', KEYS[4], 1, 'NX', 'EX', ttl) then
   redis.call('HINCRBY', KEYS[5], 'billed_micros:' .. kind, micros)
   redis.call('HINCRBY', KEYS[5], 'billed_ms:' .. kind, billed_ms)
 end
+notify(KEYS[8])
 emit(ARGV[10], ARGV[1], ttl)
 return 1

@@ -5,7 +5,8 @@
 -- unbilled, and the run that still holds it can no longer finish it (finish.lua wants it
 -- STARTED). Either way a running job's id goes out on the stops channel, which workers listen
 -- to. An ended job is left alone. Every REVOKED job's error kind is 'cancelled'.
--- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash
+-- A job that ends here with a webhook goes on the deliveries stream (_lib.lua notify).
+-- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash  KEYS[4] the webhooks stream
 -- ARGV[1] job id  ARGV[2] channel  ARGV[3] ttl  ARGV[4] who: 'owner' | 'operator'
 -- ARGV[5] the stops channel
 -- Reply: 'revoked' (it was queued) | 'stopping' (the owner's, running) | 'stopped' (the
@@ -25,6 +26,7 @@ redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'cancel', by,
 local kind = redis.call('HGET', JOB, 'kind')
 bump(KEYS[3], 'finished:' .. kind .. ':REVOKED')
 ended(KEYS[3], 'cancelled')
+notify(KEYS[4])
 moved(ARGV[2], kind)
 emit(ARGV[2], ARGV[1], tonumber(ARGV[3]))
 if status == 'STARTED' then return 'stopped' end

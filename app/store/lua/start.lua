@@ -1,6 +1,8 @@
 -- start.lua: a worker holding the job's lease starts a run, unless the job has ended or has used
 -- up its attempts (then it ends here as FAILURE, its error kind 'lost').
+-- A job that ends here with a webhook goes on the deliveries stream (_lib.lua notify).
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash  KEYS[4] the job's input
+-- KEYS[5] the webhooks stream
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] worker  ARGV[4] gpu id ('' for none)
 -- ARGV[5] max attempts  ARGV[6] channel  ARGV[7] ttl
 -- Reply: {'run', attempt, owner, duration_s, type, input} | {'ended'} (gone, ended, or
@@ -14,6 +16,7 @@ if redis.call('HGET', JOB, 'cancel') then
   redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'error_kind', 'cancelled')
   bump(KEYS[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':REVOKED')
   ended(KEYS[3], 'cancelled')
+  notify(KEYS[5])
   emit(ARGV[6], ARGV[1], ttl)
   return {'ended'}
 end
@@ -24,6 +27,7 @@ if attempts >= tonumber(ARGV[5]) then
              'the worker running it was lost ' .. attempts .. ' times')
   bump(KEYS[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':FAILURE')
   ended(KEYS[3], 'lost')
+  notify(KEYS[5])
   emit(ARGV[6], ARGV[1], ttl)
   return {'exhausted'}
 end

@@ -1,0 +1,321 @@
+"""The artifact stores: a local folder, and S3-compatible storage tested against moto's server
+mode (a real HTTP endpoint, started here as a process on a loopback port). Both put, open,
+delete and sweep alike; check_name keeps every name inside its job's folder."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.artifacts import (
+    ArtifactStore,
+    BadNameError,
+    LocalArtifacts,
+    S3Artifacts,
+    check_name,
+    open_artifacts,
+    parse_s3_url,
+)
+from app.auth import Accounts
+from app.service import build
+from app.settings import Settings
+from tests import s3_server
+from tests.s3_server import new_bucket
+from tests.support import FIXTURES
+
+moto_url, s3_env = s3_server.moto_url, s3_server.s3_env  # the fixtures, for these tests
+
+
+def read_all(store: ArtifactStore, job_id: str, name: str) -> bytes:
+    opened = store.open(job_id, name)
+    try:
+        chunks = []
+        while chunk := opened.read(7):  # small reads: the loop a download makes
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        opened.close()
+
+
+def source(tmp_path: Path, content: bytes, name: str = "src") -> Path:
+    path = tmp_path / f"{name}-{uuid.uuid4()}"
+    path.write_bytes(content)
+    return path
+
+
+# -- names ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["model.bin", "plots/loss.png", "a b/ünï.txt", "x" * 255])
+def test_a_name_inside_the_job_s_folder_is_kept_as_it_is(name: str) -> None:
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "/etc/passwd",
+        "../x",
+        "a/../../x",
+        "..",
+        "a..b",
+        "a\\b",
+        "..\\x",
+        "a\x00b",
+        "a\nb",
+        "a//b",
+        "a/",
+        "./a",
+        "x" * 256,
+        "a/" * 600,
+    ],
+)
+def test_a_name_that_could_leave_the_folder_is_refused(name: str) -> None:
+    with pytest.raises(BadNameError):
+        check_name(name)
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [("s3://b", ("b", "")), ("s3://b/", ("b", "")), ("s3://b/p/q/", ("b", "p/q"))],
+)
+def test_an_s3_url_names_a_bucket_and_a_prefix(url: str, parsed: tuple[str, str]) -> None:
+    assert parse_s3_url(url) == parsed
+
+
+@pytest.mark.parametrize("url", ["http://b/p", "s3:///p", "s3://b/p?x=1", "b/p"])
+def test_anything_but_an_s3_url_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="s3://"):
+        parse_s3_url(url)
+
+
+def test_the_settings_choose_the_store(tmp_path: Path) -> None:
+    local = open_artifacts(Settings(users_file=FIXTURES, artifacts_dir=tmp_path))
+    assert isinstance(local, LocalArtifacts)
+    assert local.root == tmp_path
+    default = open_artifacts(Settings(users_file=FIXTURES))
+    assert isinstance(default, LocalArtifacts)
+    assert default.root == Path("artifacts")
+
+
+# -- both stores alike ----------------------------------------------------------------------------
+@pytest.fixture
+def s3(moto_url: str, s3_env: None) -> S3Artifacts:
+    """A store on a new bucket, with a prefix, built from the settings as a process builds it."""
+    bucket = new_bucket(moto_url)
+    settings = Settings(
+        users_file=FIXTURES,
+        artifacts_url=f"s3://{bucket}/runs/a",
+        artifacts_endpoint_url=moto_url,
+    )
+    store = open_artifacts(settings)
+    assert isinstance(store, S3Artifacts)
+    return store
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactStore:
+    if request.param == "local":
+        return LocalArtifacts(tmp_path / "artifacts")
+    s3_store: S3Artifacts = request.getfixturevalue("s3")
+    return s3_store
+
+
+def test_a_put_file_reads_back_whole(store: ArtifactStore, tmp_path: Path) -> None:
+    job = str(uuid.uuid4())
+    content = os.urandom(100_000)
+
+    store.put(job, "weights/model.bin", source(tmp_path, content))
+
+    assert read_all(store, job, "weights/model.bin") == content
+
+
+def test_a_second_put_replaces_the_first(store: ArtifactStore, tmp_path: Path) -> None:
+    job = str(uuid.uuid4())
+    store.put(job, "out.txt", source(tmp_path, b"first"))
+
+    store.put(job, "out.txt", source(tmp_path, b"second"))
+
+    assert read_all(store, job, "out.txt") == b"second"
+
+
+def test_a_missing_artifact_is_file_not_found(store: ArtifactStore, tmp_path: Path) -> None:
+    job = str(uuid.uuid4())
+    store.put(job, "a/b.txt", source(tmp_path, b"b"))
+
+    for job_id, name in [(job, "c.txt"), (job, "a"), (str(uuid.uuid4()), "a/b.txt")]:
+        with pytest.raises(FileNotFoundError):
+            store.open(job_id, name)
+
+
+@pytest.mark.parametrize("name", ["../x", "/x", "a\\b", "a//b"])
+def test_an_escaping_name_is_refused_by_every_method(
+    store: ArtifactStore, tmp_path: Path, name: str
+) -> None:
+    job = str(uuid.uuid4())
+    with pytest.raises(BadNameError):
+        store.put(job, name, source(tmp_path, b"x"))
+    with pytest.raises(BadNameError):
+        store.open(job, name)
+    with pytest.raises(BadNameError):
+        store.delete("../" + job)
+
+
+def test_delete_removes_one_job_s_artifacts_only(store: ArtifactStore, tmp_path: Path) -> None:
+    job, other = str(uuid.uuid4()), str(uuid.uuid4())
+    longer = job + "0"  # a job whose id starts with the other's: not in its folder
+    for job_id in (job, other):
+        store.put(job_id, "a.txt", source(tmp_path, b"a"))
+        store.put(job_id, "d/b.txt", source(tmp_path, b"b"))
+    store.put(longer, "a.txt", source(tmp_path, b"longer"))
+
+    store.delete(job)
+    store.delete(str(uuid.uuid4()))  # nothing there: nothing happens
+
+    for name in ("a.txt", "d/b.txt"):
+        with pytest.raises(FileNotFoundError):
+            store.open(job, name)
+        assert read_all(store, other, name) in (b"a", b"b")
+    assert read_all(store, longer, "a.txt") == b"longer"
+
+
+def test_sweep_removes_what_is_older_than_asked(store: ArtifactStore, tmp_path: Path) -> None:
+    jobs = [str(uuid.uuid4()) for _ in range(3)]
+    for job_id in jobs:
+        store.put(job_id, "a.txt", source(tmp_path, b"a"))
+        store.put(job_id, "d/b.txt", source(tmp_path, b"b"))
+
+    assert store.sweep(3600) == 0
+    assert read_all(store, jobs[0], "a.txt") == b"a"
+    # Everything is older than a minute from now.
+    assert store.sweep(-60) == 3
+    for job_id in jobs:
+        with pytest.raises(FileNotFoundError):
+            store.open(job_id, "d/b.txt")
+    assert store.sweep(-60) == 0
+
+
+# -- each store's own ----------------------------------------------------------------------------
+def test_the_local_sweep_goes_by_a_job_s_last_put(tmp_path: Path) -> None:
+    store = LocalArtifacts(tmp_path / "artifacts")
+    old, new = str(uuid.uuid4()), str(uuid.uuid4())
+    store.put(old, "deep/er/a.txt", source(tmp_path, b"a"))
+    store.put(new, "a.txt", source(tmp_path, b"a"))
+    day_ago = time.time() - 86_400
+    os.utime(store.root / old, (day_ago, day_ago))
+    os.utime(store.root / new, (day_ago, day_ago))
+    store.put(new, "deep/er/b.txt", source(tmp_path, b"b"))  # a nested put counts too
+
+    assert store.sweep(3600) == 1
+
+    assert not (store.root / old).exists()
+    assert read_all(store, new, "a.txt") == b"a"
+
+
+def test_the_local_store_serves_no_file_a_link_leads_out_to(tmp_path: Path) -> None:
+    store = LocalArtifacts(tmp_path / "artifacts")
+    job = str(uuid.uuid4())
+    secret = source(tmp_path, b"secret")
+    store.put(job, "a.txt", source(tmp_path, b"a"))
+    (store.root / job / "link").symlink_to(secret)
+
+    with pytest.raises(FileNotFoundError):
+        store.open(job, "link")
+
+
+def test_a_sweep_removes_only_jobs_folders(store: ArtifactStore, tmp_path: Path) -> None:
+    """Should the folder (or bucket prefix) hold anything else, a sweep leaves it alone."""
+    store.put("not-a-job", "keep.txt", source(tmp_path, b"k"))
+    store.put(str(uuid.uuid4()).upper(), "keep.txt", source(tmp_path, b"k"))
+
+    assert store.sweep(-60) == 0
+
+    assert read_all(store, "not-a-job", "keep.txt") == b"k"
+
+
+def test_a_put_file_is_readable_by_others(tmp_path: Path) -> None:
+    """An API running as another user than the worker may serve it (a shared volume)."""
+    store = LocalArtifacts(tmp_path / "artifacts")
+    job = str(uuid.uuid4())
+    store.put(job, "a.txt", source(tmp_path, b"a"))
+
+    assert (store.root / job / "a.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_the_local_sweep_of_no_folder_removes_nothing(tmp_path: Path) -> None:
+    assert LocalArtifacts(tmp_path / "none").sweep(0) == 0
+
+
+def test_s3_objects_are_prefix_job_name(s3: S3Artifacts, tmp_path: Path) -> None:
+    job = str(uuid.uuid4())
+
+    s3.put(job, "plots/loss.png", source(tmp_path, b"png"))
+
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket)
+    assert [o["Key"] for o in listed["Contents"]] == [f"runs/a/{job}/plots/loss.png"]
+
+
+def test_s3_deletes_and_sweeps_past_one_page_of_keys(s3: S3Artifacts, tmp_path: Path) -> None:
+    s3.page = 2  # keys per listing and per delete: several calls of each below
+    job, other = str(uuid.uuid4()), str(uuid.uuid4())
+    for job_id in (job, other):
+        for i in range(5):
+            s3.put(job_id, f"part/{i}", source(tmp_path, b"x"))
+
+    s3.delete(job)
+
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
+    assert sorted(o["Key"] for o in listed) == [f"runs/a/{other}/part/{i}" for i in range(5)]
+    assert s3.sweep(-60) == 1
+    assert s3.client.list_objects_v2(Bucket=s3.bucket)["KeyCount"] == 0
+
+
+# -- the service's periodic sweep ----------------------------------------------------------------
+def test_the_periodic_sweep_removes_artifacts_kept_past_their_job_s_record(
+    tmp_path: Path, redis_url: str
+) -> None:
+    settings = Settings(
+        users_file=FIXTURES, redis_url=redis_url, artifacts_dir=tmp_path / "a", job_ttl_s=60
+    )
+    service = build(settings, Accounts.load(FIXTURES))
+    store = LocalArtifacts(tmp_path / "a")
+    expired, running = str(uuid.uuid4()), str(uuid.uuid4())
+    for job_id in (expired, running):
+        store.put(job_id, "out.txt", source(tmp_path, b"x"))
+    # Put before the longest run plus JOB_TTL_S: its record has expired. The other's may not
+    # have: its job may have run long after it put the file.
+    kept_s = settings.job_ttl_s + settings.max_long_s + settings.timeout_grace_s
+    for job_id, age_s in [(expired, kept_s + 60), (running, kept_s - 60)]:
+        then = time.time() - age_s
+        os.utime(store.root / job_id, (then, then))
+    try:
+        assert service.sweep() == 0  # no unqueued job: the artifacts are swept alongside
+
+        assert not (store.root / expired).exists()
+        assert read_all(store, running, "out.txt") == b"x"
+        os.utime(store.root / running, (0, 0))
+        assert service.sweep_artifacts() == 0  # swept a moment ago: not again so soon
+        assert service.sweep_artifacts(now=True) == 1
+    finally:
+        service.close()
+
+
+def test_a_failing_store_does_not_stop_the_periodic_sweep(
+    redis_url: str, moto_url: str, s3_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        users_file=FIXTURES,
+        redis_url=redis_url,
+        artifacts_url="s3://no-such-bucket/p",
+        artifacts_endpoint_url=moto_url,
+    )
+    service = build(settings, Accounts.load(FIXTURES))
+    try:
+        assert service.sweep() == 0  # the unqueued jobs' sweep went on; the failure is logged
+        assert service.sweep_artifacts(now=True) == 0
+        assert "NoSuchBucket" in caplog.text
+    finally:
+        service.close()

@@ -1,0 +1,81 @@
+"""Fixtures of the webhook tests: settings on the suite's Redis with a secret, the store's two
+sides on it (the API's JobStore, the workers' JobRecorder) to bring jobs to their end through
+the real scripts, and a receiver on loopback."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from pydantic import SecretStr
+
+from app.billing import Charge
+from app.models import Status
+from app.settings import Settings
+from app.store import JobRecorder, JobStore
+from app.store.keys import WEBHOOKS
+from tests.support import FIXTURES
+from tests.webhooks.receiver import Receiver, receiving
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+OWNER = "11111111-1111-1111-1111-111111111111"
+TOKEN = "lease-token"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(
+        users_file=FIXTURES,
+        redis_url=redis_url,
+        webhook_secret=SecretStr(SECRET),
+        webhook_allow_private=True,
+    )
+
+
+@dataclass
+class Jobs:
+    """Jobs brought to their end through the store's scripts, as the API and a worker do."""
+
+    store: JobStore
+    recorder: JobRecorder
+
+    async def create(self, webhook: str | None) -> str:
+        job_id = str(uuid.uuid4())
+        await self.store.create(job_id, OWNER, "short", 1.0, webhook=webhook)
+        return job_id
+
+    def start(self, job_id: str) -> bool:
+        return self.recorder.start(job_id, TOKEN, "cpu@test", None).run
+
+    def finish(self, job_id: str, status: Status, **fields: Any) -> bool:
+        charge = Charge(cost=0.5, description="Short GPU job", gpu_seconds=1.0)
+        return self.recorder.finish(job_id, TOKEN, status, charge=charge, owner=OWNER, **fields)
+
+    def handed_over(self) -> list[str]:
+        """The job ids on the deliveries stream, oldest first."""
+        entries = self.recorder.redis.xrange(WEBHOOKS)
+        return [fields[b"task_id"].decode() for _, fields in entries]
+
+
+@pytest.fixture
+async def jobs(settings: Settings, r: redis.Redis) -> AsyncIterator[Jobs]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        yield Jobs(JobStore(client, settings), JobRecorder(r, settings))
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from receiving()
