@@ -111,6 +111,7 @@ def job(
     importable packages it needs; where one is missing the type is listed as unavailable."""
 
     def register(target: Callable[..., Any]) -> JobType:
+        _checked_name(name)  # before the annotations: the name is what an error names
         as_class: Any = target
         run = as_class.run if inspect.isclass(target) else target
         input_model, output_model = _models(name, run, skip_self=inspect.isclass(target))
