@@ -1,4 +1,5 @@
-"""JobChild: the warm child process a worker runs its jobs in.
+"""JobChild: the worker's side of the warm child process its jobs run in (the child's side is
+job_process.py).
 
 The child is started with `spawn` (CUDA does not survive a fork), loads the job types once and
 serves job after job, so a type's `setup()` runs once per child. The worker (the parent) keeps
@@ -17,101 +18,29 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import faulthandler
-import importlib.util
-import json
 import logging
 import multiprocessing
 import os
-import resource
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from app.jobs import MAX_OUTPUT_BYTES, JobCancelledError, JobContext, load_registry
-from app.jobs.registry import JobType, Registry, RegistryError, Runnable
+from app.worker.calls import Call, ChildStartError, Ended, Reply, last_lines
+from app.worker.job_process import child_main
 from app.worker.live import NO_EVENTS, JobEvents, LogLine, OutputTail, Stream, lines_of
 
 log = logging.getLogger(__name__)
 
-EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed"]
-
 POLL_S = 0.1  # how often the parent looks at the pipe, the clock and should_stop()
 START_TIMEOUT_S = 300.0  # importing the job modules (torch, a model's code) can take a while
-ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
-ERROR_CHARS = 4096  # and at most this much of them
-PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
 LOG_KEEP_BYTES = 1 << 20  # a child's output file is emptied before a job once past this
 MESSAGES_PER_POLL = 10_000  # a job that floods the pipe still lets the parent watch the clock
-
-
-@dataclass(frozen=True)
-class Call:
-    """One job for the child: its task id, type, input (JSON text), budget and GPU, and the
-    folder for its output files (the executor fills it in)."""
-
-    task_id: str
-    type: str
-    input: str
-    budget_s: float
-    gpu_id: int | None
-    output_dir: str = ""
-
-
-@dataclass(frozen=True)
-class Ended:
-    """How a job ended; `seconds` as the parent measured it, from the call to the reply or
-    the kill. `output_dir` holds the files the job left (the runner stores and deletes them);
-    `artifacts` is what the runner stored of them (JSON), for the job's record."""
-
-    end: EndKind
-    seconds: float
-    output: str | None = None
-    error: str | None = None
-    peak_gpu_memory_bytes: int | None = None
-    peak_rss_bytes: int | None = None
-    output_dir: Path | None = None
-    artifacts: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """How a job ended, as the process that ran it saw it: an Ended less the time."""
-
-    end: EndKind
-    output: str | None = None
-    error: str | None = None
-    peak_gpu_memory_bytes: int | None = None
-    peak_rss_bytes: int | None = None
-
-    def ended(self, seconds: float) -> Ended:
-        """The end, with the time the worker measured."""
-        return Ended(
-            self.end,
-            seconds,
-            self.output,
-            self.error,
-            self.peak_gpu_memory_bytes,
-            self.peak_rss_bytes,
-        )
-
-
-class ChildStartError(RuntimeError):
-    """The child could not load the job types; the message says why."""
-
-
-# -- the parent's side --------------------------------------------------------------------------
 
 
 class JobChild:
@@ -320,7 +249,7 @@ class JobChild:
             how = f"killed by {_signal_name(-code)}"
         else:
             how = f"exit code {code}"
-        return f"the job's process died ({how}); its last output:\n{_last_lines(output)}".rstrip()
+        return f"the job's process died ({how}); its last output:\n{last_lines(output)}".rstrip()
 
     def _start_output(self) -> str:
         """The last lines a child that died at its start wrote."""
@@ -416,200 +345,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def _last_lines(text: str) -> str:
-    return "\n".join(text.splitlines()[-ERROR_LINES:])[-ERROR_CHARS:]
-
-
-# -- the child's side ---------------------------------------------------------------------------
-
-
-def child_main(
-    conn: Connection,
-    cancel: ctypes.c_bool,
-    modules: list[str],
-    gpu_id: int | None,
-    output_paths: list[str],
-) -> None:
-    """The child process: load the job types, say so, then serve calls until the pipe closes."""
-    _redirect_output(output_paths)
-    # a fatal signal's traceback goes to stderr, for the error: the faulting thread's only, so
-    # that the job's last output still fits in the lines quoted
-    faulthandler.enable(all_threads=False)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the worker's to handle
-    folder = Path(output_paths[0]).parent
-    _exit_with_parent(folder)
-    try:
-        registry = load_registry(modules)
-    except RegistryError as exc:
-        conn.send(("error", str(exc)))
-        return
-    device, runnables = _device(gpu_id), dict[str, Runnable]()
-    pipe = _Pipe(conn)
-    pipe.send(("ready", None))
-    while True:
-        try:
-            call = conn.recv()
-        except EOFError:
-            _await_orphaning(folder)
-            return
-        reply = run_call(registry, runnables, call, _context(call, device, cancel, pipe))
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()  # the job's last words are in the files before the parent hears
-        pipe.send(reply)
-
-
-class _Pipe:
-    """The child's end of the pipe, shared by the serving loop and a job's threads (ctx.log
-    from a data loader's thread): one message at a time."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn, self._lock = conn, threading.Lock()
-
-    def send(self, message: object) -> None:
-        with self._lock:
-            self._conn.send(message)
-
-
-def _context(call: Call, device: Any, cancel: ctypes.c_bool, pipe: _Pipe) -> JobContext:
-    """The job's context: its cancel flag, and ctx.log and ctx.progress as messages to the
-    parent (tagged with the job, so that a lingering thread of an earlier one is ignored)."""
-
-    def say(text: str) -> None:
-        pipe.send(("log", call.task_id, time.time(), text))
-
-    def progress(fraction: float, message: str) -> None:
-        pipe.send(("progress", call.task_id, fraction, message))
-
-    return JobContext(
-        call.task_id,
-        call.gpu_id,
-        device,
-        time.time() + call.budget_s,
-        lambda: bool(cancel.value),
-        output_dir=Path(call.output_dir),
-        _log=say,
-        _progress=progress,
-    )
-
-
-def _redirect_output(paths: list[str]) -> None:
-    """fds 1 and 2 to their files, in append mode (the parent may empty them between jobs)."""
-    for target, path in zip((1, 2), paths, strict=True):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(fd, target)
-        os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True)  # a job's prints reach the files as it goes
-
-
-def _exit_with_parent(folder: Path) -> None:
-    """End the child when the worker dies without closing it (SIGKILL, OOM): a running job
-    would otherwise hold the GPU with no one left to stop it."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        parent.join()  # returns when the parent's end of its sentinel pipe closes
-        _orphaned(folder)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _await_orphaning(folder: Path) -> None:
-    """The pipe closed while the child waited for a call: the worker is dying (it closes the
-    pipe only after killing the child). Give it a moment, then clean up for it."""
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        parent.join(PARENT_EXIT_S)
-        if not parent.is_alive():
-            _orphaned(folder)
-
-
-def _orphaned(folder: Path) -> None:
-    """Remove the child's folder (output files, job folders) that the dead worker can no longer
-    delete, and exit."""
-    shutil.rmtree(folder, ignore_errors=True)
-    os._exit(1)
-
-
-def _device(gpu_id: int | None) -> Any:
-    """torch's device for the jobs: the one visible card, the CPU, or None without torch."""
-    if importlib.util.find_spec("torch") is None:
-        return None
-    import torch
-
-    # CUDA_VISIBLE_DEVICES has pinned the worker's card: it is index 0 here
-    return torch.device("cpu" if gpu_id is None else "cuda:0")
-
-
-def run_call(
-    registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext
-) -> Reply:
-    """Run the call's job in this process and say how it ended. `runnables` keeps each type's
-    instance once its setup() has succeeded, so setup runs once per process (and again after
-    it raised). The child runs every job with it; so does InlineExecutor, in the worker."""
-    end: EndKind
-    output: str | None
-    error: str | None
-    try:
-        end, output, error = "success", _run(registry, runnables, call, ctx), None
-    except JobCancelledError as exc:
-        end, output, error = "cancelled", None, str(exc)
-    except Exception as exc:
-        end, output, error = "exception", None, _describe(exc)
-    if ctx.cancelled:
-        end, output = "cancelled", None  # any end after a cancel counts as the cancel
-    return Reply(end, output, error, *_peaks(ctx.device))
-
-
-def _run(registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext) -> str:
-    job_type = registry.get(call.type)
-    if job_type is None:
-        raise LookupError(f"unknown job type {call.type!r}")
-    if job_type.unavailable is not None:
-        raise RuntimeError(f"job type {call.type!r} {job_type.unavailable}")
-    inp = job_type.parse_input(json.loads(call.input))
-    runnable = runnables.get(job_type.name)
-    if runnable is None:
-        runnable = job_type.make()
-        runnable.setup(ctx)  # if it raises, the next job of the type tries a fresh instance
-        runnables[job_type.name] = runnable
-    return _dumped(job_type, runnable.run(ctx, inp))
-
-
-def _dumped(job_type: JobType, result: object) -> str:
-    """The output as the type's model, in JSON, within MAX_OUTPUT_BYTES."""
-    if isinstance(result, BaseModel) and not isinstance(result, job_type.output_model):
-        result = result.model_dump()
-    text = job_type.output_model.model_validate(result).model_dump_json()
-    size = len(text.encode())
-    if size > MAX_OUTPUT_BYTES:
-        raise ValueError(
-            f"the job's output is {size} bytes of JSON, over the limit of {MAX_OUTPUT_BYTES} "
-            "bytes (MAX_OUTPUT_BYTES): keep large results elsewhere and return a reference"
-        )
-    return text
-
-
-def _describe(exc: BaseException) -> str:
-    """The exception's message, then the last lines of its traceback."""
-    lines = "".join(traceback.format_exception(exc))
-    return f"{type(exc).__name__}: {exc}\n{_last_lines(lines)}"
-
-
-def _peaks(device: Any) -> tuple[int | None, int]:
-    """The job's peak GPU memory (then free the cache for the next job) and the child's peak
-    RSS so far."""
-    gpu_peak = None
-    if device is not None and device.type == "cuda":
-        import torch
-
-        gpu_peak = int(torch.cuda.max_memory_allocated(device))
-        torch.cuda.reset_peak_memory_stats(device)
-        torch.cuda.empty_cache()
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return gpu_peak, rss_kib * (1 if sys.platform == "darwin" else 1024)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from app.jobs import JobContext, Registry
 from app.jobs.registry import Runnable
-from app.worker.child import Call, Ended, run_call
+from app.worker.calls import Call, Ended
+from app.worker.job_process import run_call
 from app.worker.live import NO_EVENTS, JobEvents, lines_of
 
 

@@ -23,8 +23,8 @@ from app.auth import Accounts
 from app.service import Service
 from app.settings import Settings, get_settings
 from app.worker import gpu
+from app.worker.calls import ChildStartError
 from app.worker.celery_app import worker_argv
-from app.worker.child import ChildStartError
 from app.worker.presence import Presence
 from app.worker.runner import JobRunner, build_worker, worker_name
 

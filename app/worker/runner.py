@@ -40,7 +40,8 @@ from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker import gpu
-from app.worker.child import Call, Ended, JobChild
+from app.worker.calls import Call, Ended
+from app.worker.child import JobChild
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
 from app.worker.reports import LiveReports

@@ -16,7 +16,8 @@ import pytest
 
 from app.dev.processes import wait_until
 from app.jobs import MAX_OUTPUT_BYTES
-from app.worker.child import Call, ChildStartError, Ended, JobChild
+from app.worker.calls import Call, ChildStartError, Ended
+from app.worker.child import JobChild
 from app.worker.live import LogLine, Stream
 
 pytestmark = pytest.mark.integration
@@ -261,7 +262,8 @@ def test_close_stops_the_child(child: JobChild) -> None:
 # A worker that starts a child and runs a job that ignores cancels; it prints the child's pid
 # once the call is in the pipe (the child runs the job even if the worker is gone by then).
 ORPHANING_WORKER = """
-from app.worker.child import Call, JobChild
+from app.worker.calls import Call
+from app.worker.child import JobChild
 child = JobChild(["tests.jobs.sample"], None, timeout_grace_s=60, cancel_grace_s=60)
 child.start()
 told = []

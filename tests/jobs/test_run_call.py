@@ -10,7 +10,8 @@ import pytest
 
 from app.jobs import JobContext, Registry, job, load_registry
 from app.jobs.registry import Runnable
-from app.worker.child import Call, Reply, run_call
+from app.worker.calls import Call, Reply
+from app.worker.job_process import run_call
 from tests.jobs.sample import EchoOut, Nothing
 
 

@@ -23,7 +23,7 @@ from app.jobs import load_registry
 from app.service import Service
 from app.settings import Settings
 from app.store.keys import METRICS, billing_key, events_key, job_key, logs_key
-from app.worker.child import Call, Ended
+from app.worker.calls import Call, Ended
 from app.worker.inline import InlineExecutor
 from app.worker.live import JobEvents, LogLine
 from app.worker.reports import EVENT_LINES, LiveReports

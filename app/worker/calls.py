@@ -1,0 +1,72 @@
+"""What the worker and its job child say to each other: a Call (one job), and how it ended (the
+child's Reply, the worker's Ended, which adds the time it measured)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed"]
+
+ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
+ERROR_CHARS = 4096  # and at most this much of them
+
+
+@dataclass(frozen=True)
+class Call:
+    """One job for the child: its task id, type, input (JSON text), budget and GPU, and the
+    folder for its output files (the executor fills it in)."""
+
+    task_id: str
+    type: str
+    input: str
+    budget_s: float
+    gpu_id: int | None
+    output_dir: str = ""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a job ended; `seconds` as the parent measured it, from the call to the reply or
+    the kill. `output_dir` holds the files the job left (the runner stores and deletes them);
+    `artifacts` is what the runner stored of them (JSON), for the job's record."""
+
+    end: EndKind
+    seconds: float
+    output: str | None = None
+    error: str | None = None
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    output_dir: Path | None = None
+    artifacts: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How a job ended, as the process that ran it saw it: an Ended less the time."""
+
+    end: EndKind
+    output: str | None = None
+    error: str | None = None
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+
+    def ended(self, seconds: float) -> Ended:
+        """The end, with the time the worker measured."""
+        return Ended(
+            self.end,
+            seconds,
+            self.output,
+            self.error,
+            self.peak_gpu_memory_bytes,
+            self.peak_rss_bytes,
+        )
+
+
+class ChildStartError(RuntimeError):
+    """The child could not load the job types; the message says why."""
+
+
+def last_lines(text: str) -> str:
+    return "\n".join(text.splitlines()[-ERROR_LINES:])[-ERROR_CHARS:]
