@@ -26,8 +26,8 @@ MAX_WORKERS = 4
 #: share the rest, so that no worker is still on a long one when the rest are done. Only the
 #: order changes; a file missing from this list just runs in its usual place.
 LONGEST_FIRST = (
-    "tests/api/test_schema_fuzz.py",
     "tests/vtrr/test_model.py",
+    "tests/api/test_schema_fuzz.py",
     "tests/client/test_client_cli.py",
 )
 #: A free port can be taken by another process (another worker) between its choice and its use.
@@ -48,8 +48,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         and not config.option.collectonly
         and config.option.markexpr.split() == ["not", "integration"]
     ):
-        config.option.numprocesses = "auto"
-        config.option.maxprocesses = config.option.maxprocesses or MAX_WORKERS
+        # xdist's count: the cores, or PYTEST_XDIST_AUTO_NUM_WORKERS; one worker only adds cost.
+        workers = min(config.hook.pytest_xdist_auto_num_workers(config=config), MAX_WORKERS)
+        if workers > 1:
+            config.option.numprocesses = workers
     if getattr(config.option, "numprocesses", None) and config.option.maxschedchunk is None:
         # One test at a time to whichever worker is free (about 1 ms each): in the default
         # chunks of a hundred or more tests, one worker got every long test and finished last.
