@@ -347,3 +347,13 @@ async def test_the_schema_s_largest_tail_is_max_log_lines(settings: Settings) ->
         url = f"/tasks/{task_id}/logs"
         assert (await small.client.get(url, params={"tail": 5}, headers=KEY)).status_code == 200
         assert (await small.client.get(url, params={"tail": 6}, headers=KEY)).status_code == 422
+
+
+async def test_a_name_with_a_newline_reaches_the_route_a_missing_key_is_a_401(api: Api) -> None:
+    """`%0A` decodes to a newline, which Starlette's `path` never matched: the answer was a
+    routing 404 before the key was looked at (schemathesis found it)."""
+    task_id = await submit(api)
+    without_key = await api.client.get(f"/tasks/{task_id}/artifacts/%0A0")
+    assert without_key.status_code == 401, without_key.text
+    with_key = await api.client.get(f"/tasks/{task_id}/artifacts/%0A0", headers=KEY)
+    assert (with_key.status_code, with_key.json()) == (404, {"detail": "artifact not found"})

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, owned_job
@@ -73,7 +74,7 @@ def build(settings: Settings) -> APIRouter:
         return TaskLogs(lines=lines)
 
     @router.get(
-        "/tasks/{task_id}/artifacts/{name:path}",
+        "/tasks/{task_id}/artifacts/{name:anypath}",
         response_class=StreamingResponse,
         responses=ARTIFACT_RESPONSES,
     )
@@ -90,6 +91,23 @@ def build(settings: Settings) -> APIRouter:
         return StreamingResponse(_chunks(opened), headers=download_headers(name))
 
     return router
+
+
+class _AnyPath(Convertor[str]):
+    """Starlette's `path`, newlines included: a name that decodes to one (`%0A`) must reach the
+    route, where a missing key is a 401 and a bad name a 404, not be a routing 404 before the
+    key is checked."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", _AnyPath())
 
 
 async def _chunks(opened: ArtifactFile) -> AsyncIterator[bytes]:
