@@ -10,14 +10,22 @@ should not share the cores with other tests. An explicit -n (-n 0: one process) 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import redis.utils
 
 from app.dev.redis_server import RedisServer
+from tests import support
+
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this machine's does), every pytest process
+# compiled the app and assert-rewrote every test module anew: ~1.7 s of CPU a process, paid again
+# by each xdist worker. The suite writes both to __pycache__/ (ignored by git) and reuses them.
+sys.dont_write_bytecode = False
 
 #: More workers than this gain nothing: the longest single tests (the fair queue's model test,
 #: the schema fuzz) bound the run, and each worker pays for its own collection.
@@ -38,15 +46,22 @@ REDIS_START_TRIES = 3
 redis.utils.get_lib_version = functools.cache(redis.utils.get_lib_version)
 
 
+def _unit_tier(config: pytest.Config) -> bool:
+    """Whether this run is the unit tier: -m "not integration" over the whole tree."""
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.collectonly
+        and config.option.markexpr.split() == ["not", "integration"]
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Spread the unit tests over the cores: runs before xdist's own hook reads -n."""
     if (
         getattr(config.option, "numprocesses", "absent") is None  # xdist there, -n not given
         and not hasattr(config, "workerinput")  # not an xdist worker itself
-        and config.args_source == pytest.Config.ArgsSource.TESTPATHS  # the whole tree
-        and not config.option.collectonly
-        and config.option.markexpr.split() == ["not", "integration"]
+        and _unit_tier(config)
     ):
         # xdist's count: the cores, or PYTEST_XDIST_AUTO_NUM_WORKERS; one worker only adds cost.
         workers = min(config.hook.pytest_xdist_auto_num_workers(config=config), MAX_WORKERS)
@@ -56,6 +71,20 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         # One test at a time to whichever worker is free (about 1 ms each): in the default
         # chunks of a hundred or more tests, one worker got every long test and finished last.
         config.option.maxschedchunk = 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The unit tier generates a share of each property test's examples (tests/support.py);
+    an xdist worker learns the tier from its controller (pytest_configure_node)."""
+    worker = getattr(config, "workerinput", None)
+    unit = worker["unit_tier"] if worker is not None else _unit_tier(config)
+    if unit:
+        support.examples_share = support.UNIT_TIER_SHARE
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["unit_tier"] = _unit_tier(node.config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,6 +15,17 @@ DEMO_KEY = "default_api_key"  # account 1111...
 OTHER_KEY = "second_api_key"  # account 2222...
 TEAM_KEY = "team_api_key"  # account 3333..., share 2
 T = TypeVar("T")
+#: The share of each property test's examples that a run generates: all of them in a whole run
+#: (CI's, or any run of named files), UNIT_TIER_SHARE in the unit tier (-m "not integration" over
+#: the whole tree), where a quick answer matters most. tests/conftest.py sets it before any test
+#: module is imported; the assertions are the same in both.
+examples_share = 1.0
+UNIT_TIER_SHARE = 0.5
+
+
+def examples(full: int) -> int:
+    """The examples this run generates for a property test that generates `full` in a whole run."""
+    return max(10, round(full * examples_share))
 
 
 def fast_settings(**overrides: object) -> Settings:

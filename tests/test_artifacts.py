@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,7 +28,11 @@ from tests import s3_server
 from tests.s3_server import new_bucket
 from tests.support import FIXTURES
 
-moto_url, s3_env = s3_server.moto_url, s3_server.s3_env  # the fixtures, for these tests
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# the fixtures, for these tests
+moto_url, s3_env, s3_client = s3_server.moto_url, s3_server.s3_env, s3_server.s3_client
 
 
 def read_all(store: ArtifactStore, job_id: str, name: str) -> bytes:
@@ -101,19 +106,27 @@ def test_the_settings_choose_the_store(tmp_path: Path) -> None:
     assert default.root == Path("artifacts")
 
 
-# -- both stores alike ----------------------------------------------------------------------------
-@pytest.fixture
-def s3(moto_url: str, s3_env: None) -> S3Artifacts:
-    """A store on a new bucket, with a prefix, built from the settings as a process builds it."""
-    bucket = new_bucket(moto_url)
+def test_the_settings_name_an_s3_store_that_works(
+    moto_url: str, s3_env: None, s3_client: S3Client, tmp_path: Path
+) -> None:
+    bucket = new_bucket(s3_client)
     settings = Settings(
-        users_file=FIXTURES,
-        artifacts_url=f"s3://{bucket}/runs/a",
-        artifacts_endpoint_url=moto_url,
+        users_file=FIXTURES, artifacts_url=f"s3://{bucket}/runs/a", artifacts_endpoint_url=moto_url
     )
     store = open_artifacts(settings)
     assert isinstance(store, S3Artifacts)
-    return store
+    assert (store.bucket, store.prefix) == (bucket, "runs/a/")
+    job = str(uuid.uuid4())
+    store.put(job, "out.txt", source(tmp_path, b"through the settings"))
+    assert read_all(store, job, "out.txt") == b"through the settings"
+
+
+# -- both stores alike ----------------------------------------------------------------------------
+@pytest.fixture
+def s3(s3_client: S3Client) -> S3Artifacts:
+    """A store on a new bucket, with a prefix, on the run's one client (the settings' way to
+    the same store is test_the_settings_choose_the_store's)."""
+    return S3Artifacts(new_bucket(s3_client), "/runs/a/", client=s3_client)
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -87,7 +87,7 @@ class Slot:
 
 @dataclass
 class _State:
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff
     started_at: float = field(default_factory=time.monotonic)
     restart_at: float | None = None  # set while it is dead and waiting for its restart
 
@@ -104,8 +104,13 @@ class Supervisor:
         redis: RedisWatch,
         ping: Callable[[], bool],
         lock: threading.RLock,
+        *,
+        tick_s: float = TICK_S,
+        backoff: Callable[[], Backoff] = Backoff,
     ) -> None:
         self._slots = slots
+        self._tick_s = tick_s
+        self._backoff = backoff  # a new one per slot
         self._redis = redis
         self._ping = ping
         self._lock = lock  # held by the stack while it adds or removes a process
@@ -124,7 +129,7 @@ class Supervisor:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(self._tick_s):
             with self._lock:
                 slots = self._slots()
                 for slot in slots:
@@ -137,7 +142,7 @@ class Supervisor:
             self._check_redis([s for s in slots if s.redis])
 
     def _tend(self, slot: Slot, now: float) -> None:
-        state = self._states.setdefault(slot.name, _State())
+        state = self._states.setdefault(slot.name, _State(self._backoff()))
         if state.restart_at is None:
             code = slot.poll()
             if code is None:

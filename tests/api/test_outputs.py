@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -21,8 +21,12 @@ from tests.api.helpers import KEY, NOT_FOUND, SECOND_KEY, Untouched, Worker
 from tests.api.test_metrics import scrape, value
 from tests.s3_server import new_bucket
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 pytestmark = pytest.mark.anyio
-moto_url, s3_env = s3_server.moto_url, s3_server.s3_env  # the fixtures, for these tests
+# the fixtures, for these tests
+moto_url, s3_env, s3_client = s3_server.moto_url, s3_server.s3_env, s3_server.s3_client
 NO_ARTIFACT = {"detail": "artifact not found"}
 
 
@@ -242,10 +246,10 @@ async def test_a_name_that_leaves_the_job_s_folder_reads_nothing(
 
 
 async def test_an_artifact_streams_from_s3(
-    api: Api, moto_url: str, s3_env: None, tmp_path: Path
+    api: Api, moto_url: str, s3_env: None, s3_client: S3Client, tmp_path: Path
 ) -> None:
     """The same download from S3-compatible storage (moto's server), read in chunks."""
-    bucket = new_bucket(moto_url)
+    bucket = new_bucket(s3_client)
     s3_settings = api.runtime.settings.model_copy(
         update={"artifacts_url": f"s3://{bucket}/jobs", "artifacts_endpoint_url": moto_url}
     )

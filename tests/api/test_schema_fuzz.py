@@ -11,6 +11,7 @@ per test (APPS, tests/api/conftest.py), its lifespan run on that test's empty Re
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -29,13 +30,14 @@ from app.api.schema import whole as whole_schema
 from app.settings import Settings
 from tests.api.conftest import APPS, Api
 from tests.api.helpers import KEY, UNAUTHORIZED, USERS_FILE
+from tests.support import examples
 
-#: Generated cases per operation and phase; the whole file runs in about twenty seconds.
-MAX_EXAMPLES = 80
+#: Generated cases per operation and phase (half as many in the unit tier: tests/support.py).
+MAX_EXAMPLES = examples(80)
 #: The longest one request may take: a stream that does not end is cut off here, not hung on.
 REQUEST_TIMEOUT_S = 5.0
 #: Sequences of calls in the stateful test.
-STATEFUL_EXAMPLES = 50
+STATEFUL_EXAMPLES = examples(50)
 WRONG_KEY = {"X-API-Key": "wrong_key"}
 #: Checks whose premise an operation does not meet, and why.
 NOT_APPLICABLE = {
@@ -111,6 +113,24 @@ def live(settings: Settings, r: redis.Redis) -> Iterator[redis.Redis]:
             LIVE.app = None
 
 
+@contextlib.contextmanager
+def client_of(fuzzed: Any) -> Iterator[asgi.ASGIClient]:
+    """One in-process client for a whole test, where Schemathesis would make one per request:
+    a new requests Session each time read the proxy variables of the environment, a third of the
+    time a request took (proxies mean nothing to an app called in-process). It reads as many
+    events of a stream as the fuzzed schema says."""
+    events = fuzzed.config.max_stream_events_for()
+    with asgi.get_client(LIVE, max_stream_events=events) as client:
+        client.trust_env = False
+        yield client
+
+
+@pytest.fixture
+def session(live: redis.Redis) -> Iterator[asgi.ASGIClient]:
+    with client_of(schema) as client:
+        yield client
+
+
 def is_keyed(case: schemathesis.Case) -> bool:
     return bool(case.operation.definition.raw.get("security"))
 
@@ -146,24 +166,26 @@ def test_only_health_and_metrics_are_public_in_the_schema() -> None:
 @schema.parametrize()
 @SHARED_APP
 def test_no_answer_is_a_5xx_or_undocumented_and_a_bad_key_is_refused(
-    case: schemathesis.Case, live: redis.Redis
+    case: schemathesis.Case, live: redis.Redis, session: asgi.ASGIClient
 ) -> None:
     """Each generated request is sent with the key, where every built-in check applies (no 5xx;
     the status, content type, headers and body as documented; invalid input refused with a 4xx,
     valid input accepted; other methods 405), then without a key and with a wrong one. One test
     for both, since generating a request costs about as much as sending it."""
     live.flushdb()  # each case on an empty Redis: a replayed case meets the same state
-    case.call_and_validate(headers=KEY, excluded_checks=NOT_APPLICABLE.get(case.operation.label))
-    refused_without_a_valid_key(case)
+    case.call_and_validate(
+        headers=KEY, session=session, excluded_checks=NOT_APPLICABLE.get(case.operation.label)
+    )
+    refused_without_a_valid_key(case, session)
 
 
-def refused_without_a_valid_key(case: schemathesis.Case) -> None:
+def refused_without_a_valid_key(case: schemathesis.Case, session: asgi.ASGIClient) -> None:
     """The request without a key and with a wrong one: 401 for a keyed operation (404 under
     /admin, as if it were not there), 200 for a public one; documented either way."""
     if case.method.upper() != case.operation.method.upper():
         return  # a method the path does not serve: 405, whoever asks (checked with the key)
     for headers in ({}, WRONG_KEY):
-        response = case.call(headers=headers)
+        response = case.call(headers=headers, session=session)
 
         case.validate_response(
             response,
@@ -219,7 +241,7 @@ def test_jobs_followed_from_enqueue_get_documented_answers(live: redis.Redis) ->
             live.flushdb()  # each sequence on an empty Redis: a replayed one meets the same state
 
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
-            return {"headers": KEY}
+            return {"headers": KEY, "session": session}
 
         def validate_response(
             self,
@@ -237,12 +259,13 @@ def test_jobs_followed_from_enqueue_get_documented_answers(live: redis.Redis) ->
                 recorder=self.recorder,
             )
 
-    Keyed.run(
-        settings=hypothesis.settings(
-            max_examples=STATEFUL_EXAMPLES,
-            stateful_step_count=10,
-            derandomize=True,
-            database=None,
-            deadline=None,
+    with client_of(stateful) as session:
+        Keyed.run(
+            settings=hypothesis.settings(
+                max_examples=STATEFUL_EXAMPLES,
+                stateful_step_count=10,
+                derandomize=True,
+                database=None,
+                deadline=None,
+            )
         )
-    )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scripts.benchkit.fairness import metrics as m
 from scripts.benchkit.fairness.analysis import first_release, verdicts
 from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, interleave, jobs
+from tests.support import examples
 
 
 def run(account: str, enqueued: float, started: float, finished: float, worker: str = "w1"):
@@ -191,6 +192,7 @@ def test_scenarios_keep_their_shapes() -> None:
 # --- invariants on random valid schedules -----------------------------------------------------
 
 ACCOUNTS = ("A", "B", "C")
+PROPERTY_EXAMPLES = examples(150)
 slot = st.tuples(
     st.sampled_from(ACCOUNTS),
     st.integers(0, 3),  # pause before the job on its worker (tenths of a second)
@@ -216,7 +218,7 @@ def schedules(draw: st.DrawFn) -> tuple[list[m.Run], int]:
 weights = st.fixed_dictionaries({a: st.sampled_from([1.0, 2.0, 3.0, 5.0]) for a in ACCOUNTS})
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(schedules(), st.sampled_from([1.0, 3.0]))
 def test_one_account_never_lags(schedule: tuple[list[m.Run], int], weight: float) -> None:
     runs, _ = schedule
@@ -225,7 +227,7 @@ def test_one_account_never_lags(schedule: tuple[list[m.Run], int], weight: float
     assert worst == pytest.approx(0, abs=1e-9)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(schedules(), weights)
 def test_charged_lag_is_the_lag_when_every_job_ran_what_it_asked(
     schedule: tuple[list[m.Run], int], w: dict[str, float]
@@ -238,7 +240,7 @@ def test_charged_lag_is_the_lag_when_every_job_ran_what_it_asked(
         )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(schedules(), weights)
 def test_shares_weighted_by_weight_fractions_sum_to_one(
     schedule: tuple[list[m.Run], int], w: dict[str, float]
@@ -251,7 +253,7 @@ def test_shares_weighted_by_weight_fractions_sum_to_one(
         assert sum(share.ratios[a] * w[a] / total for a in present) == pytest.approx(1)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(schedules(), weights, st.sampled_from([0.5, 2.0, 10.0]))
 def test_scaling_time_scales_lag_and_idle_but_not_shares(
     schedule: tuple[list[m.Run], int], w: dict[str, float], c: float
@@ -272,7 +274,7 @@ def test_scaling_time_scales_lag_and_idle_but_not_shares(
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(schedules())
 def test_idle_is_bounded_by_the_workers_time(schedule: tuple[list[m.Run], int]) -> None:
     runs, workers = schedule

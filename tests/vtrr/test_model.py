@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 
 from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease
 from app.vtrr.queue import Placement
+from tests.support import examples
 from tests.vtrr.model import QueueModel, Taken
 
 LEASE_SECONDS = 3600  # nothing expires unless a rule expires it
@@ -37,7 +38,7 @@ PARTITIONS = ("ann", "bob", "cy", "dee")
 ID_POOL = ("t1", "t2", "t3", "t4")  # ids that callers choose, so that some collide
 SHARES = (1, 2, 0.5, 3, 0.1)
 # A longer bug hunt: FAIRGPU_MODEL_EXAMPLES=2000 uv run pytest tests/vtrr/test_model.py
-EXAMPLES = int(os.environ.get("FAIRGPU_MODEL_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("FAIRGPU_MODEL_EXAMPLES", examples(100)))
 
 
 @dataclass(frozen=True)
