@@ -50,8 +50,10 @@ class RedisServer:
         appendonly: bool = False,
         fsync: str = "everysec",
         new_session: bool = False,
+        binary: str | None = None,
     ) -> None:
         self.directory = directory
+        self.binary = binary  # None: find_binary()
         self.new_session = new_session  # out of the terminal's reach: only its owner stops it
         self.port = port or free_port()
         self.appendonly = appendonly
@@ -68,7 +70,7 @@ class RedisServer:
         until it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
-            find_binary(),
+            self.binary or find_binary(),
             "--port",
             str(self.port),
             "--bind",

@@ -103,4 +103,9 @@ class AsyncFairQueue:
 
     async def stats(self) -> dict[str, int]:
         """The queue's counters (see FairQueue.stats)."""
-        return stats_of(await self.redis.hgetall(self.keys.stats))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.stats)
+            pipe.zcard(self.keys.queue)
+            pipe.zcard(self.keys.inflight)
+            raw, queued, in_flight = await pipe.execute()
+        return stats_of(raw, queued, in_flight)

@@ -7,15 +7,12 @@ from dataclasses import astuple, dataclass
 
 @dataclass(frozen=True)
 class Keys:
-    """Every key of one queue, in the order the Lua scripts receive them (see lua/_lib.lua)."""
+    """Every key of one queue, in the order of lua/_lib.lua's names for them. `item` is the
+    prefix of the items' own hashes (`item_key`), not a key itself."""
 
     queue: str
-    task: str
-    meta: str
+    item: str
     inflight: str
-    inflight_task: str
-    lease: str
-    timeouts: str
     current_virtual_time: str
     partition_virtual_time: str
     partition_queued: str
@@ -32,8 +29,14 @@ class Keys:
         """The keys of the queue called name; braces would break the hash tag and are refused."""
         if not name or "{" in name or "}" in name:
             raise ValueError(f"queue name must be non-empty and free of braces, got {name!r}")
-        return cls(*(f"vtrr:{{{name}}}:{part}" for part in cls.__dataclass_fields__))
+        parts = {part: f"vtrr:{{{name}}}:{part}" for part in cls.__dataclass_fields__}
+        parts["item"] += ":"
+        return cls(**parts)
 
     def all(self) -> list[str]:
-        """All keys, in script order."""
+        """All keys (the item prefix among them), in script order."""
         return list(astuple(self))
+
+    def item_key(self, task_id: str) -> str:
+        """The key of one item's hash: its partition, cost, weight, payload, lease, ..."""
+        return f"{self.item}{task_id}"

@@ -9,7 +9,6 @@ equal times in arrival order. See docs/vtrr.md for the keys and the guarantees.
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -38,6 +37,8 @@ STAT_NAMES = (
     "promoted",
     "credited",
 )
+#: Counted by drop: what it deleted, queued and in flight.
+DROP_STATS = ("dropped_queued", "dropped_in_flight")
 #: The most queued items one credit moves: the work of a call stays bounded however many items
 #: a partition has queued (see credit.lua and docs/vtrr.md).
 CREDIT_MOVES = 256
@@ -182,7 +183,7 @@ class FairQueue:
         token = secrets.token_hex(16)
         reply = self._scripts.run(
             "dequeue",
-            self.lease_seconds,
+            micros(self.lease_seconds),
             token,
             int(consumes_trigger),
             "last" if from_rear else "first",
@@ -194,7 +195,7 @@ class FairQueue:
         if len(reply) == 1:
             return None
         task_id, payload, timeouts, expiry = (as_text(x) for x in reply[1:])
-        return Lease(task_id, token, payload, int(timeouts), float(expiry))
+        return Lease(task_id, token, payload, int(timeouts), seconds_of(expiry))
 
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
@@ -204,16 +205,17 @@ class FairQueue:
         """Push a live lease's expiry to now + seconds (default lease_seconds); False if stale."""
         if seconds is not None and not seconds > 0:
             raise ValueError(f"seconds must be positive, got {seconds!r}")
-        reply = self._scripts.run("renew", task_id, token, seconds or self.lease_seconds, 0)
+        us = micros(seconds or self.lease_seconds)
+        reply = self._scripts.run("renew", task_id, token, us, 0)
         return reply is not None
 
     def resume(self, task_id: str, token: str) -> Lease | None:
         """Renew a lease in full and hand its item back, or None when the lease is not current."""
-        reply = self._scripts.run("renew", task_id, token, self.lease_seconds, 1)
+        reply = self._scripts.run("renew", task_id, token, micros(self.lease_seconds), 1)
         if reply is None:
             return None
         expiry, payload, timeouts = (as_text(x) for x in reply)
-        return Lease(task_id, token, payload, int(timeouts), float(expiry))
+        return Lease(task_id, token, payload, int(timeouts), seconds_of(expiry))
 
     def credit(self, task_id: str, token: str, used_weight: int) -> float:
         """Credit the partition of a leased item with the part of its weight it did not use.
@@ -267,7 +269,7 @@ class FairQueue:
 
     def has(self, task_id: str) -> bool:
         """Whether the item is here: queued or in flight."""
-        return bool(self.redis.hexists(self.keys.meta, task_id))
+        return bool(self.redis.exists(self.keys.item_key(task_id)))
 
     def length(self) -> int:
         """How many items are queued (not counting those in flight)."""
@@ -277,13 +279,25 @@ class FairQueue:
         """How many items are in flight (leased and not yet acked)."""
         return int(self.redis.zcard(self.keys.inflight))
 
+    def expiry(self, task_id: str) -> float | None:
+        """When the item's lease expires (Redis TIME, seconds), or None when it is not in flight."""
+        score = self.redis.zscore(self.keys.inflight, task_id)
+        return None if score is None else score / 1_000_000
+
     def queued_weight(self) -> int:
         """The sum of the weights of the items queued, kept as a running sum (O(1))."""
         return int(self.redis.get(self.keys.queued_weight) or 0)
 
     def stats(self) -> dict[str, int]:
-        """Counters since the queue was created (a drop keeps them): enqueued, dequeued, ..."""
-        return stats_of(self.redis.hgetall(self.keys.stats))
+        """Counters since the queue was created (a drop keeps them): enqueued, dequeued, ...
+        Dequeue and ack, the hot path, count nothing: what they did follows from the other
+        counters and the queue's two lengths, read together (see stats_of)."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.stats)
+            pipe.zcard(self.keys.queue)
+            pipe.zcard(self.keys.inflight)
+            raw, queued, in_flight = pipe.execute()
+        return stats_of(raw, queued, in_flight)
 
     def drop(self, confirm: str) -> Dropped:
         """Delete every key of this queue but its counters; confirm must repeat the queue's name.
@@ -305,11 +319,14 @@ class FairQueue:
             clock, head = pipe.execute()
         if not head:
             return 0.0
-        metas = self.redis.hmget(self.keys.meta, [task_id_of(m) for m, _ in head])
+        with self.redis.pipeline(transaction=False) as pipe:
+            for member, _ in head:
+                pipe.hget(self.keys.item_key(task_id_of(member)), "p")
+            partitions = pipe.execute()
         first: dict[str, float] = {}
-        for (_, score), meta in zip(head, metas, strict=True):
-            if meta is not None:
-                first.setdefault(json.loads(meta)["p"], float(score))
+        for (_, score), partition in zip(head, partitions, strict=True):
+            if partition is not None:
+                first.setdefault(as_text(partition), float(score))
         vt = float(clock or 0)
         return max((first[p] - vt) * self.share(p) for p in first)
 
@@ -342,10 +359,30 @@ def credit_of(reply: Any) -> float:
     return float(as_text(reply))
 
 
-def stats_of(raw: Mapping[Any, Any]) -> dict[str, int]:
-    """The stats hash, with every counter of STAT_NAMES (0 when never counted)."""
-    counts = {as_text(k): int(v) for k, v in raw.items()}
-    return {name: counts.get(name, 0) for name in STAT_NAMES}
+def stats_of(raw: Mapping[Any, Any], queued: int, in_flight: int) -> dict[str, int]:
+    """Every counter of STAT_NAMES (0 when never counted), from the stats hash and the numbers
+    of items queued and in flight. Each item enqueued is queued until it is dequeued, cancelled
+    or dropped; each dequeued is in flight until it is acked, released, reclaimed or dropped;
+    released and reclaimed items are queued again. So, however the operations interleave:
+        dequeued = enqueued + released + reclaimed - cancelled - dropped_queued - queued
+        acked    = dequeued - released - reclaimed - dropped_in_flight - in_flight
+    """
+    c = {as_text(k): int(v) for k, v in raw.items()}
+    n = {name: c.get(name, 0) for name in (*STAT_NAMES, *DROP_STATS)}
+    requeued = n["released"] + n["reclaimed"]
+    n["dequeued"] = n["enqueued"] + requeued - n["cancelled"] - n["dropped_queued"] - queued
+    n["acked"] = n["dequeued"] - requeued - n["dropped_in_flight"] - in_flight
+    return {name: n[name] for name in STAT_NAMES}
+
+
+def micros(seconds: float) -> int:
+    """A lease's length in whole microseconds, as the scripts keep expiries (at least 1)."""
+    return max(1, round(seconds * 1_000_000))
+
+
+def seconds_of(micros_reply: bytes | str) -> float:
+    """A lease expiry that a script replied, in microseconds, as seconds (Redis TIME)."""
+    return int(as_text(micros_reply)) / 1_000_000
 
 
 def task_id_of(member: bytes | str) -> str:

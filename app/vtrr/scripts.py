@@ -1,19 +1,30 @@
-"""The queue's Lua scripts: one file per atomic operation in lua/, each prefixed with _lib.lua.
+"""The queue's Lua: one file per atomic operation in lua/, sharing the helpers of lua/_lib.lua.
 
-redis-py's Script runs EVALSHA and, on NOSCRIPT (a restarted or flushed Redis), loads the source
-again and retries, so scripts are loaded once and come back by themselves.
+Each operation's header names the keys it touches (`-- KEYS: queue meta ...`, the names of
+_lib.lua's `K`); a call passes those keys only, in that order, and nothing else is reachable
+through `K` (a name it did not declare is an error, not a nil).
+
+Where the server has functions (Redis 7), every operation is one function of a library that
+FUNCTION LOAD installs once: the helpers are built when the library loads, not at every call,
+and a call is one FCALL. On Redis 6.2, which has none, each operation is a script of its own
+(the helpers, then the operation), run with EVALSHA. Either way a server that lost them (a
+restart without persistence, FUNCTION FLUSH, SCRIPT FLUSH) gets them again at the next call.
+The library's name carries a digest of its text, so processes of two versions of fairgpu can
+share a server during an upgrade, each calling its own.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
-from redis.commands.core import AsyncScript, Script
 from redis.exceptions import ResponseError
 
 from app.vtrr.errors import from_reply
@@ -35,12 +46,104 @@ NAMES = (
     "drop",
     "credit",
 )
+#: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
+QUEUE_KEYS = (
+    "queue",
+    "item",
+    "inflight",
+    "cvt",
+    "pvt",
+    "pqueued",
+    "idle",
+    "seq",
+    "triggers",
+    "stats",
+    "wake",
+    "queued_weight",
+    "items",
+)
+TRIGGER_KEYS = ("trigger_message", "broker")
+_DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
+#: What a server without functions answers FUNCTION LOAD (Redis 6.2).
+_NO_FUNCTIONS = ("unknown command", "ERR unknown command")
+_FUNCTION_GONE = "Function not found"
+_LIBRARY_EXISTS = "already exists"
 
 
 @cache
 def source(name: str, directory: Path = LUA_DIR) -> str:
-    """The full text of one script: the directory's shared _lib.lua, then the operation."""
+    """The text of one script of another package (app/store, app/webhooks): its directory's
+    _lib.lua, then the script. (The fair queue's own operations are built by `operation`.)"""
     return (directory / "_lib.lua").read_text() + "\n" + (directory / f"{name}.lua").read_text()
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation: its name, the keys it declares (in KEYS order), and its Lua body."""
+
+    name: str
+    keys: tuple[str, ...]
+    body: str
+
+    def bound_body(self) -> str:
+        """The body behind the line that gives its KEYS their names in _lib.lua's `K` (a
+        table constructor, sized at once: cheaper than filling a table in a loop)."""
+        names = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(self.keys, 1))
+        return f"bind({{{names}}})\n{self.body}"
+
+
+@cache
+def operation(name: str) -> Operation:
+    """An operation of lua/, its keys read from its `-- KEYS:` header line(s)."""
+    body = (LUA_DIR / f"{name}.lua").read_text()
+    declared = tuple(k for line in _DECLARED.findall(body) for k in line.split())
+    unknown = set(declared) - set(QUEUE_KEYS) - set(TRIGGER_KEYS)
+    if not declared or unknown:
+        raise ValueError(f"{name}.lua: declare its keys with '-- KEYS: ...' ({sorted(unknown)})")
+    return Operation(name, declared, body)
+
+
+@cache
+def lib() -> str:
+    return (LUA_DIR / "_lib.lua").read_text()
+
+
+@cache
+def script_source(name: str) -> str:
+    """The EVALSHA script of an operation (Redis 6.2): the helpers, then the bound body."""
+    return f"{lib()}\n{operation(name).bound_body()}"
+
+
+@cache
+def library_name() -> str:
+    """The function library's name: `vtrr_` and a digest of its helpers and operations."""
+    text = lib() + "".join(script_source(n) for n in NAMES)
+    return f"vtrr_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def function_name(name: str) -> str:
+    """The name an operation is called by with FCALL (Redis 7)."""
+    return f"{library_name()}_{name}"
+
+
+def wire_name(name: str, functions: bool) -> str:
+    """What names an operation in the command that runs it: its function (FCALL, Redis 7), or
+    its script's SHA1 (EVALSHA, Redis 6.2). For tests that watch the wire."""
+    if functions:
+        return function_name(name)
+    return hashlib.sha1(script_source(name).encode(), usedforsecurity=False).hexdigest()
+
+
+@cache
+def library_source() -> str:
+    """The function library (Redis 7): the helpers once, then one function per operation."""
+    parts = [f"#!lua name={library_name()}", lib()]
+    for name in NAMES:
+        parts.append(
+            f"redis.register_function('{function_name(name)}', function(KEYS, ARGV)\n"
+            f"{operation(name).bound_body()}\nend)"
+        )
+    return "\n".join(parts)
 
 
 #: Where a queue's scripts push Celery triggers themselves: (the key of the stored trigger
@@ -55,46 +158,109 @@ def no_trigger_push(keys: Keys) -> TriggerKeys:
 
 
 class _Bound:
-    """What both kinds of Scripts share: the queue's keys, then the trigger keys of the moment."""
+    """What both kinds of Scripts share: each operation's keys, and whether the server has
+    functions (None until the first call finds out)."""
 
     def __init__(self, keys: Keys, trigger_keys: TriggerKeys | None) -> None:
-        self._keys = keys.all()
+        self._queue_keys = dict(zip(QUEUE_KEYS, keys.all(), strict=True))
         self._trigger_keys = trigger_keys or no_trigger_push(keys)
+        self._fixed = {n: self._fixed_keys(n) for n in NAMES}
+        self._functions: bool | None = None
 
-    def keys(self) -> list[str]:
-        """Every script's KEYS."""
-        return [*self._keys, *self._trigger_keys()]
+    def _fixed_keys(self, name: str) -> list[str] | None:
+        """An operation's keys, when none of them is a trigger key (those may change)."""
+        declared = operation(name).keys
+        if set(declared) & set(TRIGGER_KEYS):
+            return None
+        return [self._queue_keys[k] for k in declared]
+
+    def keys(self, name: str) -> list[str]:
+        """The KEYS of one operation, in the order its header declares them."""
+        fixed = self._fixed[name]
+        if fixed is not None:
+            return fixed
+        message, broker = self._trigger_keys()
+        known = {**self._queue_keys, "trigger_message": message, "broker": broker}
+        return [known[k] for k in operation(name).keys]
+
+    def _found(self, exc: ResponseError) -> bool:
+        """After FUNCTION LOAD failed: True when the library is there after all (loaded by
+        another client meanwhile), False when the server has no functions; else re-raise."""
+        text = str(exc)
+        if _LIBRARY_EXISTS in text:
+            return True
+        if text.startswith(_NO_FUNCTIONS):
+            return False
+        raise exc
 
 
 class Scripts(_Bound):
-    """The scripts of one queue, bound to its client and keys."""
+    """The operations of one queue, bound to its client and keys."""
 
     def __init__(self, client: Redis, keys: Keys, trigger_keys: TriggerKeys | None = None) -> None:
         super().__init__(keys, trigger_keys)
-        self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in NAMES}
+        self._client = client
+        self._scripts = {n: client.register_script(script_source(n)) for n in NAMES}
 
     def run(self, name: str, *args: str | int | float) -> Any:
-        """Run one script with the queue's keys; Lua error replies become our exceptions."""
+        """Run one operation with its keys; Lua error replies become our exceptions."""
+        keys = self.keys(name)
         try:
-            return self._scripts[name](keys=self.keys(), args=args)
+            if self._functions is None:
+                self._functions = self._load()
+            if not self._functions:
+                return self._scripts[name](keys=keys, args=args)
+            try:
+                return self._client.fcall(function_name(name), len(keys), *keys, *args)
+            except ResponseError as exc:
+                if _FUNCTION_GONE not in str(exc):
+                    raise
+                self._load()
+                return self._client.fcall(function_name(name), len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
 
+    def _load(self) -> bool:
+        """Install the function library; False when the server has no functions."""
+        try:
+            self._client.function_load(library_source())
+        except ResponseError as exc:
+            return self._found(exc)
+        return True
+
 
 class AsyncScripts(_Bound):
-    """The same scripts on an asyncio client, for code that must not block its event loop."""
+    """The same operations on an asyncio client, for code that must not block its event loop."""
 
     def __init__(
         self, client: AsyncRedis, keys: Keys, trigger_keys: TriggerKeys | None = None
     ) -> None:
         super().__init__(keys, trigger_keys)
-        self._scripts: dict[str, AsyncScript] = {
-            n: client.register_script(source(n)) for n in NAMES
-        }
+        self._client = client
+        self._scripts = {n: client.register_script(script_source(n)) for n in NAMES}
 
     async def run(self, name: str, *args: str | int | float) -> Any:
-        """Run one script with the queue's keys; Lua error replies become our exceptions."""
+        """Run one operation with its keys; Lua error replies become our exceptions."""
+        keys = self.keys(name)
         try:
-            return await self._scripts[name](keys=self.keys(), args=args)
+            if self._functions is None:
+                self._functions = await self._load()
+            if not self._functions:
+                return await self._scripts[name](keys=keys, args=args)
+            try:
+                return await self._client.fcall(function_name(name), len(keys), *keys, *args)
+            except ResponseError as exc:
+                if _FUNCTION_GONE not in str(exc):
+                    raise
+                await self._load()
+                return await self._client.fcall(function_name(name), len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
+
+    async def _load(self) -> bool:
+        """Install the function library; False when the server has no functions."""
+        try:
+            await self._client.function_load(library_source())
+        except ResponseError as exc:
+            return self._found(exc)
+        return True

@@ -293,7 +293,7 @@ async def test_releasing_a_running_jobs_lease_returns_it_to_the_front(
 ) -> None:
     task_id = await submit(api, SECOND_KEY)
     waiting = await submit(api, TEAM_KEY)
-    start_run(api, task_id)
+    token = start_run(api, task_id)
     queue = api.runtime.service.queues["short"]
     assert (queue.pending(), queue.position(waiting)) == (1, 0)
 
@@ -303,7 +303,7 @@ async def test_releasing_a_running_jobs_lease_returns_it_to_the_front(
     assert response.json()["task_id"] == task_id
 
     assert queue.pending() == 0  # the lease is gone
-    assert not r.hexists(queue.keys.lease, task_id)
+    assert not queue.extend(task_id, token)  # its token no longer holds it
     assert queue.position(task_id) == 0  # ahead of the job that was waiting
     assert queue.position(waiting) == 1
     assert queue.stats()["released"] == 1

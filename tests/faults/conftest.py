@@ -190,7 +190,8 @@ class Faults:
         found: dict[str, set[str]] = {}
         for kind in KINDS:
             keys = Keys.for_queue(kind)
-            found[kind] = set(self.r.hkeys(keys.meta)) | set(self.r.zrange(keys.inflight, 0, -1))
+            items = self.r.scan_iter(match=f"{keys.item}*", count=1000)
+            found[kind] = {k.removeprefix(keys.item) for k in items}
         return found
 
     def drained(self) -> bool:

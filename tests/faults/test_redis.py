@@ -10,21 +10,29 @@ import httpx
 import pytest
 
 from app.store.scripts import LUA_DIR as STORE_LUA
-from app.vtrr.scripts import source
+from app.vtrr.scripts import library_name, source, wire_name
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, script_sha, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
-ENQUEUE_SHA = script_sha(source("enqueue"))
-CREATE_SHA = script_sha(source("create", STORE_LUA))
-SERVICE_SCRIPTS = {
-    "create": CREATE_SHA,
-    "enqueue": ENQUEUE_SHA,
-    "dequeue": script_sha(source("dequeue")),
-    "ack": script_sha(source("ack")),
-    "start": script_sha(source("start", STORE_LUA)),
-    "finish": script_sha(source("finish", STORE_LUA)),
+#: The job store's scripts (EVALSHA) on the job's path, by their SHA1.
+STORE_SCRIPTS = {
+    name: script_sha(source(name, STORE_LUA)) for name in ("create", "start", "finish")
 }
+#: The fair queue's operations on the job's path (FCALL on Redis 7, EVALSHA on 6.2).
+QUEUE_OPERATIONS = ("enqueue", "dequeue", "ack")
+
+
+def has_functions(faults: Faults) -> bool:
+    """Whether the stack's Redis runs the fair queue's operations as functions (Redis 7)."""
+    return int(str(faults.r.info("server")["redis_version"]).split(".")[0]) >= 7
+
+
+def wire(faults: Faults, name: str) -> bytes:
+    """What names a script or operation in the command that runs it."""
+    if name in STORE_SCRIPTS:
+        return STORE_SCRIPTS[name].encode()
+    return wire_name(name, has_functions(faults)).encode()
 
 
 def assert_unavailable(reply: httpx.Response) -> None:
@@ -64,9 +72,22 @@ def test_redis_sigkilled_and_restarted_from_its_aof_loses_no_accepted_job(
 
     late = faults.submit(TEAM_KEY, duration_s=0.2)
     assert wait_for(lambda: faults.finished(TEAM_KEY, late), timeout=30)["status"] == "SUCCESS"
-    # Every script the job's path runs was loaded again by the service itself (NOSCRIPT).
-    loaded = faults.r.script_exists(*SERVICE_SCRIPTS.values())
-    assert dict(zip(SERVICE_SCRIPTS, loaded, strict=True)) == dict.fromkeys(SERVICE_SCRIPTS, True)
+    # Every script the job's path runs was loaded again by the service itself (NOSCRIPT); the
+    # fair queue's function library, where Redis has functions, came back with the AOF or was
+    # loaded again by the service.
+    scripts = (
+        STORE_SCRIPTS
+        if has_functions(faults)
+        else {**STORE_SCRIPTS, **{n: wire_name(n, False) for n in QUEUE_OPERATIONS}}
+    )
+    loaded = faults.r.script_exists(*scripts.values())
+    assert dict(zip(scripts, loaded, strict=True)) == dict.fromkeys(scripts, True)
+    if has_functions(faults):
+        libraries = {
+            dict(zip(e[::2], e[1::2], strict=True))["library_name"]
+            for e in faults.r.function_list()
+        }
+        assert library_name() in libraries
     # Nobody was restarted.
     assert faults.worker_pids() == pids
     assert all(p.poll() is None for p in faults.stack.workers.values())
@@ -122,7 +143,7 @@ def test_redis_gone_for_a_moment_while_a_job_runs_does_not_fail_the_job(
 
 def proxied_stack_with_one_job_done(make_faults: Callable[..., Faults]) -> tuple[Faults, str]:
     """A stack whose processes reach Redis through a proxy, after one job has run through it
-    (so every script is loaded and the next EVALSHA is the real thing)."""
+    (so every script and function is loaded and the next call is the real thing)."""
     faults = make_faults(workers=1, proxied=True)
     first = faults.submit(DEMO_KEY)
     assert wait_for(lambda: faults.finished(DEMO_KEY, first), timeout=30)["status"] == "SUCCESS"
@@ -133,7 +154,7 @@ def refuse_between_record_and_item(faults: Faults, idempotency_key: str | None) 
     """Submit while Redis "goes down" after create.lua and before enqueue.lua: a 503; then
     Redis comes back."""
     assert faults.proxy is not None
-    faults.proxy.cut_before(ENQUEUE_SHA.encode())
+    faults.proxy.cut_before(wire(faults, "enqueue"))
     reply = faults.post(DEMO_KEY, idempotency_key=idempotency_key)
     assert faults.proxy.fired.is_set()
     assert_unavailable(reply)
@@ -186,7 +207,7 @@ def test_submit_whose_redis_reply_is_lost_is_answered_200_or_503_never_half_done
     records = faults.job_ids()
 
     # The script runs in Redis, then the connection drops before its reply arrives.
-    faults.proxy.drop_reply(SERVICE_SCRIPTS[script].encode())
+    faults.proxy.drop_reply(wire(faults, script))
     reply = faults.post(DEMO_KEY)
     assert faults.proxy.fired.is_set()
     assert reply.status_code in (200, 503), f"{reply.status_code} {reply.text}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 import redis
@@ -17,7 +16,8 @@ from tests.vtrr.helpers import drain, expire, fill, take
 
 def score_of(q: FairQueue, task_id: str) -> float:
     """The virtual start time of a queued item."""
-    member = json.loads(q.redis.hget(q.keys.meta, task_id) or "{}")["m"]
+    member = q.redis.hget(q.keys.item_key(task_id), "m")
+    assert member is not None
     score = q.redis.zscore(q.keys.queue, member)
     assert score is not None
     return score
@@ -31,7 +31,7 @@ def vt_of(q: FairQueue, partition: str) -> float | None:
 
 def take_token(q: FairQueue, task_id: str) -> str:
     """The current lease token of an item in flight."""
-    token = q.redis.hget(q.keys.lease, task_id)
+    token = q.redis.hget(q.keys.item_key(task_id), "l")
     assert token is not None
     return token.decode()
 
@@ -43,7 +43,7 @@ def state(q: FairQueue) -> tuple[object, ...]:
         q.redis.zrange(k.queue, 0, -1, withscores=True),
         q.redis.hgetall(k.partition_virtual_time),
         q.redis.zrange(k.idle_partitions, 0, -1, withscores=True),
-        q.redis.hgetall(k.meta),
+        [q.redis.hgetall(key) for key in sorted(q.redis.scan_iter(f"{k.item}*"))],
         q.stats(),
     )
 

@@ -281,17 +281,13 @@ class FairQueueMachine(RuleBasedStateMachine):
         pipe.hgetall(k.partition_virtual_time)
         pipe.hgetall(k.partition_queued)
         pipe.zrange(k.idle_partitions, 0, -1, withscores=True)
-        pipe.hkeys(k.meta)
-        pipe.hkeys(k.task)
-        pipe.hkeys(k.inflight_task)
-        pipe.hkeys(k.lease)
-        pipe.hgetall(k.timeouts)
+        pipe.zrange(k.inflight, 0, -1)
         pipe.zrange(k.partition_items, 0, -1, withscores=True)
         pipe.exists(*clock, k.idle_partitions)
         pipe.keys("*")
         replies = pipe.execute()
-        queue, cvt, pvt, queued, idle, meta, task, inflight, lease, timeouts = replies[:10]
-        index, clocks, stored = replies[10:]
+        queue, cvt, pvt, queued, idle, inflight, index, clocks, stored = replies
+        items = self.items([text(key) for key in stored if text(key).startswith(k.item)])
         assert [(text(member), score) for member, score in queue] == model.queue()
         assert float(cvt or 0) == model.cvt
         assert {text(p): float(vt) for p, vt in pvt.items()} == model.pvt
@@ -300,11 +296,12 @@ class FairQueueMachine(RuleBasedStateMachine):
             p: n for p, n in per_partition.items() if n
         }
         assert {text(p): vt for p, vt in idle} == model.idle_partitions()
-        assert set(map(text, meta)) == set(model.entries)
-        assert set(map(text, task)) == set(model.order())
+        assert set(items) == set(model.entries)
+        assert {i for i, item in items.items() if b"l" not in item} == set(model.order())
         leased = {i for i, entry in model.entries.items() if entry.token is not None}
-        assert set(map(text, inflight)) == set(map(text, lease)) == leased
-        assert {text(i): int(n) for i, n in timeouts.items()} == {
+        assert {i for i, item in items.items() if b"l" in item} == leased
+        assert set(map(text, inflight)) == leased
+        assert {i: int(item[b"t"]) for i, item in items.items() if b"t" in item} == {
             i: entry.timeouts for i, entry in model.entries.items() if entry.timeouts
         }
         # One index entry per queued item, under its partition, all scored 0.
@@ -318,6 +315,14 @@ class FairQueueMachine(RuleBasedStateMachine):
             assert clocks == 0
         if not model.entries:
             assert {text(key) for key in stored} <= {k.seq, k.stats}
+
+    def items(self, keys: list[str]) -> dict[str, dict[bytes, bytes]]:
+        """Each item's hash, by task id."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        prefix = len(self.queue.keys.item)
+        return {key[prefix:]: item for key, item in zip(keys, pipe.execute(), strict=True)}
 
 
 def test_fair_queue_matches_its_model(redis_url: str) -> None:

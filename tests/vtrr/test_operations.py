@@ -32,7 +32,7 @@ def test_cancel_removes_a_queued_item_only(r: redis.Redis) -> None:
     assert q.length() == 1
     assert q.stats()["cancelled"] == 1
     assert drain(q) == ["A2"]
-    assert not r.exists(q.keys.timeouts)
+    assert not r.exists(q.keys.item_key(ids[1]))
 
 
 def test_cancelling_a_backlog_refunds_its_virtual_time(r: redis.Redis) -> None:

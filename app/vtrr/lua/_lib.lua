@@ -1,46 +1,52 @@
--- _lib.lua: helpers shared by every script; fairgpu prepends this file to each of them.
+-- _lib.lua: the helpers every operation shares. On Redis 7 they are one function library's
+-- locals, built once when it loads; on Redis 6.2 this file is prepended to each script.
 --
--- Every script receives the same KEYS, in this order (all in one Cluster slot, since they share
--- the hash tag {name}); each script's header names the ones it touches.
---   KEYS[1]  queue                   ZSET  member -> virtual start time
---   KEYS[2]  task                    HASH  task id -> payload, while queued
---   KEYS[3]  meta                    HASH  task id -> cjson {p, w, c, m, k}, until ack (w: weight;
---                                           k: the lease credited since the item was last charged)
---   KEYS[4]  inflight                ZSET  task id -> lease expiry (Redis TIME, seconds)
---   KEYS[5]  inflight_task           HASH  task id -> payload, while leased
---   KEYS[6]  lease                   HASH  task id -> lease token
---   KEYS[7]  timeouts                HASH  task id -> times its lease expired and was reclaimed
---   KEYS[8]  current_virtual_time    STRING
---   KEYS[9]  partition_virtual_time  HASH  partition -> virtual finish time of its last item
---   KEYS[10] partition_queued        HASH  partition -> number of its items queued
---   KEYS[11] idle_partitions         ZSET  partition (none queued) -> its virtual finish time
---   KEYS[12] seq                     STRING arrival counter
---   KEYS[13] triggers                STRING Celery triggers published and not yet consumed
---   KEYS[14] stats                   HASH  counter -> value
---   KEYS[15] wake                    LIST  tokens that wake blocked RedisQueue.get calls
---   KEYS[16] queued_weight           STRING sum of the weights of the items queued
---   KEYS[17] partition_items         ZSET  "<#p>:<p>:<queue member>" -> 0, one per queued item,
---                                           so that ZRANGEBYLEX lists a partition's items in order
---   KEYS[18] trigger message         STRING a Celery trigger as Kombu's Redis transport stores it
---                                           (set by a VTRRQueue whose broker is this Redis)
---   KEYS[19] broker queue            LIST  the Celery queue those triggers go to
+-- Each operation declares the keys it touches in its header (`-- KEYS: queue meta ...`), and
+-- `bind` gives them their names in `K` at the start of each call; a name that the operation
+-- did not declare is an error. All keys share the hash tag {name}. The names:
+--   queue            ZSET  member -> virtual start time
+--   item             the prefix of the items' own keys: item .. <task id> is a HASH from
+--                          enqueue until ack: p partition, c cost (weight / share), w weight,
+--                          d payload, m its queue member, x its entry in items,
+--                          l its lease token while leased,
+--                          t times its lease expired and was reclaimed (absent: 0),
+--                          k the lease credited since the item was last charged
+--   inflight         ZSET  task id -> lease expiry (Redis TIME, whole microseconds)
+--   cvt              STRING the queue's virtual time
+--   pvt              HASH  partition -> virtual finish time of its last item
+--   pqueued          HASH  partition -> number of its items queued
+--   idle             ZSET  partition (none queued) -> its virtual finish time
+--   seq              STRING arrival counter
+--   triggers         STRING Celery triggers published and not yet consumed
+--   stats            HASH  counter -> value
+--   wake             LIST  tokens that wake blocked RedisQueue.get calls
+--   queued_weight    STRING sum of the weights of the items queued
+--   items            ZSET  "<#p>:<p>:<queue member>" -> 0, one per queued item,
+--                          so that ZRANGEBYLEX lists a partition's items in order
+--   trigger_message  STRING a Celery trigger as Kombu's Redis transport stores it
+--                          (set by a VTRRQueue whose broker is this Redis)
+--   broker           LIST  the Celery queue those triggers go to
 --
+-- An item is queued while its hash has no lease token (l), and in flight while it has one.
 -- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
 -- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
 -- the front, whose counter runs downwards so the latest one put there leaves first.
 
-local K = {
-  queue = KEYS[1], task = KEYS[2], meta = KEYS[3], inflight = KEYS[4], inflight_task = KEYS[5],
-  lease = KEYS[6], timeouts = KEYS[7], cvt = KEYS[8], pvt = KEYS[9], pqueued = KEYS[10],
-  idle = KEYS[11], seq = KEYS[12], triggers = KEYS[13], stats = KEYS[14], wake = KEYS[15],
-  queued_weight = KEYS[16], items = KEYS[17], trigger_message = KEYS[18], broker = KEYS[19],
-}
+local K  -- this call's keys, by name (see bind)
 
 local FRONT_BASE = 999999999999999
 
-local function now()
+-- Redis's clock in whole microseconds, as a string. Lease expiries are kept in microseconds:
+-- an integer parses and prints several times faster than a decimal fraction, which was the
+-- costliest step of a dequeue.
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+  return t[1] .. string.sub('00000' .. t[2], -6)
+end
+
+-- The clock plus us microseconds, as a score string (%d: an integer, printed exactly).
+local function clock_plus(us)
+  return string.format('%d', tonumber(clock()) + us)
 end
 
 local function task_id_of(member)
@@ -103,11 +109,10 @@ local function partition_queued(p, delta)
   end
 end
 
--- The running sum of the queued items' weights, moved by one item's weight (sign 1 or -1), so
--- that readers (start estimates) learn the work queued in O(1). Items queued before weights
--- were kept in meta count 0.
-local function weigh(info, sign)
-  if info.w then redis.call('INCRBY', K.queued_weight, sign * tonumber(info.w)) end
+-- The running sum of the queued items' weights, moved by one item's weight w (a string; sign 1
+-- or -1), so that readers (start estimates) learn the work queued in O(1).
+local function weigh(w, sign)
+  if w then redis.call(sign > 0 and 'INCRBY' or 'DECRBY', K.queued_weight, w) end
 end
 
 -- Once nothing is queued, the virtual clock starts again from zero. Returns how many are queued.
@@ -119,64 +124,67 @@ local function reset_if_drained()
   return queued
 end
 
--- The index of queued items by partition (partition_items): every queue member, prefixed with
--- its partition and that partition's length so that one partition's prefix is never another's.
+-- The index of queued items by partition (items): every queue member, prefixed with its
+-- partition and that partition's length so that one partition's prefix is never another's.
 -- All scores are 0, so ZRANGEBYLEX lists a partition's front-placed items ("0...") and then its
--- fair ones ("1...") in arrival order, in O(log N) plus what it returns. Items queued before
--- the index existed have no entry: removing them removes nothing, and credit skips them.
+-- fair ones ("1...") in arrival order, in O(log N) plus what it returns.
 local function items_prefix(p)
   return #p .. ':' .. p .. ':'
 end
 
-local function index_item(p, member)
-  redis.call('ZADD', K.items, 0, items_prefix(p) .. member)
+local function unindex_item(entry)
+  redis.call('ZREM', K.items, entry)
 end
 
-local function unindex_item(p, member)
-  redis.call('ZREM', K.items, items_prefix(p) .. member)
+-- The key of an item's hash.
+local function item_key(id)
+  return K.item .. id
 end
 
--- Put an item into the queue. Fair placement starts it at max(queue vt, its partition's vt) and
--- moves the partition's vt on by the item's cost; front placement puts it ahead of everything
--- and charges nothing more (it is an item that already had its turn, or an operator's choice).
-local function place(id, info, front)
-  local score
-  if front then
-    score = front_score()
-    info.m = front_member(id)
-  else
-    score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, info.p) or '0'))
-    redis.call('HSET', K.pvt, info.p, score + tonumber(info.c))
-    info.m = arrival_member(id)
-    info.k = nil  -- charged again, so it may be credited again
-  end
-  index_item(info.p, info.m)
-  partition_queued(info.p, 1)
-  weigh(info, 1)
-  redis.call('ZADD', K.queue, score, info.m)
-  redis.call('HSET', K.meta, id, cjson.encode(info))
-  return score
+-- Where an item goes: fair placement starts it at max(queue vt, its partition's vt) and moves
+-- the partition's vt on by the item's cost c; front placement puts it ahead of everything and
+-- charges nothing more (it is an item that already had its turn, or an operator's choice).
+-- Returns its score and its queue member; queue() then puts it there.
+local function placement(id, p, c, front)
+  if front then return front_score(), front_member(id) end
+  local score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, p) or '0'))
+  redis.call('HSET', K.pvt, p, score + tonumber(c))
+  return score, arrival_member(id)
 end
 
--- Take a leased item out of flight (ack, release and reclaim all start here); returns its
--- payload when asked for it.
-local function unlease(id, want_payload)
+-- Put an item of partition p and weight w into the queue at score, as member. Returns its entry
+-- in the index, which the item's hash keeps (x) so that taking it out costs no arithmetic.
+local function queue(p, w, score, member)
+  local entry = items_prefix(p) .. member
+  redis.call('ZADD', K.items, 0, entry)
+  partition_queued(p, 1)
+  weigh(w, 1)
+  redis.call('ZADD', K.queue, score, member)
+  return entry
+end
+
+-- Put a leased item back into the queue (release, reclaim): out of flight, then placed again.
+-- A fair placement charges it again, so it may be credited again. Returns its payload's key.
+local function requeue(id, front)
+  local key = item_key(id)
+  local f = redis.call('HMGET', key, 'p', 'c', 'w')
   redis.call('ZREM', K.inflight, id)
-  redis.call('HDEL', K.lease, id)
-  local payload = want_payload and redis.call('HGET', K.inflight_task, id)
-  redis.call('HDEL', K.inflight_task, id)
-  return payload
+  local score, member = placement(id, f[1], f[2], front)
+  local entry = queue(f[1], f[3], score, member)
+  if front then
+    redis.call('HDEL', key, 'l')
+  else
+    redis.call('HDEL', key, 'l', 'k')
+  end
+  redis.call('HSET', key, 'm', member, 'x', entry)
+  return key
 end
 
 -- Put leased items whose lease has expired back into the queue, at most limit of them.
 local function reclaim(t, limit, front)
   local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
   for _, id in ipairs(expired) do
-    local payload = unlease(id, true)
-    local info = cjson.decode(redis.call('HGET', K.meta, id))
-    redis.call('HSET', K.task, id, payload)
-    place(id, info, front)
-    redis.call('HINCRBY', K.timeouts, id, 1)
+    redis.call('HINCRBY', requeue(id, front), 't', 1)
   end
   if #expired > 0 then count('reclaimed', #expired) end
   return #expired
@@ -186,7 +194,8 @@ end
 -- the same call that made them due, exactly as Kombu would (LPUSH of the message, each with a
 -- fresh id where the template says TRIGGER_ID); returns how many the caller must still publish.
 local TRIGGER_ID = 'VTRRTRIGGERID'  -- letters only: it is a gsub pattern
-local pushed = 0  -- triggers this call pushed, for replies that count every trigger sent
+local pushed = 0  -- triggers this call pushed, for replies that count every trigger sent (bind
+                  -- zeroes it: in a function library it outlives the call)
 local function push_triggers(n)
   local template = redis.call('GET', K.trigger_message)
   if not template then return n end
@@ -211,7 +220,26 @@ local function top_up_triggers(cap, queued)
   return push_triggers(want - have)
 end
 
--- The lease token of an item if it matches, else nil: every fenced operation starts here.
+-- Whether token is the item's current lease: every fenced operation starts here.
 local function holds_lease(id, token)
-  return redis.call('HGET', K.lease, id) == token
+  return redis.call('HGET', item_key(id), 'l') == token
+end
+
+-- The queue member of an item that is queued (not leased), else nil.
+local function queued_member(id)
+  local f = redis.call('HMGET', item_key(id), 'm', 'l')
+  if f[1] and not f[2] then return f[1] end
+  return nil
+end
+
+-- A name the operation did not declare: say so, rather than hand redis.call a nil.
+local UNDECLARED = {__index = function(_, name)
+  error('vtrr: this operation does not declare key ' .. tostring(name))
+end}
+
+-- Start a call: its keys by name (a table built by the call's first line from KEYS, in the
+-- order its header declares them), and zero what counts within one call.
+local function bind(keys)
+  K = setmetatable(keys, UNDECLARED)
+  pushed = 0
 end

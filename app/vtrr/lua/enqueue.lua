@@ -1,7 +1,6 @@
 -- enqueue.lua: add a batch of items of one partition, all or none.
--- KEYS: all (see _lib.lua); touches queue, task, meta, lease, partition_virtual_time,
---       partition_queued, idle_partitions, seq, triggers, stats, wake, queued_weight,
---       partition_items.
+-- KEYS: queue item cvt pvt pqueued idle seq triggers stats wake queued_weight items
+-- KEYS: trigger_message broker
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
 -- ARGV[5] most items the partition may have queued (-1: no limit)
@@ -19,16 +18,18 @@ end
 local seen = {}
 for i = first, #ARGV, 4 do
   local id = ARGV[i]
-  if seen[id] or redis.call('HEXISTS', K.meta, id) == 1 then
+  if seen[id] or redis.call('EXISTS', item_key(id)) == 1 then
     return redis.error_reply('DUPLICATE ' .. id)
   end
   seen[id] = true
 end
 local reply = {0}
 for i = first, #ARGV, 4 do
-  local id = ARGV[i]
-  redis.call('HSET', K.task, id, ARGV[i + 3])
-  local score = place(id, {p = partition, c = ARGV[i + 1], w = ARGV[i + 2]}, front)
+  local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local score, member = placement(id, partition, cost, front)
+  local entry = queue(partition, weight, score, member)
+  redis.call('HSET', item_key(id), 'p', partition, 'c', cost, 'w', weight, 'd', ARGV[i + 3],
+             'm', member, 'x', entry)
   reply[#reply + 1] = tostring(score)
 end
 count('enqueued', n)

@@ -1,13 +1,11 @@
 -- release.lua: give a leased item back, for the holder of its current lease. It goes to the
 -- front: it already had its turn, so it is not charged again.
--- KEYS: all (see _lib.lua); touches queue, task, meta, inflight, inflight_task, lease,
---       partition_queued, idle_partitions, seq, triggers, stats, queued_weight, partition_items.
+-- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
+-- KEYS: trigger_message broker
 -- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {1, triggers to publish} when released, {0, 0} when the token is stale or unknown.
 local id, token, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not holds_lease(id, token) then return {0, 0} end
-local payload = unlease(id, true)
-redis.call('HSET', K.task, id, payload)
-place(id, cjson.decode(redis.call('HGET', K.meta, id)), true)
+requeue(id, true)
 count('released', 1)
 return {1, top_up_triggers(cap)}
