@@ -130,6 +130,7 @@ def build_queues(
             reclaim_interval=settings.reclaim_interval_s,
             reclaim_queue=RECLAIM_QUEUE,
             shares=accounts.share,
+            drain_max_s=settings.drain_max_s,
         )
         for kind in KINDS
     }

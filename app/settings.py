@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="runs of a job before it ends as FAILURE")
     max_concurrency: int = Field(8, ge=1, description="triggers waiting in the broker, per queue")
     reclaim_interval_s: float = Field(10, gt=0, description="period of reclaim_and_dispatch")
+    drain_max_s: float = Field(
+        600, ge=0, description="how long one trigger's run keeps taking jobs (0: one per trigger)"
+    )
     price_short_per_s: float = Field(
         0.5, ge=0, allow_inf_nan=False, description="price of a GPU-second in the short queue"
     )
@@ -160,9 +163,10 @@ class Settings(BaseSettings):
     @property
     def broker_visibility_s(self) -> float:
         """How long the broker waits for a taken trigger's ack before it hands the trigger to
-        another worker: twice the longest job, so a running job's trigger is never handed on
-        (the lease would fence a second run anyway)."""
-        return 2 * max(self.max_short_s, self.max_long_s)
+        another worker: a drain (DRAIN_MAX_S, after which it starts no new job) plus twice the
+        longest job, so a running drain's trigger is never handed on (the leases would fence a
+        second run anyway)."""
+        return self.drain_max_s + 2 * max(self.max_short_s, self.max_long_s)
 
     def price_per_s(self, kind: Kind) -> float:
         """The price of one GPU-second of a job of this kind."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, overload
 
@@ -29,6 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
+from app.vtrr.drain import DRAIN_MAX_S, has_time_limit, shutting_down
 from app.vtrr.held import held_lease
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
@@ -82,8 +84,9 @@ class Taken(NamedTuple):
     delivery: Delivery
 
 
-#: Chooses and leases the item a trigger of the given queue runs (see serve_together).
-Take = Callable[["VTRRQueue"], Taken | None]
+#: Chooses and leases the item a trigger of the given queue runs (see serve_together); its second
+#: argument says whether this lease consumes the trigger (the first of a drain) or not.
+Take = Callable[["VTRRQueue", bool], Taken | None]
 
 
 class VTRRTask:
@@ -133,6 +136,7 @@ class VTRRQueue(FairQueue):
         *,
         shares: Shares | None = None,
         push_triggers: bool | None = None,
+        drain_max_s: float = DRAIN_MAX_S,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -151,6 +155,7 @@ class VTRRQueue(FairQueue):
         self._take_with: Take | None = None
         self._peers: dict[str, VTRRQueue] = {name: self}
         self._push_option = push_triggers
+        self.drain_max_s = drain_max_s  # 0: one item per trigger (see drain.py)
         self._trigger_route: tuple[str, str] | None = None
         self._trigger_message: str | None = None
         self._scripts = Scripts(redis_client, self.keys, self._trigger_keys)
@@ -192,22 +197,25 @@ class VTRRQueue(FairQueue):
         base: type[Task] = options.pop("base", None) or self.celery_app.Task  # type: ignore[type-arg]
 
         def run(task: Task, *_: Any, **kwargs: Any) -> Any:  # type: ignore[type-arg]
+            # A retry resumes its one lease; a trigger's run drains (see drain.py). An item that
+            # raises ends the run, and after_return acks it or keeps its lease, as without drain.
             held = kwargs.get(LEASE_KWARG)
-            taken = vtrr._resume_held(held) if held else vtrr._next()
-            if taken is None:
-                return None
-            source, delivery = taken
-            # self.request.vtrr_* tell the function which item and lease it runs under, and
-            # vtrr_queue the queue that holds the lease. A retry re-sends request.kwargs: this
-            # one names the lease and its queue, not the item's data.
-            vars(task.request).update(
-                vtrr_queue=source.name,
-                vtrr_timeouts=delivery.timeouts,
-                vtrr_task_id=delivery.task_id,
-                vtrr_token=delivery.token,
-                kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
-            )
-            return source._call(task, delivery)
+            taken = vtrr._resume_held(held) if held else vtrr._next(consumes=True)
+            drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
+            deadline = time.monotonic() + vtrr.drain_max_s
+            ran: list[str] = []
+            result = None
+            while taken is not None:
+                result = _run_item(task, taken)
+                ran.append(taken.delivery.task_id)
+                if not drains:
+                    break
+                _ack_item(task, taken)
+                if time.monotonic() >= deadline or shutting_down():
+                    break
+                taken = vtrr._next(consumes=False)
+            # One item: its function's result. A drain of several: their ids (shown by Flower).
+            return result if len(ran) <= 1 else {"drained": ran, "result": result}
 
         def after_return(task: Task, status: str, retval: Any, *rest: Any) -> None:  # type: ignore[type-arg]
             # Called for SUCCESS and FAILURE only; a retry keeps its lease, and a process that
@@ -251,12 +259,13 @@ class VTRRQueue(FairQueue):
         delivery = source._resume(held[0], held[1])
         return None if delivery is None else Taken(source, delivery)
 
-    def _next(self) -> Taken | None:
-        """What a trigger of this queue runs: its own fairest item, or what serve_together's
-        policy picks."""
+    def _next(self, *, consumes: bool) -> Taken | None:
+        """What a trigger of this queue runs next: its own fairest item, or what serve_together's
+        policy picks. The first lease of a trigger's run consumes the trigger; the next ones of
+        a drain do not."""
         if self._take_with is not None:
-            return self._take_with(self)
-        delivery = self._dequeue()
+            return self._take_with(self, consumes)
+        delivery = delivery_of(self._take(consumes_trigger=consumes))
         return None if delivery is None else Taken(self, delivery)
 
     def _call(self, task: Task, delivery: Delivery) -> Any:  # type: ignore[type-arg]
@@ -388,6 +397,28 @@ class VTRRQueue(FairQueue):
         )
         schedule = dict(self.celery_app.conf.beat_schedule or {})
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
+
+
+def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
+    """Run one leased item under the trigger's run."""
+    source, delivery = taken
+    # self.request.vtrr_* tell the function which item and lease it runs under, and vtrr_queue
+    # the queue that holds the lease. A retry re-sends request.kwargs: this one names the lease
+    # and its queue, not the item's data.
+    vars(task.request).update(
+        vtrr_queue=source.name,
+        vtrr_timeouts=delivery.timeouts,
+        vtrr_task_id=delivery.task_id,
+        vtrr_token=delivery.token,
+        kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
+    )
+    return source._call(task, delivery)
+
+
+def _ack_item(task: Task, taken: Taken) -> None:  # type: ignore[type-arg]
+    """Ack an item a drain ran, at once; the run then holds no lease (after_return acks none)."""
+    taken.queue.ack(taken.delivery.task_id, taken.delivery.token)
+    vars(task.request).update(vtrr_task_id=None, kwargs={})
 
 
 def delivery_of(lease: Lease | None) -> Delivery | None:

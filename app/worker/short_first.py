@@ -31,15 +31,16 @@ class ShortFirst:
         self.queues, self.long_every = queues, long_every
         self.passed = 0  # short jobs taken while a long one waited, since the last long one
 
-    def take(self, trigger: VTRRQueue) -> Taken | None:
-        """Lease the job this worker should run next, for a run of a trigger of `trigger`."""
+    def take(self, trigger: VTRRQueue, consumes: bool = True) -> Taken | None:
+        """Lease the job this worker should run next, for a run of a trigger of `trigger`
+        (the first of its drain consumes the trigger: see app.vtrr.drain)."""
         short, long = self.queues["short"], self.queues["long"]
         with short.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(short.keys.queue)  # O(1), as the lengths are all the choice needs
             pipe.zcard(long.keys.queue)
             short_n, long_n = pipe.execute()
         kinds = order(short_n > 0, long_n > 0, self.passed, self.long_every)
-        taken = take_first(trigger, [self.queues[kind] for kind in kinds])
+        taken = take_first(trigger, [self.queues[kind] for kind in kinds], consumes)
         if taken is not None:
             if taken.queue is long:
                 self.passed = 0

@@ -35,8 +35,8 @@ def test_a_trigger_runs_the_picked_queue_s_item_with_that_queue_s_function(
     def run_b(self: Task, x: str) -> None:
         ran.append(("b", x, self.request.vtrr_queue))
 
-    def b_first(trigger: VTRRQueue):  # type: ignore[no-untyped-def]
-        return take_first(trigger, [b, a])
+    def b_first(trigger: VTRRQueue, consumes: bool):  # type: ignore[no-untyped-def]
+        return take_first(trigger, [b, a], consumes)
 
     serve_together([a, b], b_first)
     run_a.queue("p", [{"args": ["a1"]}])

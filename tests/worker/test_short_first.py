@@ -45,14 +45,25 @@ def noted(ctx: JobContext, inp: Nothing) -> Nothing:
 
 
 class Worker:
-    """A worker's service whose jobs only note that they ran."""
+    """A worker's service whose jobs only note that they ran. Each trigger runs one job
+    (DRAIN_MAX_S 0), so that what the policy does at each dispatch shows, unless `drain`."""
 
-    def __init__(self, redis_url: str, queues: str = "short,long", long_every: int = 4) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        queues: str = "short,long",
+        long_every: int = 4,
+        drain: bool = False,
+    ) -> None:
         RAN.clear()
         self.ran = RAN
         self.count = 0
         settings = Settings(
-            redis_url=redis_url, users_file=FIXTURES, worker_queues=queues, long_every=long_every
+            redis_url=redis_url,
+            users_file=FIXTURES,
+            worker_queues=queues,
+            long_every=long_every,
+            drain_max_s=600 if drain else 0,
         )  # type: ignore[call-arg]
         executor = InlineExecutor(Registry([noted]))
         self.service: Service = build_worker(settings, Accounts.load(FIXTURES), executor=executor)[
@@ -121,6 +132,23 @@ def test_while_both_wait_long_gets_one_dispatch_in_long_every(
     expected = {1: "LLLSSSSSSSSSS", 2: "SLSLSLSSSSSSS", 4: "SSSLSSSLSSSLS"}[long_every]
     assert kinds == expected
     assert sorted(w.ran) == sorted([f"L{i}" for i in range(3)] + [f"S{i}" for i in range(10)])
+
+
+@pytest.mark.parametrize("long_every", [1, 2, 4])
+def test_a_drain_dispatches_in_the_same_order_as_one_trigger_per_job(
+    worker: Callable[..., Worker], r: redis.Redis, long_every: int
+) -> None:
+    """Drain mode leases each job when the worker frees, with the same policy: one trigger's
+    run goes through both queues in the order that thirteen triggers would have."""
+    w = worker(long_every=long_every, drain=True)
+    for i in range(3):
+        w.submit(r, "long", f"L{i}")
+    for i in range(10):
+        w.submit(r, "short", f"S{i}")
+    w.trigger("long")
+    kinds = "".join(name[0] for name in w.ran)
+    assert kinds == {1: "LLLSSSSSSSSSS", 2: "SLSLSLSSSSSSS", 4: "SSSLSSSLSSSLS"}[long_every]
+    assert all(w.service.queues[k].pending() == 0 for k in ("short", "long"))  # each acked
 
 
 def test_shorts_that_ran_while_no_long_waited_do_not_count_towards_long_s_turn(
