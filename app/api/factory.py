@@ -7,14 +7,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import schema
 from app.api.limits import BodyLimit
+from app.api.responses import OrjsonResponse, json_error
 from app.api.routes import (
     admin,
     bills,
@@ -52,6 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         summary="Fair GPU job scheduling: per-account fair queues on Redis, run by Celery workers.",
         lifespan=lifespan,
+        default_response_class=OrjsonResponse,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -68,16 +68,15 @@ def create_app(settings: Settings) -> FastAPI:
 async def _http_error(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith(admin.router.prefix + "/"):
         return await admin.hide_wrong_methods(request, exc)
-    assert isinstance(exc, StarletteHTTPException)
-    return await http_exception_handler(request, exc)
+    return await json_error(request, exc)
 
 
-async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+async def _invalid_request(request: Request, exc: Exception) -> OrjsonResponse:
     """422 listing what is wrong, without echoing the input back: it may be huge, or not even
     representable in JSON (NaN, Infinity)."""
     assert isinstance(exc, RequestValidationError)
     errors = [{"type": e["type"], "loc": _field(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-    return JSONResponse({"detail": errors}, status_code=422)
+    return OrjsonResponse({"detail": errors}, status_code=422)
 
 
 def _field(loc: Sequence[str | int]) -> list[str | int]:
@@ -88,15 +87,15 @@ def _field(loc: Sequence[str | int]) -> list[str | int]:
     return list(loc)
 
 
-async def _redis_error(request: Request, exc: Exception) -> JSONResponse:
+async def _redis_error(request: Request, exc: Exception) -> OrjsonResponse:
     """503 with Retry-After while Redis is away or in a transient state (app/errors.py); any
     other failure of Redis (a bug in a script, a wrong type) is a 500, logged in full."""
     if transient(exc):
         log.warning("%s %s: Redis unavailable: %r", request.method, request.url.path, exc)
-        return JSONResponse(
+        return OrjsonResponse(
             {"detail": "the job store is unavailable; retry shortly"},
             status_code=503,
             headers={"Retry-After": "5"},
         )
     log.error("%s %s: Redis failed", request.method, request.url.path, exc_info=exc)
-    return JSONResponse({"detail": "internal error"}, status_code=500)
+    return OrjsonResponse({"detail": "internal error"}, status_code=500)

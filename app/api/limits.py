@@ -9,7 +9,10 @@ import time
 from redis.asyncio import Redis as AsyncRedis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.store.keys import rate_key
+from app.store.keys import RATE_TTL_S, rate_key
+
+#: How long a caller over its rate is told to wait (Retry-After).
+RETRY_AFTER_S = 1
 
 
 class BodyLimit:
@@ -22,12 +25,14 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # The refusal is the same every time: written once, here.
+        self._refusal = json.dumps({"detail": f"request body over {max_bytes} bytes"}).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope["headers"]).get(b"content-length")
+        length = _content_length(scope["headers"])
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             await self._refuse(send)
             return
@@ -50,13 +55,27 @@ class BodyLimit:
         await self.app(scope, limited, guarded)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body over {self.max_bytes} bytes"}).encode()
+        body = self._refusal
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The last Content-Length header's value (as a dict of the headers would hold it), or None;
+    without building that dict on every request."""
+    found = None
+    for name, value in headers:
+        if name == b"content-length":
+            found = value
+    return found
+
+
+#: The counter of one key's requests in the current second, and how many it may have.
+RateCount = tuple[str, int]
 
 
 class RateLimiter:
@@ -70,14 +89,22 @@ class RateLimiter:
         self.client = client
         self.per_second = per_second
 
-    async def spend(self, key_digest: str) -> int | None:
-        """Count one request; None when it is allowed, else the seconds to wait."""
+    def counter(self, key_digest: str) -> RateCount | None:
+        """The counter a request with this key counts against now, with the limit; None when
+        there is no limit. For a script that counts the request in its own call (create.lua),
+        as spend() would: incremented, given a two-second expiry, refused above the limit."""
         if self.per_second <= 0:
             return None
-        window = int(time.time())
-        key = rate_key(key_digest, window)
+        return rate_key(key_digest, int(time.time())), self.per_second
+
+    async def spend(self, key_digest: str) -> int | None:
+        """Count one request; None when it is allowed, else the seconds to wait."""
+        counter = self.counter(key_digest)
+        if counter is None:
+            return None
+        key, limit = counter
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.incr(key)
-            pipe.expire(key, 2)
+            pipe.expire(key, RATE_TTL_S)
             count, _ = await pipe.execute()
-        return None if int(count) <= self.per_second else 1
+        return None if int(count) <= limit else RETRY_AFTER_S

@@ -15,17 +15,20 @@ import json
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from app.api.limits import RateLimiter
+from app.api.limits import RETRY_AFTER_S, RateLimiter
 from app.auth import Account, digest
 
 UNAUTHORIZED = "missing or invalid API key (header X-API-Key)"
 HIDDEN = "Not Found"  # what Starlette answers for a path it does not know
+#: The mark of an endpoint that counts the request against its key's rate itself.
+_COUNTS_OWN_RATE = "__fairgpu_counts_own_rate__"
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
 
 def unauthorized() -> HTTPException:
@@ -33,6 +36,29 @@ def unauthorized() -> HTTPException:
     return HTTPException(
         status.HTTP_401_UNAUTHORIZED, detail=UNAUTHORIZED, headers={"WWW-Authenticate": "ApiKey"}
     )
+
+
+def too_many_requests(per_second: int) -> HTTPException:
+    """The one 429 of a key over its rate, whoever counted it."""
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        detail=f"more than {per_second} requests a second with this key",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def counts_own_rate(endpoint: Endpoint) -> Endpoint:
+    """Declare that a keyed endpoint counts each request against its key's rate itself, in the
+    same Redis call as its own work (see RateLimiter.counter), and answers too_many_requests()
+    when it is over; KeyedRoute then does not count it a second time. The route-walk test
+    (tests/api/test_routing.py) lists the endpoints that may say so."""
+    setattr(endpoint, _COUNTS_OWN_RATE, True)
+    return endpoint
+
+
+def counts_itself(endpoint: Callable[..., Any]) -> bool:
+    """Whether the endpoint was declared with counts_own_rate."""
+    return getattr(endpoint, _COUNTS_OWN_RATE, False) is True
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -100,11 +126,14 @@ class KeyedRoute(APIRoute):
 
     The key is checked once, here; the endpoint's Caller comes from `request.state.caller`.
     Counting wraps the endpoint itself, which FastAPI calls only for a valid request, so no
-    route of this class can forget it.
+    route of this class can forget it; the only exception is an endpoint declared with
+    counts_own_rate, which counts in its own Redis call instead.
     """
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, _counted(endpoint), **kwargs)
+        _require_async(endpoint)
+        counted = endpoint if counts_itself(endpoint) else _counted(endpoint)
+        super().__init__(path, counted, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """Wrap FastAPI's handler with the key check and the strict request."""
@@ -147,22 +176,21 @@ class AdminRoute(KeyedRoute):
 _visit: ContextVar[tuple[Caller, RateLimiter]] = ContextVar("fairgpu_visit")
 
 
+def _require_async(endpoint: Callable[..., Any]) -> None:
+    """FastAPI would run a plain def in its thread pool; awaited by the counting wrapper, it
+    would block the event loop instead: refused when the route is made."""
+    if not inspect.iscoroutinefunction(endpoint):
+        raise TypeError(f"{endpoint.__name__}: a keyed endpoint must be an async def")
+
+
 def _counted(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     """The endpoint, counting one request against the caller's key before it runs."""
-    if not inspect.iscoroutinefunction(endpoint):
-        # FastAPI would run a plain def in its thread pool; awaited here, it would not be.
-        raise TypeError(f"{endpoint.__name__}: a keyed endpoint must be an async def")
 
     @functools.wraps(endpoint)  # FastAPI reads the parameters through __wrapped__
     async def counted(*args: Any, **kwargs: Any) -> Any:
         caller, limiter = _visit.get()
-        retry_after = await limiter.spend(caller.key_digest)
-        if retry_after is not None:
-            raise HTTPException(
-                status.HTTP_429_TOO_MANY_REQUESTS,
-                detail=f"more than {limiter.per_second} requests a second with this key",
-                headers={"Retry-After": str(retry_after)},
-            )
+        if await limiter.spend(caller.key_digest) is not None:
+            raise too_many_requests(limiter.per_second)
         return await endpoint(*args, **kwargs)
 
     return counted

@@ -7,6 +7,7 @@ from the same environment, so any of them can serve any request or stream.
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -29,7 +30,9 @@ def app_from_environment() -> FastAPI:
 
     settings = get_settings()
     _configure_logs(settings)
-    return create_app(settings)
+    app = create_app(settings)
+    _freeze_start_up()
+    return app
 
 
 def main() -> None:
@@ -48,6 +51,15 @@ def main() -> None:
         log_level=settings.log_level.lower(),
         access_log=settings.access_log,
     )
+
+
+def _freeze_start_up() -> None:
+    """Put what start-up built (the modules, their classes and functions, the app) out of the
+    garbage collector's sight. A full collection then walks only what serving has made since,
+    instead of the whole heap: some 20 ms on 2 cores, during which every request in flight
+    waited (the API's p99). Those objects live as long as the process, so none is lost."""
+    gc.collect()  # the garbage of start-up first, so that it is not kept for good
+    gc.freeze()
 
 
 def _configure_logs(settings: Settings) -> None:

@@ -58,14 +58,23 @@ def submission(
     """The job that body asks for; RequestValidationError or HTTPException (422) when its type is
     unknown or unavailable, its input does not fit the type, or its duration is over the limit."""
     if isinstance(body, EnqueueRequest):
-        body = TypedEnqueueRequest(
-            type=BURN, kind=body.kind, duration_s=body.duration_s, webhook=body.webhook
-        )
+        return _burn(body, job_types, settings)
     job_type = _runnable(job_types, body.type)
     input_json = _checked_input(job_type, body.input)
     kind = body.kind or job_type.queue
     duration_s = _duration(job_type, kind, body.duration_s, settings.max_duration_s(kind))
     return Submission(job_type.name, input_json, kind, duration_s, body.webhook)
+
+
+def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Submission:
+    """The original body's job: what submission() makes of the same job as a typed body (type
+    burn, no input), without building and validating that body again: its fields were checked
+    as this one's, under the same rules."""
+    job_type = _runnable(job_types, BURN)
+    input_json = _checked_input(job_type, {})
+    limit = settings.max_duration_s(body.kind)
+    duration_s = _duration(job_type, body.kind, body.duration_s, limit)
+    return Submission(job_type.name, input_json, body.kind, duration_s, body.webhook)
 
 
 async def checked_submission(

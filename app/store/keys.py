@@ -48,6 +48,10 @@ UNQUEUED = "fairgpu:unqueued"
 #: Workers listen here, so that a cancel reaches a running job at once, without polling.
 STOPS = "fairgpu:stops"
 JOB_PREFIX = "fairgpu:job:"
+#: The counter create.lua is given when the API counts no rate (RATE_LIMIT_PER_S 0): never written.
+NO_RATE = "fairgpu:rate:none"
+#: How long a key's counter of one second is kept, from its latest request.
+RATE_TTL_S = 2
 #: Ended jobs with a webhook, for the sender; the job's hash holds the URL as `webhook`.
 WEBHOOKS = "fairgpu:webhooks"
 WEBHOOKS_DUE = "fairgpu:webhooks:due"

@@ -149,6 +149,33 @@ class Untouched:
         assert sent == {}, f"the request sent Redis commands: {sent}"
 
 
+class RoundTrips:
+    """Counts the app's round trips to Redis from here on: the requests the server has read from
+    its clients (INFO's total_reads_processed), one per round trip however many commands a
+    pipeline holds, none for a script's own commands. The observer's own requests made through
+    `ask` and `count` are taken off."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+        self._asked = 0
+        self._start = self._reads()
+
+    def _reads(self) -> int:
+        stats: dict[str, Any] = self.r.info("stats")  # read by the server too: counted in it
+        return int(stats["total_reads_processed"])
+
+    def ask(self, command: str, *args: Any) -> Any:
+        """Send the observer's own command (one round trip, not counted)."""
+        self._asked += 1
+        return self.r.execute_command(command, *args)
+
+    def count(self) -> int:
+        """The app's round trips so far."""
+        trips = self._reads() - self._start - self._asked - 1
+        self._asked += 1  # this INFO, for the next count
+        return trips
+
+
 # -- server-sent events ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Event:

@@ -67,7 +67,7 @@ async def test_an_accepted_job_waits_in_the_fair_queue_of_its_kind(
 
     short, long = Keys.for_queue("short"), Keys.for_queue("long")
     assert r.zcard(short.queue) == 1
-    assert r.hexists(short.task, task_id)
+    assert worker.service.queues["short"].has(task_id)
     assert r.zcard(long.queue) == 0
     assert worker.service.queues["short"].position(task_id) == 0
 

@@ -35,6 +35,9 @@ from app.store.keys import CHANNEL, MOVES, job_channel
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
 SUBSCRIBE_WAIT_S = 2.0
+#: How long a cancel of a hub task may take before it is sent again (see cancel): a task ends at
+#: its next await once a cancel lands, in microseconds; a swallowed one costs this much.
+CANCEL_AGAIN_S = 0.02
 #: Always subscribed: it keeps the connection listening while no stream follows anything.
 IDLE = f"{CHANNEL}:hub"
 
@@ -203,7 +206,7 @@ async def cancel(task: asyncio.Task[None]) -> None:
     the task would go on."""
     while not task.done():
         task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
 
 
 def _text(value: bytes | str) -> str:

@@ -10,12 +10,11 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
-from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import schema
 from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
-from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status
+from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status, json_error
 from app.api.routing import HIDDEN, AdminRoute, Caller, authenticated
 from app.api.runtime import Runtime
 from app.models import (
@@ -49,7 +48,7 @@ async def hide_wrong_methods(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED and not is_admin(request):
         exc = HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
-    return await http_exception_handler(request, exc)
+    return await json_error(request, exc)
 
 
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from app.api.deps import RuntimeDep
+from app.api.responses import OrjsonResponse
 from app.models import Health
 
 router = APIRouter(tags=["health"])
@@ -18,7 +18,7 @@ router = APIRouter(tags=["health"])
     response_model_exclude_none=True,
     responses={503: {"model": Health, "description": "Redis is unreachable"}},
 )
-async def health(runtime: RuntimeDep) -> Health | JSONResponse:
+async def health(runtime: RuntimeDep) -> Health | OrjsonResponse:
     """200 with the queue lengths when Redis answers; 503 when it does not."""
     try:
         await runtime.redis.ping()
@@ -29,5 +29,5 @@ async def health(runtime: RuntimeDep) -> Health | JSONResponse:
             "queues": {},
             "detail": "Redis does not answer; the service recovers by itself once it does",
         }
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+        return OrjsonResponse(body, status_code=503, headers={"Retry-After": "5"})
     return Health(redis="ok", queues=queues)

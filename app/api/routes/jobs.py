@@ -11,21 +11,22 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Response, status
+import orjson
+from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response, Security, status
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
-from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep
+from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep, api_key_header
 from app.api.live.outage import RECONNECT_MS, Outage, RedisAwayError, error_event
 from app.api.live.places import Place
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job, placed_status
-from app.api.routing import KeyedRoute
+from app.api.routing import Caller, KeyedRoute, counts_own_rate, too_many_requests
 from app.api.runtime import Runtime
 from app.api.submissions import Submission, checked_submission
 from app.errors import IdempotencyMismatchError
 from app.models import (
     EnqueueBody,
-    EnqueueRequest,
     EnqueueResponse,
     ErrorBody,
     Kind,
@@ -33,6 +34,7 @@ from app.models import (
     TaskStatus,
 )
 from app.store import JobRecord
+from app.store.jobs import RateLimitedError
 from app.store.record import JobEvent
 from app.vtrr import DuplicateTaskError, QueueFullError
 
@@ -90,16 +92,16 @@ STREAM_EVENT = {
 }
 
 
-async def valid_job(body: EnqueueBody, runtime: RuntimeDep) -> Submission:
+async def valid_job(body: EnqueueBody, request: Request) -> Submission:
     """The job the body asks for, if its type is known and available, its input fits and its
     duration is within the limits, and its webhook, if any, may be sent; 422 otherwise. A
-    dependency, so that a refused job is not counted against the key's rate (KeyedRoute counts
-    in the endpoint)."""
+    dependency, so that a refused job is not counted against the key's rate (the endpoint
+    counts it, in create.lua)."""
+    runtime: Runtime = request.app.state.runtime
     return await checked_submission(body, runtime.job_types, runtime.settings)
 
 
-#: The job; an EnqueueRequest too, for a caller of the endpoint itself (the benchmarks).
-ValidJob = Annotated[Submission | EnqueueRequest, Depends(valid_job)]
+ValidJob = Annotated[Submission, Depends(valid_job)]
 
 
 @router.post(
@@ -116,13 +118,15 @@ ValidJob = Annotated[Submission | EnqueueRequest, Depends(valid_job)]
             "another body",
         },
     },
+    # The key's scheme, for the schema; the route class has checked the key already. The
+    # Runtime and the Caller are read off the request: as dependencies, FastAPI would solve
+    # three more of them on every submit.
+    dependencies=[Security(api_key_header)],
 )
+@counts_own_rate  # in create.lua, with the job's record
 async def enqueue_task(
-    body: ValidJob,
-    caller: CallerDep,
-    runtime: RuntimeDep,
-    idempotency_key: IdempotencyKeyHeader = None,
-) -> EnqueueResponse:
+    job: ValidJob, request: Request, idempotency_key: IdempotencyKeyHeader = None
+) -> Response:
     """Queue a job for the caller's account in the short or long fair queue: a job of a
     registered type (GET /job-types) with its input, or, with the body {"kind", "duration_s"},
     a job of the built-in type burn.
@@ -130,7 +134,35 @@ async def enqueue_task(
     With an Idempotency-Key, repeating the request returns the first request's task instead of
     queueing another; the same key with a different body is a 422.
     """
-    job = body if isinstance(body, Submission) else await valid_job(body, runtime)
+    runtime: Runtime = request.app.state.runtime
+    caller: Caller = request.state.caller
+    job_id = await submit(runtime, caller, job, idempotency_key)
+    # Once the answer has gone: the job leaves the unqueued list, with those of other submits.
+    return accepted(job_id, BackgroundTask(runtime.store.marks.flush))
+
+
+#: EnqueueResponse's fields in its order, the id to be filled in.
+ACCEPTED = EnqueueResponse(task_id="").model_dump()
+
+
+def accepted(job_id: str, background: BackgroundTask | None = None) -> Response:
+    """The EnqueueResponse of a queued job, written by hand: all of it but the id is fixed, so
+    there is nothing for FastAPI to validate or serialise."""
+    body = orjson.dumps({**ACCEPTED, "task_id": job_id})
+    return Response(body, media_type="application/json", background=background)
+
+
+async def submit(
+    runtime: Runtime, caller: Caller, job: Submission, idempotency_key: str | None
+) -> str:
+    """Write the job and queue it; its id (the first request's, for a replayed Idempotency-Key).
+
+    Two round trips to Redis, one after the other: create.lua (the key's rate count and the
+    record, see RateLimiter.counter) and the fair queue's enqueue. The job is only noted as
+    queued here; it leaves the unqueued list at the store's next `marks.flush()` (QueuedMarks),
+    and Celery's triggers are pushed by the queue's own script. (One round trip would need the
+    fair queue to run its enqueue inside another script, which it does not offer.)
+    """
     account = caller.account
     once = None if idempotency_key is None else (idempotency_key, job.fingerprint())
     try:
@@ -143,7 +175,10 @@ async def enqueue_task(
             job_type=job.type,
             input_json=job.input_json,
             webhook=job.webhook,
+            rate=runtime.limiter.counter(caller.key_digest),
         )
+    except RateLimitedError:
+        raise too_many_requests(runtime.limiter.per_second) from None
     except IdempotencyMismatchError:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -160,7 +195,7 @@ async def enqueue_task(
         if first is not None and first.status is Status.PENDING:
             # The first request may have died between its two steps: make sure it is queued.
             await _enqueue(runtime, account.user_id, job, job_id, replay=True)
-    return EnqueueResponse(task_id=job_id)
+    return job_id
 
 
 async def _enqueue(
@@ -186,7 +221,7 @@ async def _enqueue(
                 headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
             ) from None
         raise
-    await runtime.store.queued(job_id)
+    runtime.store.queued(job_id)
     if triggers:
         publish = runtime.service.queues[job.kind].publish_triggers
         await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop

@@ -5,30 +5,41 @@
 -- The job is also listed in its owner's index (newest kept, at most ARGV[7] of them).
 -- Its input is kept under a key of its own: the hash is copied into every event. Its webhook
 -- URL, if any, is the hash's `webhook`, for the sender once the job has ended (_lib.lua notify).
+-- First of all the request is counted against its API key's rate, as the API's RateLimiter
+-- counts every other request (INCR, a two-second expiry): the submit's count and its record
+-- are one round trip. A request over the limit writes nothing else.
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] unqueued jobs (ZSET)
 -- KEYS[4] the owner's jobs (ZSET id -> enqueued_at)  KEYS[5] the job's input
--- KEYS[6] idempotency record (optional)
+-- KEYS[6] the key's request counter for this second
+-- KEYS[7] idempotency record (optional)
 -- ARGV[1] job id  ARGV[2] owner  ARGV[3] kind  ARGV[4] duration_s  ARGV[5] channel  ARGV[6] ttl
 -- ARGV[7] most jobs listed per owner  ARGV[8] job type  ARGV[9] input (JSON)
--- ARGV[10] webhook URL ('' none)
--- ARGV[11] request fingerprint  ARGV[12] idempotency ttl  ARGV[13] job key prefix (KEYS[6] only)
--- Reply: {'created', enqueued_at} | {'replay', job id of the first request}
+-- ARGV[10] webhook URL ('' none)  ARGV[11] requests allowed a second (0: not counted)
+-- ARGV[12] counter ttl
+-- ARGV[13] request fingerprint  ARGV[14] idempotency ttl  ARGV[15] job key prefix (KEYS[7] only)
+-- Reply: {'created', enqueued_at} | {'replay', job id of the first request} | {'limited'}
 -- Errors: "DUPLICATE <id>" when the job exists; "IDEMPOTENCY_MISMATCH <id>" when the key was
 --         used with another request.
-if KEYS[6] then
-  local seen = redis.call('GET', KEYS[6])
+local allowed = tonumber(ARGV[11])
+if allowed > 0 then
+  local count = redis.call('INCR', KEYS[6])
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[12]))
+  if count > allowed then return {'limited'} end
+end
+if KEYS[7] then
+  local seen = redis.call('GET', KEYS[7])
   if seen then
     local sep = string.find(seen, ' ', 1, true)
     local first, fingerprint = string.sub(seen, 1, sep - 1), string.sub(seen, sep + 1)
     -- The first request's job may be gone (it could not be queued, or it expired): start afresh.
-    if redis.call('EXISTS', ARGV[13] .. first) == 1 then
-      if fingerprint ~= ARGV[11] then
+    if redis.call('EXISTS', ARGV[15] .. first) == 1 then
+      if fingerprint ~= ARGV[13] then
         return redis.error_reply('IDEMPOTENCY_MISMATCH ' .. first)
       end
       return {'replay', first}
     end
   end
-  redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[11], 'EX', tonumber(ARGV[12]))
+  redis.call('SET', KEYS[7], ARGV[1] .. ' ' .. ARGV[13], 'EX', tonumber(ARGV[14]))
 end
 if redis.call('EXISTS', JOB) == 1 then return redis.error_reply('DUPLICATE ' .. ARGV[1]) end
 local t = now()

@@ -9,9 +9,10 @@ Variants, in alternating rounds of the same length:
   the floor of HTTP, uvicorn and FastAPI;
 - fairgpu-2proc: the same API with API_WORKERS=2, two uvicorn processes on one port: what the
   second core buys (not the target's setup, which is one process);
-- handler-only: the enqueue handler's own work (rate limit, create.lua, enqueue.lua, the
-  unqueued-list update) called in this process by 16 concurrent coroutines, no HTTP: the floor
-  of the Redis round trips and the Python around them.
+- handler-only: the enqueue handler's own work (create.lua with the rate count, the fair queue's
+  enqueue, then the answer's background write to the unqueued list, shared between concurrent
+  submits) called in this process by 16 concurrent coroutines, no HTTP: the floor of the Redis
+  round trips and the Python around them.
 
 The load generator (scripts/benchkit/overhead/httpload.py) runs in this process, on the same
 2 cores.
@@ -33,6 +34,7 @@ import uvloop
 from app.api.routes import jobs as jobs_api
 from app.api.routing import Caller
 from app.api.runtime import Runtime
+from app.api.submissions import checked_submission
 from app.auth import digest
 from app.dev.redis_server import free_port
 from app.models import EnqueueRequest
@@ -81,7 +83,8 @@ def requests_for(keys: list[str]) -> Callable[[int, int], bytes]:
 
 
 async def handler_only(runtime: Runtime, keys: list[str], seconds: float) -> httpload.LoadResult:
-    """16 coroutines calling the enqueue handler directly, each as its own account."""
+    """16 coroutines doing the enqueue handler's work directly, each as its own account: the
+    body's check, the submit, and the unqueued-list write the server makes after the answer."""
     result = httpload.LoadResult()
     body = EnqueueRequest(kind="short", duration_s=1.0)
     deadline = time.perf_counter() + seconds
@@ -92,7 +95,9 @@ async def handler_only(runtime: Runtime, keys: list[str], seconds: float) -> htt
         caller = Caller(account, digest(key))
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
-            await jobs_api.enqueue_task(body, caller, runtime)
+            job = await checked_submission(body, runtime.job_types, runtime.settings)
+            await jobs_api.submit(runtime, caller, job, None)
+            await runtime.store.marks.flush()
             result.latencies_ms.append((time.perf_counter() - sent) * 1e3)
         result.statuses[200] = len(result.latencies_ms)
 
