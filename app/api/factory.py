@@ -23,6 +23,7 @@ from app.api.routes import (
     jobs,
     metrics,
     outputs,
+    stream,
     tasks,
 )
 from app.api.runtime import Runtime
@@ -58,7 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RedisError, _redis_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OSError, _redis_error)
-    for module in (jobs, job_types, tasks, bills, health, metrics, admin, dashboard):
+    for module in (jobs, stream, job_types, tasks, bills, health, metrics, admin, dashboard):
         app.include_router(module.router)
     app.include_router(outputs.build(settings))
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, overload
 
@@ -30,8 +29,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
-from app.vtrr.drain import DRAIN_MAX_S, has_time_limit, shutting_down
-from app.vtrr.held import held_lease
+from app.vtrr.drain import DRAIN_MAX_S, run_trigger
+from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.queue import FairQueue, Item, Lease, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
@@ -56,8 +55,6 @@ TASK_OPTIONS = frozenset(
     }
 )
 ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
-#: The keyword a retry message carries so that the retry run resumes its own lease.
-LEASE_KWARG = "_vtrr_lease"
 _FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
 #: A task that raised one of these could not reach Redis: it keeps its lease (see after_return).
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
@@ -197,25 +194,7 @@ class VTRRQueue(FairQueue):
         base: type[Task] = options.pop("base", None) or self.celery_app.Task  # type: ignore[type-arg]
 
         def run(task: Task, *_: Any, **kwargs: Any) -> Any:  # type: ignore[type-arg]
-            # A retry resumes its one lease; a trigger's run drains (see drain.py). An item that
-            # raises ends the run, and after_return acks it or keeps its lease, as without drain.
-            held = kwargs.get(LEASE_KWARG)
-            taken = vtrr._resume_held(held) if held else vtrr._next(consumes=True)
-            drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
-            deadline = time.monotonic() + vtrr.drain_max_s
-            ran: list[str] = []
-            result = None
-            while taken is not None:
-                result = _run_item(task, taken)
-                ran.append(taken.delivery.task_id)
-                if not drains:
-                    break
-                _ack_item(task, taken)
-                if time.monotonic() >= deadline or shutting_down():
-                    break
-                taken = vtrr._next(consumes=False)
-            # One item: its function's result. A drain of several: their ids (shown by Flower).
-            return result if len(ran) <= 1 else {"drained": ran, "result": result}
+            return run_trigger(vtrr, task, kwargs.get(LEASE_KWARG))
 
         def after_return(task: Task, status: str, retval: Any, *rest: Any) -> None:  # type: ignore[type-arg]
             # Called for SUCCESS and FAILURE only; a retry keeps its lease, and a process that
@@ -397,28 +376,6 @@ class VTRRQueue(FairQueue):
         )
         schedule = dict(self.celery_app.conf.beat_schedule or {})
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
-
-
-def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
-    """Run one leased item under the trigger's run."""
-    source, delivery = taken
-    # self.request.vtrr_* tell the function which item and lease it runs under, and vtrr_queue
-    # the queue that holds the lease. A retry re-sends request.kwargs: this one names the lease
-    # and its queue, not the item's data.
-    vars(task.request).update(
-        vtrr_queue=source.name,
-        vtrr_timeouts=delivery.timeouts,
-        vtrr_task_id=delivery.task_id,
-        vtrr_token=delivery.token,
-        kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
-    )
-    return source._call(task, delivery)
-
-
-def _ack_item(task: Task, taken: Taken) -> None:  # type: ignore[type-arg]
-    """Ack an item a drain ran, at once; the run then holds no lease (after_return acks none)."""
-    taken.queue.ack(taken.delivery.task_id, taken.delivery.token)
-    vars(task.request).update(vtrr_task_id=None, kwargs={})
 
 
 def delivery_of(lease: Lease | None) -> Delivery | None:

@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.signals import worker_shutting_down
 from celery.worker import state as worker_state
+
+from app.vtrr.held import LEASE_KWARG
+
+if TYPE_CHECKING:
+    from app.vtrr.celery_queue import Taken, VTRRQueue
 
 #: How long one trigger's run keeps taking new items (seconds): below Kombu's visibility
 #: timeout, less the longest item.
@@ -54,3 +61,48 @@ def has_time_limit(task: Task) -> bool:  # type: ignore[type-arg]
     conf = task.app.conf
     limits = (task.time_limit, task.soft_time_limit, conf.task_time_limit)
     return any(limit is not None for limit in (*limits, conf.task_soft_time_limit))
+
+
+def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:  # type: ignore[type-arg]
+    """The body of a run of vtrr's task: a retry's run resumes its one lease (`held`); a
+    trigger's run drains, unless it may not. An item that raises ends the run, and the task's
+    after_return acks it or keeps its lease, as without drain. Returns the item's result when
+    one ran, and {"drained": [item ids], "result": the last result} when several did (Flower
+    shows it)."""
+    taken = vtrr._resume_held(held) if held else vtrr._next(consumes=True)
+    drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
+    deadline = time.monotonic() + vtrr.drain_max_s
+    ran: list[str] = []
+    result = None
+    while taken is not None:
+        result = _run_item(task, taken)
+        ran.append(taken.delivery.task_id)
+        if not drains:
+            break
+        _ack_item(task, taken)
+        if time.monotonic() >= deadline or shutting_down():
+            break
+        taken = vtrr._next(consumes=False)
+    return result if len(ran) <= 1 else {"drained": ran, "result": result}
+
+
+def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
+    """Run one leased item under the trigger's run."""
+    source, delivery = taken
+    # self.request.vtrr_* tell the function which item and lease it runs under, and vtrr_queue
+    # the queue that holds the lease. A retry re-sends request.kwargs: this one names the lease
+    # and its queue, not the item's data.
+    vars(task.request).update(
+        vtrr_queue=source.name,
+        vtrr_timeouts=delivery.timeouts,
+        vtrr_task_id=delivery.task_id,
+        vtrr_token=delivery.token,
+        kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
+    )
+    return source._call(task, delivery)
+
+
+def _ack_item(task: Task, taken: Taken) -> None:  # type: ignore[type-arg]
+    """Ack an item a drain ran, at once; the run then holds no lease (after_return acks none)."""
+    taken.queue.ack(taken.delivery.task_id, taken.delivery.token)
+    vars(task.request).update(vtrr_task_id=None, kwargs={})

@@ -6,6 +6,9 @@ from typing import NamedTuple
 
 from celery import Task
 
+#: The keyword a retry message carries so that the retry run resumes its own lease.
+LEASE_KWARG = "_vtrr_lease"
+
 
 class HeldLease(NamedTuple):
     """The lease the current run of a @vtrr.task holds."""
