@@ -25,7 +25,7 @@ from typing import Any
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from app.vtrr.errors import from_reply
 from app.vtrr.keys import Keys
@@ -185,11 +185,12 @@ class _Bound:
 
     def _found(self, exc: ResponseError) -> bool:
         """After FUNCTION LOAD failed: True when the library is there after all (loaded by
-        another client meanwhile), False when the server has no functions; else re-raise."""
+        another client meanwhile); False when the server has no functions, or this user may
+        not load them (an ACL without FUNCTION: the scripts need only EVALSHA); else re-raise."""
         text = str(exc)
         if _LIBRARY_EXISTS in text:
             return True
-        if text.startswith(_NO_FUNCTIONS):
+        if text.startswith(_NO_FUNCTIONS) or isinstance(exc, NoPermissionError):
             return False
         raise exc
 

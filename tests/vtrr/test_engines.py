@@ -149,3 +149,37 @@ def test_an_engine_that_lost_its_operations_gets_them_back(
     assert q.position("x") == 0  # loaded again by this call
     other = FairQueue(client, f"lost-{name}")  # a process that finds the library already there
     assert other.position("x") == 0
+
+
+def test_a_user_that_may_not_load_functions_runs_the_scripts(
+    clients: dict[str, redis.Redis],
+) -> None:
+    """An ACL that leaves FUNCTION out (a managed Redis may): the queue runs its EVALSHA
+    scripts instead, with the same results."""
+    if "functions" not in clients:
+        pytest.skip("no Redis 7 on PATH")
+    admin = clients["functions"]
+    admin.acl_setuser(
+        "no-functions",
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        commands=["+@all", "-function"],
+    )
+    kwargs = admin.connection_pool.connection_kwargs
+    limited = redis.Redis(
+        host=kwargs["host"],
+        port=kwargs["port"],
+        username="no-functions",
+        password="secret",
+        decode_responses=True,
+    )
+    try:
+        q = FairQueue(limited, "limited")
+        q.enqueue("ann", [Item("x", id="x")])
+        assert q._scripts._functions is False  # refused FUNCTION LOAD: scripts
+        lease = q.dequeue()
+        assert lease is not None and q.ack(lease.task_id, lease.token)
+    finally:
+        limited.close()
+        admin.acl_deluser("no-functions")
