@@ -228,6 +228,13 @@ class VTRRQueue(FairQueue):
         timeouts), or None when nothing is queued. Ack it with `ack(task_id, token)`."""
         return delivery_of(self._take(consumes_trigger=True))
 
+    def _ack_and_take(self, task_id: str, token: str) -> Taken | None:
+        """Ack an item of this queue and lease its next in one call, counting no trigger (the
+        step of a drain from one item to the next)."""
+        _, lease = self.ack_and_lease(task_id, token)
+        delivery = delivery_of(lease)
+        return None if delivery is None else Taken(self, delivery)
+
     def _resume(self, task_id: str, token: str) -> Delivery | None:
         """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
         return delivery_of(self.resume(task_id, token))

@@ -79,10 +79,10 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
         ran.append(taken.delivery.task_id)
         if not drains:
             break
-        _ack_item(task, taken)
         if time.monotonic() >= deadline or shutting_down():
+            _ack_item(task, taken)
             break
-        taken = vtrr._next(consumes=False)
+        taken = _ack_and_next(vtrr, task, taken)
     return result if len(ran) <= 1 else {"drained": ran, "result": result}
 
 
@@ -100,6 +100,17 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
         kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
     )
     return source._call(task, delivery)
+
+
+def _ack_and_next(vtrr: VTRRQueue, task: Task, taken: Taken) -> Taken | None:  # type: ignore[type-arg]
+    """Ack the item a drain ran and lease the next: in one call (ack_lease.lua) when the next
+    comes from the same queue; two when a policy of serve_together chooses among queues."""
+    if vtrr._take_with is not None or taken.queue is not vtrr:
+        _ack_item(task, taken)
+        return vtrr._next(consumes=False)
+    following = vtrr._ack_and_take(taken.delivery.task_id, taken.delivery.token)
+    vars(task.request).update(vtrr_task_id=None, kwargs={})
+    return following
 
 
 def _ack_item(task: Task, taken: Taken) -> None:  # type: ignore[type-arg]

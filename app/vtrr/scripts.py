@@ -35,6 +35,7 @@ NAMES = (
     "enqueue",
     "dequeue",
     "ack",
+    "ack_lease",
     "renew",
     "release",
     "reclaim",

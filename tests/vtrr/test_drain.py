@@ -159,3 +159,27 @@ def test_a_worker_that_shuts_down_finishes_the_item_in_hand_and_stops(
     note.celery_task.apply()
 
     assert (ran, vtrr.length(), vtrr.pending()) == (["a"], 1, 0)
+
+
+def scripting_calls(r: redis.Redis) -> int:
+    """The queue operations Redis has run since the last CONFIG RESETSTAT (FCALL on Redis 7,
+    EVALSHA on 6.2), FUNCTION and SCRIPT LOAD left out."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha"))
+
+
+def test_a_drain_costs_one_queue_operation_per_item(
+    r: redis.Redis, app: Celery, ran: list[str]
+) -> None:
+    """The step from one item to the next acks the first and leases the second in one call
+    (ack_lease.lua): a drain of n items is one lease, then one call per item."""
+    vtrr = new_queue(r, app)
+    note = runner(vtrr, ran)
+    note.queue("p", [{"args": [k]} for k in "abcde"])
+    r.config_resetstat()
+
+    note.celery_task.apply()
+
+    assert ran == list("abcde")
+    assert scripting_calls(r) == 1 + 5
+    assert (vtrr.length(), vtrr.pending(), vtrr.stats()["acked"]) == (0, 0, 5)

@@ -186,6 +186,20 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.retire_if_done(lease)
 
     @precondition(lambda self: self.live)
+    @rule(ago=newest)
+    def ack_and_lease(self, ago: int) -> None:
+        """The fused step of a drain: the ack, then the next lease, in one call."""
+        lease = self.lease(ago)
+        acked, following = self.queue.ack_and_lease(lease.task_id, lease.token)
+        assert acked == self.model.ack(lease.task_id, lease.token)
+        self.retire_if_done(lease)
+        token = "" if following is None else following.token
+        assert as_taken(following) == self.model.dequeue(token, from_rear=False)
+        if following is not None:
+            self.assert_fresh_expiry(following)
+            self.live.append(following)
+
+    @precondition(lambda self: self.live)
     @rule(ago=newest, seconds=st.sampled_from((EXPIRE_NOW, LEASE_SECONDS)))
     def extend(self, ago: int, seconds: float) -> None:
         lease = self.lease(ago)

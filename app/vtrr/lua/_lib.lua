@@ -232,6 +232,47 @@ local function queued_member(id)
   return nil
 end
 
+-- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
+local function lease_next(lease_us, token, consumes, from_rear, limit, cap, front)
+  local t = clock()
+  if limit > 0 then reclaim(t, limit, front) end
+  if consumes and redis.call('DECR', K.triggers) < 0 then
+    redis.call('SET', K.triggers, 0)
+  end
+
+  local head
+  if from_rear then
+    head = redis.call('ZPOPMAX', K.queue)
+  else
+    head = redis.call('ZPOPMIN', K.queue)
+  end
+  if not head[1] then
+    return {top_up_triggers(cap, 0)}
+  end
+  local id = task_id_of(head[1])
+  if not from_rear then
+    redis.call('SET', K.cvt, head[2])
+  end
+  local key = item_key(id)
+  local f = redis.call('HMGET', key, 'p', 'w', 'd', 't', 'x')
+  unindex_item(f[5])
+  partition_queued(f[1], -1)
+  weigh(f[2], -1)
+  redis.call('HSET', key, 'l', token)
+  local expiry = string.format('%d', tonumber(t) + lease_us)
+  redis.call('ZADD', K.inflight, expiry, id)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+end
+
+-- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
+local function ack_item(id, token)
+  if not holds_lease(id, token) then return 0 end
+  redis.call('ZREM', K.inflight, id)
+  redis.call('DEL', item_key(id))
+  return 1
+end
+
 -- A name the operation did not declare: say so, rather than hand redis.call a nil.
 local UNDECLARED = {__index = function(_, name)
   error('vtrr: this operation does not declare key ' .. tostring(name))

@@ -3,8 +3,4 @@
 -- KEYS: item inflight
 -- ARGV[1] task id  ARGV[2] lease token
 -- Reply: 1 when acked, 0 when the token is not the item's current lease (stale or unknown).
-local id, token = ARGV[1], ARGV[2]
-if not holds_lease(id, token) then return 0 end
-redis.call('ZREM', K.inflight, id)
-redis.call('DEL', item_key(id))
-return 1
+return ack_item(ARGV[1], ARGV[2])
