@@ -85,3 +85,20 @@ def test_bench_scaling_quick_writes_json_and_a_plot(tmp_path: Path) -> None:
     assert reports["gap"]["data"]["fair"]["idle_ms"]
     assert (tmp_path / "bench-scaling.png").stat().st_size > 0
     assert (tmp_path / "bench-gap.png").stat().st_size > 0
+
+
+@pytest.mark.integration  # a subprocess, with a redis-server of its own
+@pytest.mark.timeout(120)
+def test_bench_drain_prints_both_variants_and_their_ratio() -> None:
+    run = subprocess.run(
+        [sys.executable, "scripts/bench_drain.py", "--rounds", "2", "--items", "20"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["one call", "two calls"]
+    assert lines[2].startswith("one call / two calls = ")
