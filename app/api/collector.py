@@ -28,7 +28,7 @@ from app.service import fairness_lag_s
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
 from app.vtrr import VTRRQueue
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 #: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
 BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)

@@ -33,7 +33,7 @@ from app.store.keys import (
 )
 from app.store.record import JobEvent, JobRecord, decode
 from app.store.scripts import AsyncScripts
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 #: The most jobs an account's index keeps for GET /tasks (the newest).
 LISTED_PER_ACCOUNT = 10_000

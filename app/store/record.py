@@ -14,7 +14,7 @@ from typing import Any, get_args
 from pydantic import TypeAdapter, ValidationError
 
 from app.models import KINDS, Artifact, ErrorKind, JobResult, Kind, Progress, Status, TaskStatus
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 
 def decode(fields: Mapping[Any, Any]) -> dict[str, str]:

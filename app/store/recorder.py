@@ -28,7 +28,7 @@ from app.store.keys import (
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 SWEEP_BATCH = 100
 LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several

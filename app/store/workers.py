@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import redis
 
 from app.store.keys import WORKERS
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 ALIVE_BEATS = 3
 FORGET_S = 86400

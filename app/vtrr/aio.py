@@ -13,17 +13,9 @@ from collections.abc import Iterable
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
-from app.vtrr.queue import (
-    Item,
-    Shares,
-    credit_args,
-    credit_of,
-    enqueue_args,
-    rank_of,
-    ranks_of,
-    stats_of,
-)
+from app.vtrr.queue import Item, Shares, enqueue_args
 from app.vtrr.scripts import AsyncScripts, TriggerKeys
+from app.vtrr.wire import credit_args, credit_of, rank_of, ranks_of, stats_of
 
 
 class AsyncFairQueue:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import redis
 
 from app.vtrr.keys import Keys
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 OLD_PARTS = ("task", "meta", "inflight_task", "lease", "timeouts")
 BATCH = 1000

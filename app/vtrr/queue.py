@@ -20,28 +20,24 @@ from redis import Redis
 from app.vtrr.errors import DropRefusedError
 from app.vtrr.keys import Keys
 from app.vtrr.scripts import Scripts
+from app.vtrr.wire import (
+    as_text,
+    check_weight,
+    credit_args,
+    credit_of,
+    micros,
+    rank_of,
+    ranks_of,
+    seconds_of,
+    stats_of,
+    task_id_of,
+)
 
 Shares = Mapping[str, float] | Callable[[str], float]
 Placement = Literal["fair", "front"]
 
 RECLAIM_BATCH = 100
 LAG_WINDOW = 1000
-MEMBER_PREFIX = 17  # "<1|0><15-digit counter>:" before the task id in a queue member
-STAT_NAMES = (
-    "enqueued",
-    "dequeued",
-    "acked",
-    "reclaimed",
-    "cancelled",
-    "released",
-    "promoted",
-    "credited",
-)
-#: Counted by drop: what it deleted, queued and in flight.
-DROP_STATS = ("dropped_queued", "dropped_in_flight")
-#: The most queued items one credit moves: the work of a call stays bounded however many items
-#: a partition has queued (see credit.lua and docs/vtrr.md).
-CREDIT_MOVES = 256
 
 
 @dataclass(frozen=True)
@@ -70,13 +66,6 @@ class Lease:
     payload: str
     timeouts: int
     expires_at: float
-
-
-def check_weight(weight: object) -> int:
-    """A weight is a positive integer (not a bool); anything else is a ValueError."""
-    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-        raise ValueError(f"weight must be a positive integer, got {weight!r}")
-    return weight
 
 
 def share_of(shares: Shares | None, partition_key: str) -> float:
@@ -353,60 +342,3 @@ class FairQueue:
         raw = self.redis.hgetall(self.keys.partition_queued)
         counts = [(as_text(p), int(c)) for p, c in raw.items()]
         return heapq.nlargest(n, counts, key=lambda pc: (pc[1], pc[0]))
-
-
-# -- replies, parsed alike for FairQueue and AsyncFairQueue ------------------------------------
-def rank_of(reply: Any) -> int | None:
-    """position.lua's reply: a 0-based rank, or nil for an item not queued."""
-    return None if reply is None else int(reply)
-
-
-def ranks_of(reply: Any) -> list[int | None]:
-    """positions.lua's reply: a rank per item, -1 for one not queued."""
-    return [None if int(rank) < 0 else int(rank) for rank in reply]
-
-
-def credit_args(task_id: str, token: str, used_weight: int) -> tuple[str, str, int, int]:
-    """credit.lua's ARGV; used_weight is checked as weights are, before Redis is touched."""
-    return task_id, token, check_weight(used_weight), CREDIT_MOVES
-
-
-def credit_of(reply: Any) -> float:
-    """credit.lua's reply: the virtual time credited, as a string so that no digit is lost."""
-    return float(as_text(reply))
-
-
-def stats_of(raw: Mapping[Any, Any], queued: int, in_flight: int) -> dict[str, int]:
-    """Every counter of STAT_NAMES (0 when never counted), from the stats hash and the numbers
-    of items queued and in flight. Each item enqueued is queued until it is dequeued, cancelled
-    or dropped; each dequeued is in flight until it is acked, released, reclaimed or dropped;
-    released and reclaimed items are queued again. So, however the operations interleave:
-        dequeued = enqueued + released + reclaimed - cancelled - dropped_queued - queued
-        acked    = dequeued - released - reclaimed - dropped_in_flight - in_flight
-    """
-    c = {as_text(k): int(v) for k, v in raw.items()}
-    n = {name: c.get(name, 0) for name in (*STAT_NAMES, *DROP_STATS)}
-    requeued = n["released"] + n["reclaimed"]
-    n["dequeued"] = n["enqueued"] + requeued - n["cancelled"] - n["dropped_queued"] - queued
-    n["acked"] = n["dequeued"] - requeued - n["dropped_in_flight"] - in_flight
-    return {name: n[name] for name in STAT_NAMES}
-
-
-def micros(seconds: float) -> int:
-    """A lease's length in whole microseconds, as the scripts keep expiries (at least 1)."""
-    return max(1, round(seconds * 1_000_000))
-
-
-def seconds_of(micros_reply: bytes | str) -> float:
-    """A lease expiry that a script replied, in microseconds, as seconds (Redis TIME)."""
-    return int(as_text(micros_reply)) / 1_000_000
-
-
-def task_id_of(member: bytes | str) -> str:
-    """The task id in a queue member."""
-    return as_text(member)[MEMBER_PREFIX:]
-
-
-def as_text(value: bytes | str) -> str:
-    """A Redis reply as str."""
-    return value.decode() if isinstance(value, bytes) else value

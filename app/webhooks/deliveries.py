@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from app.store.keys import METRICS, WEBHOOKS, WEBHOOKS_DUE, WEBHOOKS_FAILED
-from app.vtrr.queue import as_text
 from app.vtrr.scripts import source
+from app.vtrr.wire import as_text
 
 LUA_DIR = Path(__file__).with_name("lua")
 GROUP = "senders"

@@ -17,7 +17,7 @@ import redis
 from redis.client import PubSub
 
 from app.store.keys import STOPS
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.2  # how long the listening thread waits for a message before it looks again

@@ -10,7 +10,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr import FairQueue, Item
 from app.vtrr.aio import AsyncFairQueue
-from app.vtrr.queue import CREDIT_MOVES
+from app.vtrr.wire import CREDIT_MOVES
 from tests.vtrr.helpers import drain, expire, fill, take
 
 

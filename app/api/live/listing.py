@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from app.models import Status
 from app.store import JobRecord
 from app.store.keys import job_key, owned_key
-from app.vtrr.queue import as_text
+from app.vtrr.wire import as_text
 
 BATCH = 100
 SCAN_MOST = 1000
