@@ -96,7 +96,13 @@ def test_a_trigger_delivered_twice_runs_its_job_once(make_faults: Callable[..., 
         timeout=30,
         what="all three deliveries to be consumed",
     )
-    logs = faults.stack.log_of("cpu1") + faults.stack.log_of("cpu2")
+
+    # A worker writes a delivery's end to its log around the ack: wait for the third one too.
+    def both_logs() -> str:
+        return faults.stack.log_of("cpu1") + faults.stack.log_of("cpu2")
+
+    wait_for(lambda: both_logs().count("succeeded in") >= 3, timeout=10, what="three ends logged")
+    logs = both_logs()
     assert logs.count("run_short_job[") >= 3 * 2  # each delivery: received, then its end
     assert logs.count("succeeded in") == 3  # three deliveries ran...
     assert logs.count(": 'done'") == 1  # ...one of them ran the job
