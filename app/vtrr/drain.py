@@ -105,7 +105,7 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
 def _ack_and_next(vtrr: VTRRQueue, task: Task, taken: Taken) -> Taken | None:  # type: ignore[type-arg]
     """Ack the item a drain ran and lease the next: in one call (ack_lease.lua) when the next
     comes from the same queue; two when a policy of serve_together chooses among queues."""
-    if vtrr._take_with is not None or taken.queue is not vtrr:
+    if vtrr._take_with is not None:  # else every item of the drain is vtrr's own
         _ack_item(task, taken)
         return vtrr._next(consumes=False)
     following = vtrr._ack_and_take(taken.delivery.task_id, taken.delivery.token)

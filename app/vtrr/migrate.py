@@ -74,7 +74,7 @@ def _move_batch(
     metas = client.hmget(old["meta"], ids)
     tokens = client.hmget(old["lease"], ids) if leased else [None] * len(ids)
     timeouts = client.hmget(old["timeouts"], ids)
-    expiries = [client.zscore(keys.inflight, i) for i in ids] if leased else [None] * len(ids)
+    expiries = client.zmscore(keys.inflight, ids) if leased else [None] * len(ids)  # one call
     with client.pipeline(transaction=False) as pipe:
         for (task_id, payload), meta, token, times, expiry in zip(
             batch, metas, tokens, timeouts, expiries, strict=True
