@@ -15,19 +15,22 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from celery import Celery, Task
 
 from app.artifacts import open_artifacts
 from app.auth import Accounts
-from app.models import KINDS, RECLAIM_QUEUE, Kind
+from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
-from app.store import JobRecorder
-from app.vtrr import Item, VTRRQueue, VTRRTask, held_lease, serve_together
+from app.store import JobRecorder, RunHooks, Started, started_of
+from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
 from app.worker.celery_app import create_celery
 from app.worker.short_first import ShortFirst
+
+if TYPE_CHECKING:
+    from app.worker.runner import Ran
 
 SWEEP_TASK = "fairgpu.sweep_unqueued"
 #: The artifact sweep lists every stored job (a folder, or a bucket's objects): once an hour
@@ -54,7 +57,10 @@ class Runner(Protocol):
     """What runs one job under the lease its task holds (app/worker/runner.py's JobRunner)."""
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
-        """Run the job; returns what happened, for the worker's log."""
+        """Run the job, starting and ending it itself; returns what happened, for the log."""
+
+    def run_started(self, kind: Kind, job_id: str, token: str, started: Started) -> Ran:
+        """Run a job that its lease has started; say how it ended, for the step to record."""
 
 
 @dataclass
@@ -67,14 +73,34 @@ class Service:
     queues: dict[Kind, VTRRQueue]
     tasks: dict[Kind, VTRRTask]
     recorder: JobRecorder
+    hooks: RunHooks
     runner: Runner | None = None
     artifacts_swept_at: float | None = None  # monotonic time of this process's last sweep
 
-    def run(self, kind: Kind, job_id: str, token: str) -> str:
-        """Run a job with this process's runner; a process without one does not run jobs."""
+    def run(self, kind: Kind, task: Task, job_id: str) -> str:  # type: ignore[type-arg]
+        """Run a job with this process's runner (a process without one does not run jobs). The
+        lease that the task holds started the job (the queues' hooks: app/store/hooks.py), and
+        the step that acks it records the end this hands it with end_with; a lease without the
+        hooks' start (a retry's) has the runner start and end the job in calls of its own."""
         if self.runner is None:
             raise RuntimeError("this process queues jobs; only a worker runs them")
-        return self.runner.run(kind, job_id, token)
+        lease = held_lease(task)
+        if lease is None:
+            raise RuntimeError(f"{task.name} ran without a lease of its fair queue")
+        if lease.hooked is None:
+            return self.runner.run(kind, job_id, lease.token)
+        ran = self.runner.run_started(kind, job_id, lease.token, started_of(lease.hooked))
+        if ran.end is None:
+            end_with(task, used_weight=ran.used_weight)
+            return ran.outcome
+
+        def recorded(done: Any) -> None:
+            if not done and ran.end is not None and ran.end.status is not Status.REVOKED:
+                log.warning("refused: another run owns the job", extra={"task_id": job_id})
+
+        args = self.recorder.end_args(ran.end)
+        end_with(task, *args, used_weight=ran.used_weight, then=recorded)
+        return ran.outcome
 
     def sweep(self) -> int:
         """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued), and
@@ -116,9 +142,14 @@ class Service:
 
 
 def build_queues(
-    client: redis.Redis, celery_app: Celery, settings: Settings, accounts: Accounts
+    client: redis.Redis,
+    celery_app: Celery,
+    settings: Settings,
+    accounts: Accounts,
+    hooks: RunHooks | None = None,
 ) -> dict[Kind, VTRRQueue]:
-    """The short and long fair queues, each carried by the Celery queue of the same name."""
+    """The short and long fair queues, each carried by the Celery queue of the same name, with
+    the job store's hooks (what a worker's step runs besides the queue's own work)."""
     return {
         kind: VTRRQueue(
             client,
@@ -131,6 +162,7 @@ def build_queues(
             reclaim_queue=RECLAIM_QUEUE,
             shares=accounts.share,
             drain_max_s=settings.drain_max_s,
+            hooks=hooks,
         )
         for kind in KINDS
     }
@@ -140,25 +172,27 @@ def build(settings: Settings, accounts: Accounts) -> Service:
     """Wire the Celery app, the two queues, the job tasks and the sweep; connects to nothing."""
     celery_app = create_celery(settings)
     client = redis.Redis.from_url(settings.redis_url)
-    queues = build_queues(client, celery_app, settings, accounts)
+    hooks = RunHooks(settings)
+    queues = build_queues(client, celery_app, settings, accounts, hooks)
     tasks: dict[Kind, VTRRTask] = {}
-    service = Service(settings, celery_app, queues, tasks, JobRecorder(client, settings))
+    recorder = JobRecorder(client, settings)
+    service = Service(settings, celery_app, queues, tasks, recorder, hooks)
 
     @queues["short"].task(acks_late=True, reject_on_worker_lost=True)
     def run_short_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
         """Run one short job."""
-        return service.run("short", job_id, _token(self))
+        return service.run("short", self, job_id)
 
     @queues["long"].task(acks_late=True, reject_on_worker_lost=True)
     def run_long_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
         """Run one long job."""
-        return service.run("long", job_id, _token(self))
+        return service.run("long", self, job_id)
 
     tasks["short"], tasks["long"] = run_short_job, run_long_job
     if set(KINDS) <= set(settings.worker_queues):
         # A worker serving both: whichever trigger arrives, short goes first (see short_first).
         policy = ShortFirst(queues, settings.long_every)
-        serve_together(list(queues.values()), policy.take)
+        serve_together(list(queues.values()), policy)
 
     @celery_app.task(name=SWEEP_TASK, ignore_result=True, shared=False)
     def sweep_unqueued() -> int:
@@ -174,10 +208,3 @@ def build(settings: Settings, accounts: Accounts) -> Service:
         },
     }
     return service
-
-
-def _token(task: Task) -> str:  # type: ignore[type-arg]
-    lease = held_lease(task)
-    if lease is None:
-        raise RuntimeError(f"{task.name} ran without a lease of its fair queue")
-    return lease.token

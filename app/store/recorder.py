@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -49,6 +50,40 @@ class Started:
     duration_s: float = 0.0
     type: str = "burn"
     input: str = "{}"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, as recorded: output is the job's JSON text; error_kind defaults to
+    'exception' for a FAILURE and 'cancelled' for a REVOKED; artifacts is the JSON list of the
+    files stored for a SUCCESS; charge None bills nothing."""
+
+    status: Status
+    charge: Charge | None
+    owner: str
+    error: str = ""
+    tflops: float | None = None
+    error_kind: ErrorKind | None = None
+    output: str | None = None
+    peak_gpu_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    artifacts: str | None = None
+
+
+def started_of(raw: Any) -> Started:
+    """start.lua's reply (also what the fair queue's lease hook returns: app/store/hooks.py)."""
+    reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]
+    if reply[0] != "run":
+        return Started(run=False, reason=reply[0])
+    owner, duration, job_type, job_input = reply[2:6]
+    return Started(
+        True,
+        int(reply[1]),
+        owner=owner,
+        duration_s=float(duration),
+        type=job_type,
+        input=job_input,
+    )
 
 
 class JobRecorder:
@@ -105,51 +140,33 @@ class JobRecorder:
         keys = [job_key(job_id), events_key(job_id), METRICS, input_key(job_id), WEBHOOKS]
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
-        raw = self._scripts.run("start", keys, args)
-        reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]
-        if reply[0] != "run":
-            return Started(run=False, reason=reply[0])
-        owner, duration, job_type, job_input = reply[2:6]
-        return Started(
-            True,
-            int(reply[1]),
-            owner=owner,
-            duration_s=float(duration),
-            type=job_type,
-            input=job_input,
-        )
+        return started_of(self._scripts.run("start", keys, args))
 
-    def finish(
-        self,
-        job_id: str,
-        token: str,
-        status: Status,
-        *,
-        charge: Charge | None,
-        owner: str,
-        error: str = "",
-        tflops: float | None = None,
-        error_kind: ErrorKind | None = None,
-        output: str | None = None,
-        peak_gpu_memory_bytes: int | None = None,
-        peak_rss_bytes: int | None = None,
-        artifacts: str | None = None,
-    ) -> bool:
-        """Record the run's end, and bill it once with charge, whatever the status (None: no
+    def finish(self, job_id: str, token: str, status: Status, **end: Any) -> bool:
+        """Record the run's end, and bill it once with `charge`, whatever the status (None: no
         bill); False when this run no longer holds the job (its lease was reclaimed and another
-        run took over, or an operator ended it). output is the job's JSON text; error_kind
-        defaults to 'exception' for a FAILURE and 'cancelled' for a REVOKED; artifacts is the
-        JSON list of the files stored for a SUCCESS."""
-        keys = [job_key(job_id), events_key(job_id), billing_key(owner), billed_key(job_id)]
+        run took over, or an operator ended it). `end` holds RunEnd's other fields."""
+        return self.record_end(job_id, token, RunEnd(status, **end))
+
+    def record_end(self, job_id: str, token: str, end: RunEnd) -> bool:
+        """finish() with the end as one value (what a worker hands the fair queue's step when
+        the end goes there: app/store/hooks.py)."""
+        args = self.end_args(end)[1:]  # without the owner, whose bills the keys name
+        keys = [job_key(job_id), events_key(job_id), billing_key(end.owner), billed_key(job_id)]
         keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS]
+        return bool(self._scripts.run("finish", keys, [job_id, token, *args]))
+
+    def end_args(self, end: RunEnd) -> list[str | int]:
+        """The owner, then finish.lua's ARGV from its third (after the job id and token): what
+        the queues' `done` hook takes (app/store/hooks.py)."""
         bill: list[str | int] = ["", "", "", ""]
-        if charge is not None:
-            billed_ms = round(charge.billed_seconds * MS)
-            bill = [charge.micros, charge.description, repr(charge.gpu_seconds), billed_ms]
-        args: list[str | int] = [job_id, token, status.value, error, _text(tflops), *bill]
-        args += [CHANNEL, self._ttl, error_kind or "", output or ""]
-        args += [_text(peak_gpu_memory_bytes), _text(peak_rss_bytes), artifacts or ""]
-        return bool(self._scripts.run("finish", keys, args))
+        if end.charge is not None:
+            ms = round(end.charge.billed_seconds * MS)
+            bill = [end.charge.micros, end.charge.description, repr(end.charge.gpu_seconds), ms]
+        args: list[str | int] = [end.owner, end.status.value, end.error, _text(end.tflops), *bill]
+        args += [CHANNEL, self._ttl, end.error_kind or "", end.output or ""]
+        args += [_text(end.peak_gpu_memory_bytes), _text(end.peak_rss_bytes), end.artifacts or ""]
+        return args
 
     def count_artifact_bytes(self, size: int) -> None:
         """Add the bytes of a job's stored artifacts to the metric artifact_bytes."""

@@ -12,19 +12,25 @@ from redis.commands.core import AsyncScript, Script
 from redis.exceptions import ResponseError
 
 from app.errors import from_reply
-from app.vtrr.scripts import source
 
 LUA_DIR = Path(__file__).with_name("lua")
 Args = list[str | int]
+#: The scripts that call the run functions of lua/runs.lua (so does the queues' step: hooks.py).
+RUNS = ("start", "finish")
+
+
+def source(name: str) -> str:
+    """The text of one script: the helpers of lua/_lib.lua, the run functions where it calls
+    them, then the script."""
+    parts = ["_lib", *(("runs",) if name in RUNS else ()), name]
+    return "\n".join((LUA_DIR / f"{part}.lua").read_text() for part in parts)
 
 
 class Scripts:
     """Some of the store's scripts, on a blocking client."""
 
     def __init__(self, client: Redis, *names: str) -> None:
-        self._scripts: dict[str, Script] = {
-            n: client.register_script(source(n, LUA_DIR)) for n in names
-        }
+        self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in names}
 
     def run(self, name: str, keys: list[str], args: Args) -> Any:
         """Run one script; its error replies become our exceptions."""
@@ -39,7 +45,7 @@ class AsyncScripts:
 
     def __init__(self, client: AsyncRedis, *names: str) -> None:
         self._scripts: dict[str, AsyncScript] = {
-            n: client.register_script(source(n, LUA_DIR)) for n in names
+            n: client.register_script(source(n)) for n in names
         }
 
     async def run(self, name: str, keys: list[str], args: Args) -> Any:

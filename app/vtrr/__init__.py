@@ -11,13 +11,15 @@
 This package imports redis and celery only; nothing else of fairgpu.
 """
 
-from app.vtrr.celery_queue import Delivery, Taken, VTRRQueue, VTRRTask
+from app.vtrr.celery_queue import Policy, VTRRQueue, VTRRTask
+from app.vtrr.delivery import Delivery, Taken
 from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
+from app.vtrr.hooks import Hooks, end_with
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
-from app.vtrr.together import serve_together, take_first
+from app.vtrr.together import serve_together
 
 __all__ = [
     "Delivery",
@@ -27,8 +29,10 @@ __all__ = [
     "FairQueue",
     "Heartbeat",
     "HeldLease",
+    "Hooks",
     "Item",
     "Lease",
+    "Policy",
     "QueueFullError",
     "RedisQueue",
     "Taken",
@@ -36,7 +40,7 @@ __all__ = [
     "VTRRError",
     "VTRRQueue",
     "VTRRTask",
+    "end_with",
     "held_lease",
     "serve_together",
-    "take_first",
 ]

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, Protocol, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
@@ -29,9 +29,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
+from app.vtrr.delivery import Delivery, Taken, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.held import LEASE_KWARG, held_lease
-from app.vtrr.queue import FairQueue, Item, Lease, Shares
+from app.vtrr.hooks import Hooks, NoHooks
+from app.vtrr.queue import FairQueue, Item, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
 
@@ -63,27 +65,18 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 TRIGGER_MESSAGE_TTL_S = 86_400
 
 
-class Delivery(NamedTuple):
-    """What `_dequeue()` hands a worker: the item to run and the lease it holds."""
+class Policy(Protocol):
+    """How a worker that serves several queues together chooses among them (serve_together)."""
 
-    task_name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    task_id: str
-    token: str
-    timeouts: int
+    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
+        """The queues to lease from for a run of a trigger of `trigger`, preferred first: the
+        fairest item of the first one with any queued runs."""
+        ...
 
-
-class Taken(NamedTuple):
-    """An item a trigger's run leased, and the queue it came from (see serve_together)."""
-
-    queue: VTRRQueue
-    delivery: Delivery
-
-
-#: Chooses and leases the item a trigger of the given queue runs (see serve_together); its second
-#: argument says whether this lease consumes the trigger (the first of a drain) or not.
-Take = Callable[["VTRRQueue", bool], Taken | None]
+    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
+        """Told after each lease where it came from (None: every queue was empty) and how many
+        items each queue (by name) still has queued."""
+        ...
 
 
 class VTRRTask:
@@ -134,6 +127,7 @@ class VTRRQueue(FairQueue):
         shares: Shares | None = None,
         push_triggers: bool | None = None,
         drain_max_s: float = DRAIN_MAX_S,
+        hooks: Hooks | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -149,13 +143,14 @@ class VTRRQueue(FairQueue):
         self.reclaim_task_name = f"vtrr_queue.reclaim.{name}"
         self._task: VTRRTask | None = None
         self._function: Callable[..., Any] | None = None
-        self._take_with: Take | None = None
+        self._policy: Policy | None = None
         self._peers: dict[str, VTRRQueue] = {name: self}
         self._push_option = push_triggers
         self.drain_max_s = drain_max_s  # 0: one item per trigger (see drain.py)
         self._trigger_route: tuple[str, str] | None = None
         self._trigger_message: str | None = None
-        self._scripts = Scripts(redis_client, self.keys, self._trigger_keys)
+        self.hooks: Hooks = hooks or NoHooks()
+        self._scripts = Scripts(redis_client, self.keys, self._trigger_keys, self.hooks.lua)
         if reclaim_interval is not None:
             self._register_reclaim()
 
@@ -228,13 +223,6 @@ class VTRRQueue(FairQueue):
         timeouts), or None when nothing is queued. Ack it with `ack(task_id, token)`."""
         return delivery_of(self._take(consumes_trigger=True))
 
-    def _ack_and_take(self, task_id: str, token: str) -> Taken | None:
-        """Ack an item of this queue and lease its next in one call, counting no trigger (the
-        step of a drain from one item to the next)."""
-        _, lease = self.ack_and_lease(task_id, token)
-        delivery = delivery_of(lease)
-        return None if delivery is None else Taken(self, delivery)
-
     def _resume(self, task_id: str, token: str) -> Delivery | None:
         """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
         return delivery_of(self.resume(task_id, token))
@@ -245,26 +233,16 @@ class VTRRQueue(FairQueue):
         delivery = source._resume(held[0], held[1])
         return None if delivery is None else Taken(source, delivery)
 
-    def _next(self, *, consumes: bool) -> Taken | None:
-        """What a trigger of this queue runs next: its own fairest item, or what serve_together's
-        policy picks. The first lease of a trigger's run consumes the trigger; the next ones of
-        a drain do not."""
-        if self._take_with is not None:
-            return self._take_with(self, consumes)
-        delivery = delivery_of(self._take(consumes_trigger=consumes))
-        return None if delivery is None else Taken(self, delivery)
+    def _order(self) -> Sequence[VTRRQueue]:
+        """The queues a trigger of this queue leases from, preferred first: its own, or those
+        that serve_together's policy orders."""
+        return [self] if self._policy is None else self._policy.order(self)
 
     def _call(self, task: Task, delivery: Delivery) -> Any:  # type: ignore[type-arg]
         """Run this queue's decorated function on one of its items."""
         if self._function is None:
             raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to run its items")
         return self._function(task, *delivery.args, **delivery.kwargs)
-
-    def consume_trigger(self) -> None:
-        """Count one of this queue's triggers as run although it leased from another queue,
-        and top the triggers up, so this queue's items keep a trigger each (up to the cap)."""
-        count, _ = self._scripts.run("triggers", "consume", 0, self._trigger_cap)
-        self._publish(int(count))
 
     def aio(self, redis_client: AsyncRedis) -> AsyncFairQueue:
         """This queue on an asyncio client (same name, shares and trigger cap), for web handlers;
@@ -383,13 +361,3 @@ class VTRRQueue(FairQueue):
         )
         schedule = dict(self.celery_app.conf.beat_schedule or {})
         self.celery_app.conf.beat_schedule = {**schedule, **self.reclaim_beat_schedule()}
-
-
-def delivery_of(lease: Lease | None) -> Delivery | None:
-    """The item a lease holds, as a worker runs it."""
-    if lease is None:
-        return None
-    body = json.loads(lease.payload)
-    return Delivery(
-        body["task"], body["args"], body["kwargs"], lease.task_id, lease.token, lease.timeouts
-    )

@@ -26,15 +26,24 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from celery.signals import worker_shutting_down
 from celery.worker import state as worker_state
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
+from app.vtrr.delivery import Taken, delivery_of
 from app.vtrr.held import LEASE_KWARG
+from app.vtrr.hooks import ending
+from app.vtrr.step import Ending, Stepped, step
 
 if TYPE_CHECKING:
-    from app.vtrr.celery_queue import Taken, VTRRQueue
+    from app.vtrr.celery_queue import VTRRQueue
 
 #: How long one trigger's run keeps taking new items (seconds): below Kombu's visibility
 #: timeout, less the longest item.
 DRAIN_MAX_S = 600.0
+#: How long the step that ends an item keeps trying while Redis is unreachable (seconds).
+STEP_PATIENCE_S = 30.0
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 
 # Set in a worker's main process when it begins to shut down. Shared memory created at import,
 # before a prefork pool forks its children, which then see the main process's word; a solo or
@@ -65,11 +74,12 @@ def has_time_limit(task: Task) -> bool:  # type: ignore[type-arg]
 
 def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:  # type: ignore[type-arg]
     """The body of a run of vtrr's task: a retry's run resumes its one lease (`held`); a
-    trigger's run drains, unless it may not. An item that raises ends the run, and the task's
-    after_return acks it or keeps its lease, as without drain. Returns the item's result when
-    one ran, and {"drained": [item ids], "result": the last result} when several did (Flower
-    shows it)."""
-    taken = vtrr._resume_held(held) if held else vtrr._next(consumes=True)
+    trigger's run leases and drains, unless it may not. Each item that returns is ended by a
+    step (step.py) that also leases the next, when the run goes on; an item that raises ends
+    the run, and the task's after_return acks it or keeps its lease, as without drain. Returns
+    the item's result when one ran, and {"drained": [item ids], "result": the last result}
+    when several did (Flower shows it)."""
+    taken = vtrr._resume_held(held) if held else _leased(vtrr, step(vtrr._order(), consumes=vtrr))
     drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
     deadline = time.monotonic() + vtrr.drain_max_s
     ran: list[str] = []
@@ -77,12 +87,8 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
     while taken is not None:
         result = _run_item(task, taken)
         ran.append(taken.delivery.task_id)
-        if not drains:
-            break
-        if time.monotonic() >= deadline or shutting_down():
-            _ack_item(task, taken)
-            break
-        taken = _ack_and_next(vtrr, task, taken)
+        more = drains and time.monotonic() < deadline and not shutting_down()
+        taken = _end(vtrr, task, taken, more)
     return result if len(ran) <= 1 else {"drained": ran, "result": result}
 
 
@@ -97,23 +103,41 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
         vtrr_timeouts=delivery.timeouts,
         vtrr_task_id=delivery.task_id,
         vtrr_token=delivery.token,
+        vtrr_hooked=delivery.hooked,
         kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
     )
     return source._call(task, delivery)
 
 
-def _ack_and_next(vtrr: VTRRQueue, task: Task, taken: Taken) -> Taken | None:  # type: ignore[type-arg]
-    """Ack the item a drain ran and lease the next: in one call (ack_lease.lua) when the next
-    comes from the same queue; two when a policy of serve_together chooses among queues."""
-    if vtrr._take_with is not None:  # else every item of the drain is vtrr's own
-        _ack_item(task, taken)
-        return vtrr._next(consumes=False)
-    following = vtrr._ack_and_take(taken.delivery.task_id, taken.delivery.token)
-    vars(task.request).update(vtrr_task_id=None, kwargs={})
-    return following
+def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:  # type: ignore[type-arg]
+    """End the item that returned, in one step with the lease of the next when the run goes on
+    (`more`). While Redis is unreachable the step is tried again for STEP_PATIENCE_S, as the
+    item's end may hold what its run recorded; then the error goes up and after_return keeps
+    the lease. The run holds no lease afterwards (after_return acks none)."""
+    end = ending(task)
+    queue, delivery = taken
+    ended = Ending(queue, delivery.task_id, delivery.token, end.args, end.used_weight)
+    lease_from = None if more else 0
+    try:
+        stepped = step(vtrr._order(), ending=ended, lease_from=lease_from)
+    except UNREACHABLE:
+        patiently = Retrying(
+            retry=retry_if_exception_type(UNREACHABLE),
+            wait=wait_exponential(multiplier=0.1, max=2.0),
+            stop=stop_before_delay(STEP_PATIENCE_S),
+            reraise=True,
+        )
+        stepped = patiently(step, vtrr._order(), ending=ended, lease_from=lease_from)
+    vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, kwargs={})
+    if end.then is not None:
+        end.then(stepped.done)
+    return _leased(vtrr, stepped) if more else None
 
 
-def _ack_item(task: Task, taken: Taken) -> None:  # type: ignore[type-arg]
-    """Ack an item a drain ran, at once; the run then holds no lease (after_return acks none)."""
-    taken.queue.ack(taken.delivery.task_id, taken.delivery.token)
-    vars(task.request).update(vtrr_task_id=None, kwargs={})
+def _leased(vtrr: VTRRQueue, stepped: Stepped) -> Taken | None:
+    """The item a step leased; serve_together's policy hears where it came from."""
+    source = vtrr._peers.get(stepped.queue.name) if stepped.queue else None
+    if vtrr._policy is not None:
+        vtrr._policy.took(source, stepped.queued)
+    delivery = delivery_of(stepped.lease, stepped.hooked)
+    return None if source is None or delivery is None else Taken(source, delivery)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from celery import Task
 
@@ -11,19 +11,21 @@ LEASE_KWARG = "_vtrr_lease"
 
 
 class HeldLease(NamedTuple):
-    """The lease the current run of a @vtrr.task holds."""
+    """The lease the current run of a @vtrr.task holds; `hooked` is what its queue's hooks'
+    `lease` returned for it (None without hooks, or in a retry's run: see app/vtrr/hooks.py)."""
 
     task_id: str
     token: str
     timeouts: int
+    hooked: Any = None
 
 
 def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
     """The lease of the run in progress of a @vtrr.task (also `self.request.vtrr_task_id`,
-    `vtrr_token` and `vtrr_timeouts`); None outside such a run."""
+    `vtrr_token`, `vtrr_timeouts` and `vtrr_hooked`); None outside such a run."""
     request = task.request
     task_id = getattr(request, "vtrr_task_id", None)
     if task_id is None:
         return None
     held = vars(request)  # set by the task's run (see _celery_task)
-    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"])
+    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"], held.get("vtrr_hooked"))

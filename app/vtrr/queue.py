@@ -18,6 +18,7 @@ from typing import Any, Literal
 from redis import Redis
 
 from app.vtrr.errors import DropRefusedError
+from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.keys import Keys
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
@@ -131,6 +132,7 @@ class FairQueue:
 
     # -- hooks for the Celery layer -------------------------------------------------------------
     _trigger_cap = -1  # -1: this queue publishes no triggers
+    hooks: Hooks = NoHooks()  # the application's Lua in step.lua (a VTRRQueue's `hooks=`)
 
     def _publish(self, count: int) -> None:
         """Send count triggers; a plain FairQueue has no broker, so there is nothing to send."""

@@ -46,6 +46,7 @@ NAMES = (
     "triggers",
     "drop",
     "credit",
+    "step",
 )
 #: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
 QUEUE_KEYS = (
@@ -64,6 +65,11 @@ QUEUE_KEYS = (
     "items",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
+#: What an operation over several queues declares (step.lua): each queue's keys in turn, in the
+#: order of QUEUE_KEYS then TRIGGER_KEYS.
+MANY_QUEUES = "*queues"
+#: The hooks of a queue without any (see app/vtrr/hooks.py): a Lua chunk that returns no hook.
+NO_HOOKS = "return {}"
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
@@ -86,9 +92,18 @@ class Operation:
     keys: tuple[str, ...]
     body: str
 
+    @property
+    def many(self) -> bool:
+        """Whether it runs over several queues, each giving all its keys (step.lua)."""
+        return self.keys == (MANY_QUEUES,)
+
     def bound_body(self) -> str:
         """The body behind the line that gives its KEYS their names in _lib.lua's `K` (a
-        table constructor, sized at once: cheaper than filling a table in a loop)."""
+        table constructor, sized at once: cheaper than filling a table in a loop); an operation
+        over several queues gets the names of each queue's keys instead, and binds them itself."""
+        if self.many:
+            names = ", ".join(f"'{k}'" for k in (*QUEUE_KEYS, *TRIGGER_KEYS))
+            return f"local QUEUE_KEY_NAMES = {{{names}}}\n{self.body}"
         names = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(self.keys, 1))
         return f"bind({{{names}}})\n{self.body}"
 
@@ -99,6 +114,8 @@ def operation(name: str) -> Operation:
     body = (LUA_DIR / f"{name}.lua").read_text()
     declared = tuple(k for line in _DECLARED.findall(body) for k in line.split())
     unknown = set(declared) - set(QUEUE_KEYS) - set(TRIGGER_KEYS)
+    if declared == (MANY_QUEUES,):
+        unknown = set()
     if not declared or unknown:
         raise ValueError(f"{name}.lua: declare its keys with '-- KEYS: ...' ({sorted(unknown)})")
     return Operation(name, declared, body)
@@ -109,39 +126,50 @@ def lib() -> str:
     return (LUA_DIR / "_lib.lua").read_text()
 
 
+def hooks_source(hooks: str) -> str:
+    """The `HOOKS` table of the operations that call hooks (step.lua): what the hooks' chunk
+    returns, run in a scope of its own so that its locals stay its own."""
+    return f"local HOOKS = (function()\n{hooks}\nend)()"
+
+
 @cache
-def script_source(name: str) -> str:
-    """The EVALSHA script of an operation (Redis 6.2): the helpers, then the bound body."""
+def script_source(name: str, hooks: str = NO_HOOKS) -> str:
+    """The EVALSHA script of an operation (Redis 6.2): the helpers, then the bound body; the
+    hooks too for an operation over several queues (only step.lua calls them)."""
+    if operation(name).many:
+        return f"{lib()}\n{hooks_source(hooks)}\n{operation(name).bound_body()}"
     return f"{lib()}\n{operation(name).bound_body()}"
 
 
 @cache
-def library_name() -> str:
-    """The function library's name: `vtrr_` and a digest of its helpers and operations."""
-    text = lib() + "".join(script_source(n) for n in NAMES)
+def library_name(hooks: str = NO_HOOKS) -> str:
+    """The function library's name: `vtrr_` and a digest of its helpers, its operations and its
+    hooks (queues with other hooks call a library of their own)."""
+    text = lib() + "".join(script_source(n, hooks) for n in NAMES)
     return f"vtrr_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-def function_name(name: str) -> str:
+def function_name(name: str, hooks: str = NO_HOOKS) -> str:
     """The name an operation is called by with FCALL (Redis 7)."""
-    return f"{library_name()}_{name}"
+    return f"{library_name(hooks)}_{name}"
 
 
-def wire_name(name: str, functions: bool) -> str:
+def wire_name(name: str, functions: bool, hooks: str = NO_HOOKS) -> str:
     """What names an operation in the command that runs it: its function (FCALL, Redis 7), or
     its script's SHA1 (EVALSHA, Redis 6.2). For tests that watch the wire."""
     if functions:
-        return function_name(name)
-    return hashlib.sha1(script_source(name).encode(), usedforsecurity=False).hexdigest()
+        return function_name(name, hooks)
+    return hashlib.sha1(script_source(name, hooks).encode(), usedforsecurity=False).hexdigest()
 
 
 @cache
-def library_source() -> str:
-    """The function library (Redis 7): the helpers once, then one function per operation."""
-    parts = [f"#!lua name={library_name()}", lib()]
+def library_source(hooks: str = NO_HOOKS) -> str:
+    """The function library (Redis 7): the helpers and the hooks once, then one function per
+    operation."""
+    parts = [f"#!lua name={library_name(hooks)}", lib(), hooks_source(hooks)]
     for name in NAMES:
         parts.append(
-            f"redis.register_function('{function_name(name)}', function(KEYS, ARGV)\n"
+            f"redis.register_function('{function_name(name, hooks)}', function(KEYS, ARGV)\n"
             f"{operation(name).bound_body()}\nend)"
         )
     return "\n".join(parts)
@@ -159,19 +187,20 @@ def no_trigger_push(keys: Keys) -> TriggerKeys:
 
 
 class _Bound:
-    """What both kinds of Scripts share: each operation's keys, and whether the server has
-    functions (None until the first call finds out)."""
+    """What both kinds of Scripts share: each operation's keys, the queue's hooks, and whether
+    the server has functions (None until the first call finds out)."""
 
-    def __init__(self, keys: Keys, trigger_keys: TriggerKeys | None) -> None:
+    def __init__(self, keys: Keys, trigger_keys: TriggerKeys | None, hooks: str) -> None:
         self._queue_keys = dict(zip(QUEUE_KEYS, keys.all(), strict=True))
         self._trigger_keys = trigger_keys or no_trigger_push(keys)
+        self.hooks = hooks
         self._fixed = {n: self._fixed_keys(n) for n in NAMES}
         self._functions: bool | None = None
 
     def _fixed_keys(self, name: str) -> list[str] | None:
         """An operation's keys, when none of them is a trigger key (those may change)."""
         declared = operation(name).keys
-        if set(declared) & set(TRIGGER_KEYS):
+        if operation(name).many or set(declared) & set(TRIGGER_KEYS):
             return None
         return [self._queue_keys[k] for k in declared]
 
@@ -180,9 +209,13 @@ class _Bound:
         fixed = self._fixed[name]
         if fixed is not None:
             return fixed
-        message, broker = self._trigger_keys()
-        known = {**self._queue_keys, "trigger_message": message, "broker": broker}
+        known = dict(zip(QUEUE_KEYS + TRIGGER_KEYS, self.all_keys(), strict=True))
         return [known[k] for k in operation(name).keys]
+
+    def all_keys(self) -> list[str]:
+        """Every key of the queue, its trigger keys last: its part of the KEYS of an operation
+        over several queues (step.lua)."""
+        return [*self._queue_keys.values(), *self._trigger_keys()]
 
     def _found(self, exc: ResponseError) -> bool:
         """After FUNCTION LOAD failed: True when the library is there after all (loaded by
@@ -197,47 +230,58 @@ class _Bound:
 
 
 class Scripts(_Bound):
-    """The operations of one queue, bound to its client and keys."""
+    """The operations of one queue, bound to its client, its keys and its hooks."""
 
-    def __init__(self, client: Redis, keys: Keys, trigger_keys: TriggerKeys | None = None) -> None:
-        super().__init__(keys, trigger_keys)
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        trigger_keys: TriggerKeys | None = None,
+        hooks: str = NO_HOOKS,
+    ) -> None:
+        super().__init__(keys, trigger_keys, hooks)
         self._client = client
-        self._scripts = {n: client.register_script(script_source(n)) for n in NAMES}
+        self._scripts = {n: client.register_script(script_source(n, hooks)) for n in NAMES}
 
     def run(self, name: str, *args: str | int | float) -> Any:
         """Run one operation with its keys; Lua error replies become our exceptions."""
-        keys = self.keys(name)
+        return self.run_over(name, self.keys(name), *args)
+
+    def run_over(self, name: str, keys: list[str], *args: str | int | float) -> Any:
+        """Run one operation with the keys given (step.lua's: those of several queues)."""
+        function = function_name(name, self.hooks)
         try:
             if self._functions is None:
                 self._functions = self._load()
             if not self._functions:
                 return self._scripts[name](keys=keys, args=args)
             try:
-                return self._client.fcall(function_name(name), len(keys), *keys, *args)
+                return self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if _FUNCTION_GONE not in str(exc):
                     raise
                 self._load()
-                return self._client.fcall(function_name(name), len(keys), *keys, *args)
+                return self._client.fcall(function, len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
 
     def _load(self) -> bool:
         """Install the function library; False when the server has no functions."""
         try:
-            self._client.function_load(library_source())
+            self._client.function_load(library_source(self.hooks))
         except ResponseError as exc:
             return self._found(exc)
         return True
 
 
 class AsyncScripts(_Bound):
-    """The same operations on an asyncio client, for code that must not block its event loop."""
+    """The same operations on an asyncio client, for code that must not block its event loop
+    (the web handlers: no hooks, no step)."""
 
     def __init__(
         self, client: AsyncRedis, keys: Keys, trigger_keys: TriggerKeys | None = None
     ) -> None:
-        super().__init__(keys, trigger_keys)
+        super().__init__(keys, trigger_keys, NO_HOOKS)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in NAMES}
 

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
@@ -35,7 +35,7 @@ from app.auth import Accounts
 from app.models import Kind, Status
 from app.service import Service, build, job_weight
 from app.settings import Settings
-from app.store import JobRecorder, Started
+from app.store import JobRecorder, RunEnd, Started
 from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
@@ -71,6 +71,16 @@ class Executor(Protocol):
     def close(self) -> None:
         """Release the process it runs jobs in."""
         ...
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a run went: what to log, the end to record (None: nothing to record: the job had
+    ended, or another run owns it now), and the fair-queue weight it used (0: it did not run)."""
+
+    outcome: str
+    end: RunEnd | None
+    used_weight: int = 0
 
 
 class StopCheck:
@@ -123,10 +133,26 @@ class JobRunner:
         self.on_busy: Callable[[float | None], None] = lambda until: None
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
-        """Run the job under the lease token; returns what happened (for the worker's log)."""
+        """Run the job under the lease token, with a call of its own to start it and another to
+        record its end (a run whose lease came without the queues' hooks: a retry's, a
+        test's); returns what happened (for the worker's log)."""
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
+        ran = self.run_started(kind, job_id, token, started)
+        if ran.end is not None:
+            who = {"task_id": job_id, "account": started.owner, "queue": kind}
+            recorded = self._finish(who, partial(self.recorder.record_end, job_id, token, ran.end))
+            if not recorded and ran.end.status is not Status.REVOKED:  # a stop says who stopped
+                return "refused: another run owns the job"
+        if ran.used_weight:
+            self._credit(kind, job_id, token, ran.used_weight)
+        return ran.outcome
+
+    def run_started(self, kind: Kind, job_id: str, token: str, started: Started) -> Ran:
+        """Run a job that `started` says to run (start.lua's work, done by the lease: see
+        app/store/hooks.py) and say how it ended, for the step that records it, bills it,
+        credits the unused time and acks the lease in one call."""
         if not started.run:
-            return started.reason
+            return Ran(started.reason, None)
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         self.on_busy(time.time() + started.duration_s)
@@ -137,9 +163,8 @@ class JobRunner:
             self.stops.unwatch(job_id)
             self.on_busy(None)
         log.info("job ended", extra={**who, "end": ended.end, "seconds": round(ended.seconds, 3)})
-        outcome = self._record(kind, job_id, token, started, ended, who)
-        self._credit(kind, job_id, token, ended.seconds)
-        return outcome
+        outcome, end = self._end_of(kind, job_id, started, ended)
+        return Ran(outcome, end, job_weight(ended.seconds))
 
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
@@ -177,68 +202,51 @@ class JobRunner:
             log.warning("Redis unreachable; artifact bytes not counted", extra={"task_id": job_id})
         return replace(ended, artifacts=as_json(stored))
 
-    def _record(
-        self,
-        kind: Kind,
-        job_id: str,
-        token: str,
-        started: Started,
-        ended: Ended,
-        who: dict[str, str],
-    ) -> str:
-        """Record the end. Every run that held the GPU is billed for the seconds it ran (at
-        least MIN_BILLED_S), whatever its end, except a run stopped by an operator or one that
-        lost its lease (its next run is billed instead)."""
+    def _end_of(
+        self, kind: Kind, job_id: str, started: Started, ended: Ended
+    ) -> tuple[str, RunEnd | None]:
+        """What happened, and the end to record. Every run that held the GPU is billed for the
+        seconds it ran (at least MIN_BILLED_S), whatever its end, except a run stopped by an
+        operator or one that lost its lease (its next run is billed instead)."""
         if ended.end == "cancelled":
-            return self._stopped(kind, job_id, token, started, ended, who)
+            return self._stopped(kind, job_id, started, ended)
         charge = billing.price(self.settings, kind, ended.seconds, job_type=started.type)
         status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
-        finish = partial(
-            self.recorder.finish, job_id, token, status,
-            charge=charge, owner=started.owner, error=ended.error or "",
+        end = RunEnd(
+            status, charge, started.owner, error=ended.error or "",
             error_kind=None if ended.end == "success" else ended.end,
             output=ended.output, tflops=_tflops(started.type, ended.output),
             peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts,
         )  # fmt: skip
-        if not self._finish(who, finish):
-            return "refused: another run owns the job"
-        return "done" if status is Status.SUCCESS else f"failed: {ended.end}"
+        return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
 
     def _stopped(
-        self,
-        kind: Kind,
-        job_id: str,
-        token: str,
-        started: Started,
-        ended: Ended,
-        who: dict[str, str],
-    ) -> str:
-        """End a run that was asked to stop. Who pays: the owner's cancel is billed for the time
-        it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended the job
-        already; a lost lease (an admin's release, a reclaim) leaves the job to its next run,
-        which alone is billed. Every end is fenced by the token."""
+        self, kind: Kind, job_id: str, started: Started, ended: Ended
+    ) -> tuple[str, RunEnd | None]:
+        """The end of a run that was asked to stop. Who pays: the owner's cancel is billed for
+        the time it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended
+        the job already; a lost lease (an admin's release, a reclaim) leaves the job to its
+        next run, which alone is billed. Every end is fenced by the token."""
         by = self.recorder.stopped_by(job_id)
         if by is None:
-            return "lease lost"  # another run owns the job now; leave its end to that run
+            return "lease lost", None  # another run owns the job now; leave its end to that run
         charge = billing.price(
             self.settings, kind, ended.seconds, cancelled=True, job_type=started.type
         )
-        revoked = partial(
-            self.recorder.finish, job_id, token, Status.REVOKED,
-            charge=charge if by == "owner" else None, owner=started.owner,
+        end = RunEnd(
+            Status.REVOKED, charge if by == "owner" else None, started.owner,
             error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes,
         )  # fmt: skip
-        self._finish(who, revoked)
-        return "cancelled" if by == "owner" else "stopped by an operator"
+        return ("cancelled" if by == "owner" else "stopped by an operator"), end
 
-    def _credit(self, kind: Kind, job_id: str, token: str, seconds: float) -> None:
+    def _credit(self, kind: Kind, job_id: str, token: str, used_weight: int) -> None:
         """Give the account's partition back the fair-queue cost of the time the job did not
         use (its budget was charged at enqueue), so its queued jobs move forward; the streams of
         queued jobs hear that the queue's order changed."""
         try:
-            if self.queues[kind].credit(job_id, token, job_weight(seconds)) > 0:
+            if self.queues[kind].credit(job_id, token, used_weight) > 0:
                 self.recorder.redis.publish(MOVES, kind)
         except UNREACHABLE:
             log.warning("Redis unreachable; unused time not credited", extra={"task_id": job_id})
@@ -314,4 +322,5 @@ def build_worker(
         settings, service.recorder, service.queues, device, name, executor, stops, artifacts
     )
     service.runner = runner
+    service.hooks.for_worker(name, device.gpu_id)
     return service, runner

@@ -10,20 +10,22 @@ restarted worker counts again from zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from app.models import Kind
-from app.vtrr import Taken, VTRRQueue, take_first
+from app.vtrr import VTRRQueue
 
 
-def order(short_waiting: bool, long_waiting: bool, passed: int, long_every: int) -> list[Kind]:
-    """The queues to lease from, preferred first, given which have jobs queued and how many
-    short jobs were taken while a long one waited since the last long one."""
-    if long_waiting and (not short_waiting or passed + 1 >= long_every):
-        return ["long", "short"]
-    return ["short", "long"]
+def order(passed: int, long_every: int) -> list[Kind]:
+    """The queues to lease from, preferred first (the first with a job queued runs), given how
+    many short jobs were taken while a long one waited since the last long one: short, until
+    long's turn is due. (With no short job queued, a waiting long one runs anyway.)"""
+    return ["long", "short"] if passed + 1 >= long_every else ["short", "long"]
 
 
 class ShortFirst:
-    """The policy of a worker that serves both queues: a trigger of either runs what it picks."""
+    """The policy of a worker that serves both queues: a trigger of either runs what it picks
+    (app.vtrr.serve_together's Policy)."""
 
     def __init__(self, queues: dict[Kind, VTRRQueue], long_every: int) -> None:
         if long_every < 1:
@@ -31,19 +33,13 @@ class ShortFirst:
         self.queues, self.long_every = queues, long_every
         self.passed = 0  # short jobs taken while a long one waited, since the last long one
 
-    def take(self, trigger: VTRRQueue, consumes: bool = True) -> Taken | None:
-        """Lease the job this worker should run next, for a run of a trigger of `trigger`
-        (the first of its drain consumes the trigger: see app.vtrr.drain)."""
-        short, long = self.queues["short"], self.queues["long"]
-        with short.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(short.keys.queue)  # O(1), as the lengths are all the choice needs
-            pipe.zcard(long.keys.queue)
-            short_n, long_n = pipe.execute()
-        kinds = order(short_n > 0, long_n > 0, self.passed, self.long_every)
-        taken = take_first(trigger, [self.queues[kind] for kind in kinds], consumes)
-        if taken is not None:
-            if taken.queue is long:
-                self.passed = 0
-            elif long_n > 0:
-                self.passed += 1
-        return taken
+    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
+        """Short first, unless long's turn is due; whichever queue's trigger runs."""
+        return [self.queues[kind] for kind in order(self.passed, self.long_every)]
+
+    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
+        """Count a short job taken while a long one waited; a long one starts the count again."""
+        if queue is self.queues["long"]:
+            self.passed = 0
+        elif queue is self.queues["short"] and queued[self.queues["long"].name] > 0:
+            self.passed += 1

@@ -1,4 +1,4 @@
-"""A drain's step from one item to the next: one call (ack_and_lease) against two (ack, then a
+"""A drain's step from one item to the next: one call (step.lua) against two (ack, then a
 lease), side by side in one run.
 
 Runs a VTRRQueue's task in this process (`celery_task.apply()`: one trigger's run, which drains
@@ -24,18 +24,21 @@ from celery import Celery, Task
 
 from app.dev.redis_server import RedisServer
 from app.vtrr import VTRRQueue, drain
+from app.vtrr.step import step
 from scripts.benchkit.stats import alternate, median, ratio
 
 Step = Callable[..., Any]
 
 
-def two_calls(vtrr: VTRRQueue, task: Task, taken: Any) -> Any:  # type: ignore[type-arg]
+def two_calls(vtrr: VTRRQueue, task: Task, taken: Any, more: bool) -> Any:  # type: ignore[type-arg]
     """The step as it was: ack the item, then lease the next, in two calls."""
-    drain._ack_item(task, taken)
-    return vtrr._next(consumes=False)
+    queue, delivery = taken
+    queue.ack(delivery.task_id, delivery.token)
+    vars(task.request).update(vtrr_task_id=None, kwargs={})
+    return drain._leased(vtrr, step(vtrr._order())) if more else None
 
 
-VARIANTS: dict[str, Step] = {"one call": drain._ack_and_next, "two calls": two_calls}
+VARIANTS: dict[str, Step] = {"one call": drain._end, "two calls": two_calls}
 
 
 def measure(url: str, rounds: int, items: int) -> dict[str, list[float]]:
@@ -51,13 +54,13 @@ def measure(url: str, rounds: int, items: int) -> dict[str, list[float]]:
     rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
     try:
         for _, name in alternate(rounds, list(VARIANTS)):
-            drain._ack_and_next = VARIANTS[name]  # type: ignore[assignment]
+            drain._end = VARIANTS[name]  # type: ignore[assignment]
             noop.queue("p", [{"args": [i]} for i in range(items)])
             began = time.perf_counter()
             noop.celery_task.apply()
             rates[name].append(items / (time.perf_counter() - began))
     finally:
-        drain._ack_and_next = VARIANTS["one call"]  # type: ignore[assignment]
+        drain._end = VARIANTS["one call"]  # type: ignore[assignment]
         app.close()
         client.close()
     return rates

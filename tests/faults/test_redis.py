@@ -9,18 +9,19 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from app.store.scripts import LUA_DIR as STORE_LUA
-from app.vtrr.scripts import library_name, source, wire_name
+from app.store.hooks import hooks_lua
+from app.store.scripts import source
+from app.vtrr.scripts import NO_HOOKS, library_name, wire_name
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, script_sha, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
-#: The job store's scripts (EVALSHA) on the job's path, by their SHA1.
-STORE_SCRIPTS = {
-    name: script_sha(source(name, STORE_LUA)) for name in ("create", "start", "finish")
-}
-#: The fair queue's operations on the job's path (FCALL on Redis 7, EVALSHA on 6.2).
-QUEUE_OPERATIONS = ("enqueue", "dequeue", "ack")
+#: The job store's scripts (EVALSHA) on the job's path, by their SHA1: the API's submit (a
+#: job's start and end run in the workers' step, as the queues' hooks).
+STORE_SCRIPTS = {"create": script_sha(source("create"))}
+#: The fair queue's operations on the job's path (FCALL on Redis 7, EVALSHA on 6.2), with the
+#: hooks they run with: the API's enqueue has none, the workers' step the job store's.
+QUEUE_OPERATIONS = {"enqueue": NO_HOOKS, "step": hooks_lua()}
 
 
 def has_functions(faults: Faults) -> bool:
@@ -32,7 +33,7 @@ def wire(faults: Faults, name: str) -> bytes:
     """What names a script or operation in the command that runs it."""
     if name in STORE_SCRIPTS:
         return STORE_SCRIPTS[name].encode()
-    return wire_name(name, has_functions(faults)).encode()
+    return wire_name(name, has_functions(faults), QUEUE_OPERATIONS[name]).encode()
 
 
 def assert_unavailable(reply: httpx.Response) -> None:
@@ -78,7 +79,10 @@ def test_redis_sigkilled_and_restarted_from_its_aof_loses_no_accepted_job(
     scripts = (
         STORE_SCRIPTS
         if has_functions(faults)
-        else {**STORE_SCRIPTS, **{n: wire_name(n, False) for n in QUEUE_OPERATIONS}}
+        else {
+            **STORE_SCRIPTS,
+            **{n: wire_name(n, False, hooks) for n, hooks in QUEUE_OPERATIONS.items()},
+        }
     )
     loaded = faults.r.script_exists(*scripts.values())
     assert dict(zip(scripts, loaded, strict=True)) == dict.fromkeys(scripts, True)
@@ -87,7 +91,7 @@ def test_redis_sigkilled_and_restarted_from_its_aof_loses_no_accepted_job(
             dict(zip(e[::2], e[1::2], strict=True))["library_name"]
             for e in faults.r.function_list()
         }
-        assert library_name() in libraries
+        assert {library_name(), library_name(hooks_lua())} <= libraries
     # Nobody was restarted.
     assert faults.worker_pids() == pids
     assert all(p.poll() is None for p in faults.stack.workers.values())

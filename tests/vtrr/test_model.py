@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 
 from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease
 from app.vtrr.queue import Placement
+from app.vtrr.step import Ending, step
 from tests.support import examples
 from tests.vtrr.model import QueueModel, Taken
 
@@ -198,6 +199,25 @@ class FairQueueMachine(RuleBasedStateMachine):
         if following is not None:
             self.assert_fresh_expiry(following)
             self.live.append(following)
+
+    @precondition(lambda self: self.live)
+    @rule(ago=newest, used=st.sampled_from((0, 1, 2, 6)), lease=st.booleans())
+    def step(self, ago: int, used: int, lease: bool) -> None:
+        """The step of a worker between two items (step.lua): the credit of what the item did
+        not use (0: none asked), the ack, then, when asked, the next lease, in one call."""
+        ended = self.lease(ago)
+        credited = self.model.credit(ended.task_id, ended.token, used) if used else 0.0
+        acked = self.model.ack(ended.task_id, ended.token)
+        ending = Ending(self.queue, ended.task_id, ended.token, used_weight=used)
+        stepped = step([self.queue], ending=ending, lease_from=None if lease else 0)
+        assert (stepped.acked, stepped.credited) == (acked, credited)
+        self.retire_if_done(ended)
+        if lease:
+            token = "" if stepped.lease is None else stepped.lease.token
+            assert as_taken(stepped.lease) == self.model.dequeue(token, from_rear=False)
+        if stepped.lease is not None:
+            self.assert_fresh_expiry(stepped.lease)
+            self.live.append(stepped.lease)
 
     @precondition(lambda self: self.live)
     @rule(ago=newest, seconds=st.sampled_from((EXPIRE_NOW, LEASE_SECONDS)))

@@ -3,14 +3,14 @@ that queue's function, and its lease is acked there."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 import redis
 from celery import Celery, Task
 
 from app.dev.redis_server import RedisServer
-from app.vtrr import VTRRQueue, serve_together, take_first
+from app.vtrr import VTRRQueue, serve_together
 from tests.vtrr.test_decorator import make_app, new_queue
 
 
@@ -35,10 +35,14 @@ def test_a_trigger_runs_the_picked_queue_s_item_with_that_queue_s_function(
     def run_b(self: Task, x: str) -> None:
         ran.append(("b", x, self.request.vtrr_queue))
 
-    def b_first(trigger: VTRRQueue, consumes: bool):  # type: ignore[no-untyped-def]
-        return take_first(trigger, [b, a], consumes)
+    class BFirst:
+        def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
+            return [b, a]
 
-    serve_together([a, b], b_first)
+        def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
+            pass
+
+    serve_together([a, b], BFirst())
     run_a.queue("p", [{"args": ["a1"]}])
     run_b.queue("p", [{"args": ["b1"]}])
     run_a.celery_task.apply()  # a's trigger, b's item

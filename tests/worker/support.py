@@ -1,14 +1,22 @@
-"""What the in-process runner tests share: the accounts file, the owner of their jobs, and a job
-written, queued and leased as the API and a worker's trigger would."""
+"""What the in-process runner tests share: the accounts file, the owner of their jobs, a job
+written, queued and leased as the API and a worker's trigger would, and a worker's service whose
+triggers the tests run themselves (Worker)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import redis
+from pydantic import BaseModel
 
+from app.auth import Accounts
+from app.jobs import JobContext, Registry, job
+from app.models import Kind
 from app.service import Service
+from app.settings import Settings
 from app.store.keys import input_key, job_key
+from app.worker.inline import InlineExecutor
+from app.worker.runner import build_worker
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -43,3 +51,65 @@ def new_job(
     lease = queue.dequeue()
     assert lease is not None
     return lease.token
+
+
+ALICE = OWNER
+BOB = "22222222-2222-2222-2222-222222222222"
+
+
+class Nothing(BaseModel):
+    """No input, no output."""
+
+
+RAN: list[str] = []  # the jobs that the job type below ran, in order
+
+
+@job(name="noted", queue="long", max_duration_s=3000)
+def noted(ctx: JobContext, inp: Nothing) -> Nothing:
+    """Only notes which job ran."""
+    RAN.append(ctx.task_id)
+    return Nothing()
+
+
+class Worker:
+    """A worker's service whose jobs only note that they ran. Each trigger runs one job
+    (DRAIN_MAX_S 0), so that what the policy does at each dispatch shows, unless `drain`."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        queues: str = "short,long",
+        long_every: int = 4,
+        drain: bool = False,
+    ) -> None:
+        RAN.clear()
+        self.ran = RAN
+        self.count = 0
+        settings = Settings(
+            redis_url=redis_url,
+            users_file=FIXTURES,
+            worker_queues=queues,
+            long_every=long_every,
+            drain_max_s=600 if drain else 0,
+        )  # type: ignore[call-arg]
+        executor = InlineExecutor(Registry([noted]))
+        self.service: Service = build_worker(settings, Accounts.load(FIXTURES), executor=executor)[
+            0
+        ]
+
+    def submit(self, r: redis.Redis, kind: Kind, name: str, owner: str = ALICE) -> None:
+        """A job as the API writes and queues it, its task id being its name."""
+        duration = (10.0 if kind == "short" else 100.0) + self.count / 1000  # as before types
+        self.count += 1
+        fields = {"task_id": name, "owner": owner, "kind": kind, "duration_s": repr(duration)}
+        r.hset(
+            job_key(name),
+            mapping={
+                **fields, "type": "noted", "status": "PENDING", "attempts": 0, "enqueued_at": 1.0
+            },
+        )  # fmt: skip
+        self.service.queues[kind].enqueue(owner, [self.service.job_item(kind, name, duration)])
+
+    def trigger(self, kind: Kind) -> None:
+        """Run one trigger of the queue `kind`, as the worker does when Kombu hands it one."""
+        self.service.tasks[kind].celery_task.apply()

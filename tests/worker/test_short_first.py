@@ -8,97 +8,14 @@ choice, since Kombu may hand the worker either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import redis
-from pydantic import BaseModel
 
-from app.auth import Accounts
-from app.jobs import JobContext, Registry, job
 from app.models import Kind
-from app.service import Service
-from app.settings import Settings
-from app.store.keys import job_key
-from app.worker.inline import InlineExecutor
-from app.worker.runner import build_worker
 from app.worker.short_first import order
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
-ALICE = "11111111-1111-1111-1111-111111111111"
-BOB = "22222222-2222-2222-2222-222222222222"
-
-
-class Nothing(BaseModel):
-    """No input, no output."""
-
-
-RAN: list[str] = []  # the jobs that the job type below ran, in order
-
-
-@job(name="noted", queue="long", max_duration_s=3000)
-def noted(ctx: JobContext, inp: Nothing) -> Nothing:
-    """Only notes which job ran."""
-    RAN.append(ctx.task_id)
-    return Nothing()
-
-
-class Worker:
-    """A worker's service whose jobs only note that they ran. Each trigger runs one job
-    (DRAIN_MAX_S 0), so that what the policy does at each dispatch shows, unless `drain`."""
-
-    def __init__(
-        self,
-        redis_url: str,
-        queues: str = "short,long",
-        long_every: int = 4,
-        drain: bool = False,
-    ) -> None:
-        RAN.clear()
-        self.ran = RAN
-        self.count = 0
-        settings = Settings(
-            redis_url=redis_url,
-            users_file=FIXTURES,
-            worker_queues=queues,
-            long_every=long_every,
-            drain_max_s=600 if drain else 0,
-        )  # type: ignore[call-arg]
-        executor = InlineExecutor(Registry([noted]))
-        self.service: Service = build_worker(settings, Accounts.load(FIXTURES), executor=executor)[
-            0
-        ]
-
-    def submit(self, r: redis.Redis, kind: Kind, name: str, owner: str = ALICE) -> None:
-        """A job as the API writes and queues it, its task id being its name."""
-        duration = (10.0 if kind == "short" else 100.0) + self.count / 1000  # as before types
-        self.count += 1
-        fields = {"task_id": name, "owner": owner, "kind": kind, "duration_s": repr(duration)}
-        r.hset(
-            job_key(name),
-            mapping={
-                **fields, "type": "noted", "status": "PENDING", "attempts": 0, "enqueued_at": 1.0
-            },
-        )  # fmt: skip
-        self.service.queues[kind].enqueue(owner, [self.service.job_item(kind, name, duration)])
-
-    def trigger(self, kind: Kind) -> None:
-        """Run one trigger of the queue `kind`, as the worker does when Kombu hands it one."""
-        self.service.tasks[kind].celery_task.apply()
-
-
-@pytest.fixture
-def worker(redis_url: str) -> Iterator[Callable[..., Worker]]:
-    built: list[Worker] = []
-
-    def make(**options: object) -> Worker:
-        built.append(Worker(redis_url, **options))  # type: ignore[arg-type]
-        return built[-1]
-
-    yield make
-    for w in built:
-        w.service.close()
+from tests.worker.support import BOB, Worker
 
 
 def triggers(r: redis.Redis, kind: Kind) -> int:
@@ -216,7 +133,7 @@ def test_each_trigger_is_counted_in_its_own_queue_whatever_it_ran(
 
 
 @pytest.mark.parametrize(
-    ("short", "long", "passed", "every", "first"),
+    ("short", "long", "passed", "every", "runs"),
     [
         (True, True, 0, 4, "short"),
         (True, True, 2, 4, "short"),
@@ -224,10 +141,11 @@ def test_each_trigger_is_counted_in_its_own_queue_whatever_it_ran(
         (True, False, 9, 4, "short"),
         (False, True, 0, 4, "long"),
         (True, True, 0, 1, "long"),
-        (False, False, 0, 4, "short"),
+        (False, False, 0, 4, None),
     ],
 )
 def test_the_order_prefers_short_until_long_is_due(
-    short: bool, long: bool, passed: int, every: int, first: str
+    short: bool, long: bool, passed: int, every: int, runs: str | None
 ) -> None:
-    assert order(short, long, passed, every)[0] == first
+    waiting = {"short": short, "long": long}
+    assert next((kind for kind in order(passed, every) if waiting[kind]), None) == runs

@@ -273,6 +273,45 @@ local function ack_item(id, token)
   return 1
 end
 
+-- Credit a leased item with the part of its weight it did not use (credit.lua says how);
+-- returns the virtual time credited, as a string ('0' when nothing was).
+local function credit_item(id, token, used, most)
+  if not holds_lease(id, token) then return '0' end
+  local key = item_key(id)
+  local info = redis.call('HMGET', key, 'p', 'c', 'w', 'k')
+  local p, w = info[1], tonumber(info[3])
+  if info[4] or not w or used >= w then return '0' end
+  local credit = tonumber(info[2]) * (w - used) / w
+  redis.call('HSET', key, 'k', token)
+  count('credited', 1)
+
+  -- Fairly placed items of the partition, in arrival order, which is also their order in the
+  -- queue (a partition's fair start times never decrease with arrival). Front-placed ones keep
+  -- their place at the front. One more than the limit is read to learn whether it was reached.
+  local cvt = current_vt()
+  local prefix = items_prefix(p)
+  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. '1', '(' .. prefix .. '2',
+                          'LIMIT', 0, most + 1)
+  for i = 1, math.min(#fair, most) do
+    local member = string.sub(fair[i], #prefix + 1)
+    local score = redis.call('ZSCORE', K.queue, member)
+    -- Each moves by the same amount, clamped at the clock, so their order stays as it was.
+    if score then redis.call('ZADD', K.queue, math.max(cvt, tonumber(score) - credit), member) end
+  end
+
+  -- The partition's clock moves back too, unless some of its items stay where they were (beyond
+  -- the limit, or queued before the index): its next items must still follow those.
+  local queued = tonumber(redis.call('HGET', K.pqueued, p) or '0')
+  local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. '2')
+  local raw = redis.call('HGET', K.pvt, p)
+  if raw and #fair <= most and indexed == queued then
+    local vt = math.max(cvt, tonumber(raw) - credit)
+    redis.call('HSET', K.pvt, p, vt)
+    if queued == 0 then redis.call('ZADD', K.idle, 'XX', vt, p) end
+  end
+  return string.format('%.17g', credit)
+end
+
 -- A name the operation did not declare: say so, rather than hand redis.call a nil.
 local UNDECLARED = {__index = function(_, name)
   error('vtrr: this operation does not declare key ' .. tostring(name))
@@ -283,4 +322,21 @@ end}
 local function bind(keys)
   K = setmetatable(keys, UNDECLARED)
   pushed = 0
+end
+
+-- Start a call over several queues (step.lua): KEYS holds each queue's keys in turn, in the
+-- order of `names`; returns a table of keys per queue (K is bound to the first, `use` rebinds).
+local function bind_queues(keys, n, names)
+  local queues = {}
+  for i = 1, n do
+    local own, offset = {}, (i - 1) * #names
+    for j, name in ipairs(names) do own[name] = keys[offset + j] end
+    queues[i] = setmetatable(own, UNDECLARED)
+  end
+  bind(queues[1])
+  return queues
+end
+
+local function use(keys)
+  K = keys
 end

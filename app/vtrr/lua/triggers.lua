@@ -3,8 +3,6 @@
 -- ARGV[1] "sync": the broker says ARGV[2] triggers wait; take that as the count, then top up.
 --         "topup": top up from the current count (ARGV[2] unused).
 --         "unsend": ARGV[2] counted triggers were never published; uncount them.
---         "consume": one trigger ran and leased from another queue (ARGV[2] unused): uncount it,
---         then top up, as dequeue does for the trigger it consumes.
 -- ARGV[3] trigger cap
 -- Reply: {triggers to publish, triggers this call pushed onto the broker's list itself}.
 local op, n, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -13,5 +11,4 @@ if op == 'unsend' then
   return {0, 0}
 end
 if op == 'sync' then redis.call('SET', K.triggers, n) end
-if op == 'consume' and redis.call('DECR', K.triggers) < 0 then redis.call('SET', K.triggers, 0) end
 return {top_up_triggers(cap), pushed}

@@ -1,0 +1,31 @@
+-- hooks.lua: the job store's hooks on the fair queues (app.vtrr.hooks): a job's start runs in
+-- the call that leases it, and its end and bill in the call that acks it (and leases the next).
+-- Python puts before this chunk `local KEYS = {}` (the helpers of _lib.lua read a script's
+-- KEYS; the hooks set JOB and EVENTS themselves), _lib.lua, runs.lua, and the key names: NAMES,
+-- a table of the store's key prefixes and fixed keys (app/store/hooks.py).
+
+-- lease: start the job under the new lease. args: worker, gpu id ('' none), max attempts,
+-- channel, ttl. Reply: start.lua's.
+local function lease(id, token, args)
+  local keys = {NAMES.job .. id, NAMES.events .. id, NAMES.metrics, NAMES.input .. id,
+                NAMES.webhooks}
+  return start_run(keys, {id, token, args[1], args[2], args[3], args[4], args[5]})
+end
+
+-- done: record the run's end and bill it (finish.lua), unless its run handed nothing (it did not
+-- start: the job had ended); say that the queue's order changed when the step credited the
+-- account. args: the owner, then finish.lua's ARGV[3] onwards. Reply: finish.lua's, or nil.
+local function done(id, token, args, step)
+  if step.credited > 0 then
+    redis.call('PUBLISH', NAMES.moves, redis.call('HGET', NAMES.job .. id, 'kind') or '')
+  end
+  if #args == 0 then return nil end
+  local keys = {NAMES.job .. id, NAMES.events .. id, NAMES.billing .. args[1],
+                NAMES.billed .. id, NAMES.metrics, NAMES.input .. id, NAMES.logs .. id,
+                NAMES.webhooks}
+  local argv = {id, token}
+  for i = 2, #args do argv[#argv + 1] = args[i] end
+  return finish_run(keys, argv)
+end
+
+return {lease = lease, done = done}

@@ -1,0 +1,47 @@
+"""What a trigger's run is handed: the item to run, the lease it holds, and its queue."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from app.vtrr.queue import Lease
+
+if TYPE_CHECKING:
+    from app.vtrr.celery_queue import VTRRQueue
+
+
+class Delivery(NamedTuple):
+    """What a lease hands a worker: the item to run and the lease it holds; `hooked` is what
+    the queue's hooks' `lease` returned for it (None without hooks, see hooks.py)."""
+
+    task_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    task_id: str
+    token: str
+    timeouts: int
+    hooked: Any = None
+
+
+class Taken(NamedTuple):
+    """An item a trigger's run leased, and the queue it came from (see serve_together)."""
+
+    queue: VTRRQueue
+    delivery: Delivery
+
+
+def delivery_of(lease: Lease | None, hooked: Any = None) -> Delivery | None:
+    """The item a lease holds, as a worker runs it."""
+    if lease is None:
+        return None
+    body = json.loads(lease.payload)
+    return Delivery(
+        body["task"],
+        body["args"],
+        body["kwargs"],
+        lease.task_id,
+        lease.token,
+        lease.timeouts,
+        hooked,
+    )
