@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.vtrr.test_engines import redis7_binary
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -102,3 +104,24 @@ def test_bench_drain_prints_both_variants_and_their_ratio() -> None:
     lines = run.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:2]] == ["one call", "two calls"]
     assert lines[2].startswith("one call / two calls = ")
+
+
+@pytest.mark.integration  # a subprocess, with a redis-server of its own
+@pytest.mark.timeout(120)
+def test_bench_dequeue_floor_prints_both_variants_and_their_ratio() -> None:
+    binary = redis7_binary()
+    if binary is None:
+        pytest.skip("no Redis 7 on PATH: the floor's functions need one")
+    run = subprocess.run(
+        [sys.executable, "scripts/bench_dequeue_floor.py", "--rounds", "2", "--items", "30"]
+        + ["--partitions", "3", "--redis-server", binary],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["library", "floor"]
+    assert lines[2].startswith("library / floor = ")
