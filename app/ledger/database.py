@@ -1,0 +1,62 @@
+"""Open the SQL database and bring its schema up to date (Alembic's migrations, run at start by
+every process that opens it: the first one migrates, the others find nothing to do)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic's configuration for the database at url, without an alembic.ini."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str) -> None:
+    """Migrate the database at url to the newest schema."""
+    command.upgrade(alembic_config(url), "head")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for url. SQLite waits for a writer rather than failing at once (the API and
+    the workers share the file), and keeps its foreign keys."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(connection: object, _: object) -> None:
+            cursor = connection.cursor()  # type: ignore[attr-defined]
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Database:
+    """The database of one process: its engine and sessions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> Database:
+        """Migrate the database at url, then open it."""
+        upgrade(url)
+        return cls(url)
+
+    def close(self) -> None:
+        """Release the engine's connections."""
+        self.engine.dispose()

@@ -1,0 +1,49 @@
+"""A fresh, migrated ledger database per test: SQLite in the test's folder, and PostgreSQL where
+one is reachable (a database of the test's own, created and dropped here)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.ledger.database import Database
+
+#: The server the PostgreSQL tests use; the machine's own runs on the standard port.
+POSTGRES = os.environ.get("FAIRGPU_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def postgres_admin() -> object | None:
+    """A connection to the PostgreSQL server that may create databases, or None."""
+    try:
+        import psycopg
+
+        return psycopg.connect(POSTGRES, autocommit=True, connect_timeout=2)
+    except Exception:
+        return None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated database of each kind."""
+    if request.param == "sqlite":
+        database = Database.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+        yield database
+        database.close()
+        return
+    admin = postgres_admin()
+    if admin is None:
+        pytest.skip(f"no PostgreSQL reachable at {POSTGRES.rsplit('@', 1)[-1]}")
+    name = f"fairgpu_test_{uuid.uuid4().hex[:12]}"
+    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
+    url = POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    database = Database.open(url)
+    try:
+        yield database
+    finally:
+        database.close()
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
+        admin.close()  # type: ignore[attr-defined]
