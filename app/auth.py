@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,9 +22,16 @@ class Account(BaseModel):
 
     user_id: str = Field(min_length=1)
     description: str = ""
-    api_keys: tuple[str, ...] = Field(min_length=1)
+    api_keys: tuple[str, ...] = ()  # none: the account exists, nobody can act as it
     share: float = Field(1.0, gt=0, allow_inf_nan=False)
     admin: bool = False
+
+
+class FileAccount(Account):
+    """An account of the accounts file, which must list a key: a file's account without one
+    could never be used."""
+
+    api_keys: tuple[str, ...] = Field(min_length=1)
 
 
 class AccountsFile(BaseModel):
@@ -31,7 +39,7 @@ class AccountsFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    accounts: list[Account]
+    accounts: list[FileAccount]
 
 
 def digest(key: str) -> str:
@@ -39,20 +47,24 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def stored_digest(key: str) -> str:
+    """The digest of a key as an accounts file lists it: `sha256:<hex>`, or the plain key."""
+    if key.startswith("sha256:"):
+        return key.removeprefix("sha256:").lower()
+    return digest(key)
+
+
 class Accounts:
     """All accounts, indexed by the digests of their keys."""
 
-    def __init__(self, accounts: list[Account]) -> None:
+    def __init__(self, accounts: Sequence[Account]) -> None:
         self._by_id = {a.user_id: a for a in accounts}
         if len(self._by_id) != len(accounts):
             raise ValueError("two accounts share a user_id")
         self._by_digest: dict[str, Account] = {}
         for account in accounts:
             for key in account.api_keys:
-                hexdigest = (
-                    key.removeprefix("sha256:") if key.startswith("sha256:") else digest(key)
-                )
-                if self._by_digest.setdefault(hexdigest.lower(), account) is not account:
+                if self._by_digest.setdefault(stored_digest(key), account) is not account:
                     raise ValueError(f"an API key of {account.user_id} belongs to another account")
 
     @classmethod
