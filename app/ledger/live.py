@@ -1,0 +1,83 @@
+"""LiveAccounts: the accounts a process authenticates with, kept current without a restart.
+
+Each process keeps its own snapshot of the accounts and their live keys in memory, so that a
+request's key is checked without a query. A change (an admin's, through AccountStore) is
+announced on the Redis channel CHANGED once its transaction has committed; every process that
+follows the channel reads a fresh snapshot at once, so a revoked key stops working within the
+time of one read everywhere. A message missed while Redis was away is made good by a reread
+every REFRESH_S, and at every reconnection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.auth import Account, Accounts
+
+#: Where changes of accounts and keys are announced (the message is the account's id).
+CHANGED = "fairgpu:accounts:changed"
+#: How often a process rereads the accounts whatever it heard (seconds).
+REFRESH_S = 30.0
+log = logging.getLogger(__name__)
+
+
+class LiveAccounts:
+    """The current snapshot of the accounts, and what is asked of it."""
+
+    def __init__(self, load: Callable[[], Accounts]) -> None:
+        self._load = load
+        self.current = load()
+
+    def authenticate(self, key: str | None) -> Account | None:
+        """The enabled account that owns this live key, or None."""
+        return self.current.authenticate(key)
+
+    def get(self, user_id: str) -> Account | None:
+        """The enabled account with this id, or None."""
+        return self.current.get(user_id)
+
+    def share(self, user_id: str) -> float:
+        """An account's share (1 for one the snapshot does not hold)."""
+        return self.current.share(user_id)
+
+    def all(self) -> list[Account]:
+        """Every enabled account."""
+        return self.current.all()
+
+    async def reload(self) -> None:
+        """Read a fresh snapshot (off the event loop: it is a database query)."""
+        self.current = await asyncio.to_thread(self._load)
+
+    async def follow(self, client: aioredis.Redis, refresh_s: float = REFRESH_S) -> None:
+        """Reload at every announced change and every refresh_s; runs until cancelled, and
+        through Redis outages (it reloads once back)."""
+        while True:
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANGED)
+                    await self.reload()  # whatever changed while not subscribed
+                    await self._listen(pubsub, refresh_s)
+            except (RedisError, OSError) as exc:
+                log.warning("accounts: lost Redis (%r); rereading the accounts meanwhile", exc)
+                await asyncio.sleep(1.0)
+                await self.reload()
+
+    async def _listen(self, pubsub: aioredis.client.PubSub, refresh_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + refresh_s
+        while True:
+            wait = max(0.0, due - loop.time())
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+            if message is not None or loop.time() >= due:
+                await self.reload()
+                due = loop.time() + refresh_s
+
+
+async def announce(client: aioredis.Redis, user_id: str) -> None:
+    """Tell every process that an account or its keys changed (after the change committed)."""
+    await client.publish(CHANGED, user_id)

@@ -1,0 +1,84 @@
+"""LiveAccounts: two processes' worth of snapshots follow one store; a revoked key, a disabled
+account and a changed share are seen by both as soon as the change is announced, with no
+restart, and a missed announcement is made good by the periodic reread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from app.ledger.accounts import AccountStore
+from app.ledger.database import Database
+from app.ledger.live import LiveAccounts, announce
+
+DEADLINE_S = 5.0
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Poll condition until it holds, or fail after DEADLINE_S."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not condition():
+        assert loop.time() < deadline, f"not seen within {DEADLINE_S} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_a_revocation_is_seen_by_every_follower_once_announced(
+    db: Database, redis_url: str
+) -> None:
+    store = AccountStore(db)
+    store.create("admin", "team-a", share=1.0)
+    key = store.issue_key("admin", "team-a").key
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        first, second = LiveAccounts(store.snapshot), LiveAccounts(store.snapshot)
+        tasks = [asyncio.create_task(live.follow(client)) for live in (first, second)]
+        try:
+            assert first.authenticate(key) is not None and second.authenticate(key) is not None
+            store.revoke_key("admin", key_digest(store, "team-a"))
+            # the followers subscribe asynchronously: announce until both have heard
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + DEADLINE_S
+            while first.authenticate(key) or second.authenticate(key):
+                assert loop.time() < deadline, "the revocation was not seen by both"
+                await announce(client, "team-a")
+                await asyncio.sleep(0.05)
+            store.update("admin", "team-a", share=4.0)
+            await announce(client, "team-a")
+            await until(lambda: first.share("team-a") == second.share("team-a") == 4.0, "share")
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_missed_announcement_is_made_good_by_the_periodic_reread(
+    db: Database, redis_url: str
+) -> None:
+    store = AccountStore(db)
+    store.create("admin", "team-b")
+    key = store.issue_key("admin", "team-b").key
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        live = LiveAccounts(store.snapshot)
+        task = asyncio.create_task(live.follow(client, refresh_s=0.1))
+        try:
+            store.update("admin", "team-b", disabled=True)  # and nobody announces it
+            await until(lambda: live.authenticate(key) is None, "the disabled account")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def key_digest(store: AccountStore, user_id: str) -> str:
+    return store.keys(user_id)[0].digest
