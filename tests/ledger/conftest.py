@@ -26,7 +26,9 @@ def postgres_admin() -> object | None:
         return None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# PostgreSQL is a server of the machine's: with the real-process tests (creating a database
+# costs a few tenths of a second, which the unit tier's budget has no room for).
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     """A migrated database of each kind."""
     if request.param == "sqlite":
