@@ -1,11 +1,13 @@
 """The service's exceptions, and the one place where its Lua error replies become them.
 
     FairGPUError
-     ├── JobExistsError              create.lua's DUPLICATE: a job id that exists already
-     └── IdempotencyMismatchError    create.lua's IDEMPOTENCY_MISMATCH: an Idempotency-Key used
-                                     again with another request (the API's 422)
+     ├── IdempotencyMismatchError    submit.lua's IDEMPOTENCY_MISMATCH: an Idempotency-Key used
+     │                               again with another request (the API's 422)
+     └── RateLimitedError            a submit over its key's rate (app/store/submit.py)
 
-The fair queue's own errors (DuplicateTaskError, QueueFullError, ...) are in app/vtrr/errors.py.
+The fair queue's own errors (DuplicateTaskError, QueueFullError, ...) are in app/vtrr/errors.py;
+a submit's hooks run in the queue's enqueue, so a job id that exists already is its
+DuplicateTaskError.
 Redis itself fails in two ways, told apart by `transient()`:
 
     transient    redis-py's ConnectionError and TimeoutError, and the replies LOADING, BUSY,
@@ -48,14 +50,6 @@ class FairGPUError(Exception):
     """Base of the service's own errors."""
 
 
-class JobExistsError(FairGPUError):
-    """A job with this id exists already; nothing was written."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id!r} exists already")
-        self.job_id = job_id
-
-
 class IdempotencyMismatchError(FairGPUError):
     """An Idempotency-Key was used again with a different request; nothing was written."""
 
@@ -65,10 +59,9 @@ class IdempotencyMismatchError(FairGPUError):
 
 
 def from_reply(exc: ResponseError) -> Exception:
-    """The exception a store script's error reply stands for (the reply itself if not ours)."""
+    """The exception a store script's or hook's error reply stands for (the reply itself if
+    not ours)."""
     code, _, detail = str(exc).partition(" ")
-    if code == "DUPLICATE":
-        return JobExistsError(detail)
     if code == "IDEMPOTENCY_MISMATCH":
         return IdempotencyMismatchError(detail)
     return exc

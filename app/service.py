@@ -32,15 +32,20 @@ from app.worker.short_first import ShortFirst
 if TYPE_CHECKING:
     from app.worker.runner import Ran
 
-SWEEP_TASK = "fairgpu.sweep_unqueued"
+SWEEP_TASK = "fairgpu.sweep_artifacts"
 #: The artifact sweep lists every stored job (a folder, or a bucket's objects): once an hour
-#: at most, or once per JOB_TTL_S where that is shorter.
+#: at most, or once per JOB_TTL_S where that is shorter (artifact_sweep_every_s).
 ARTIFACT_SWEEP_EVERY_S = 3600.0
 log = logging.getLogger(__name__)
 
 #: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
 #: charged 1.01 s, not 2 s as whole seconds rounded up would.
 WEIGHT_PER_S = 1000
+
+
+def artifact_sweep_every_s(settings: Settings) -> float:
+    """How often the artifacts are swept (ARTIFACT_SWEEP_EVERY_S, or JOB_TTL_S if shorter)."""
+    return min(ARTIFACT_SWEEP_EVERY_S, settings.job_ttl_s)
 
 
 def job_weight(duration_s: float) -> int:
@@ -102,22 +107,12 @@ class Service:
         end_with(task, *args, used_weight=ran.used_weight, then=recorded)
         return ran.outcome
 
-    def sweep(self) -> int:
-        """Remove jobs that were created but never queued (see JobRecorder.sweep_unqueued), and
-        now and then the artifacts of jobs whose records have expired."""
-        removed = self.recorder.sweep_unqueued(
-            lambda kind, job_id: self.queues[kind].has(job_id),
-            grace_s=self.settings.unqueued_grace_s,
-        )
-        self.sweep_artifacts()
-        return removed
-
     def sweep_artifacts(self, *, now: bool = False) -> int:
         """Remove the artifacts of jobs whose records have expired (unless one was swept lately,
-        and `now` is False); how many jobs' artifacts went. A store that fails is logged: it
-        must not stop the sweep of unqueued jobs."""
+        and `now` is False); how many jobs' artifacts went. A store that fails is logged: the
+        timer that runs the sweep (Beat's, the dev stack's) must go on."""
         settings, last = self.settings, self.artifacts_swept_at
-        every = min(ARTIFACT_SWEEP_EVERY_S, settings.job_ttl_s)
+        every = artifact_sweep_every_s(settings)
         if not now and last is not None and time.monotonic() - last < every:
             return 0
         self.artifacts_swept_at = time.monotonic()
@@ -169,7 +164,8 @@ def build_queues(
 
 
 def build(settings: Settings, accounts: Accounts) -> Service:
-    """Wire the Celery app, the two queues, the job tasks and the sweep; connects to nothing."""
+    """Wire the Celery app, the two queues, the job tasks and the artifact sweep; connects to
+    nothing."""
     celery_app = create_celery(settings)
     client = redis.Redis.from_url(settings.redis_url)
     hooks = RunHooks(settings)
@@ -195,15 +191,15 @@ def build(settings: Settings, accounts: Accounts) -> Service:
         serve_together(list(queues.values()), policy)
 
     @celery_app.task(name=SWEEP_TASK, ignore_result=True, shared=False)
-    def sweep_unqueued() -> int:
-        """Remove jobs that were created but never queued."""
-        return service.sweep()
+    def sweep_artifacts() -> int:
+        """Remove the artifacts of jobs whose records have expired."""
+        return service.sweep_artifacts(now=True)  # Beat's schedule is the pace
 
     celery_app.conf.beat_schedule = {
         **(celery_app.conf.beat_schedule or {}),
         SWEEP_TASK: {
             "task": SWEEP_TASK,
-            "schedule": settings.unqueued_grace_s,
+            "schedule": artifact_sweep_every_s(settings),
             "options": {"queue": RECLAIM_QUEUE},
         },
     }

@@ -60,9 +60,6 @@ class Settings(BaseSettings):
     max_queued_per_account: int = Field(
         1000, ge=1, description="jobs one account may have queued in each queue"
     )
-    unqueued_grace_s: float = Field(
-        60, gt=0, description="after this, a job created but never queued is swept away"
-    )
     sse_keepalive_s: float = Field(15, gt=0, description="comment line sent on an idle stream")
     sse_outage_s: float = Field(
         30, gt=0, description="how long a stream waits out Redis being away before event: error"

@@ -29,14 +29,13 @@ def examples(full: int) -> int:
 
 
 def fast_settings(**overrides: object) -> Settings:
-    """Settings with short leases, a fast reclaim and sweep, so recovery takes seconds."""
+    """Settings with short leases and a fast reclaim, so recovery takes seconds."""
     base: dict[str, object] = {
         "users_file": FIXTURES,
         "port": free_port(),
         "lease_seconds": 2.0,
         "heartbeat_seconds": 0.5,
         "reclaim_interval_s": 0.5,
-        "unqueued_grace_s": 2.0,
     }
     return Settings(**{**base, **overrides})  # type: ignore[arg-type]
 

@@ -22,7 +22,8 @@ from app.artifacts import (
     parse_s3_url,
 )
 from app.auth import Accounts
-from app.service import build
+from app.models import RECLAIM_QUEUE
+from app.service import SWEEP_TASK, build
 from app.settings import Settings
 from tests import s3_server
 from tests.s3_server import new_bucket
@@ -305,13 +306,24 @@ def test_the_periodic_sweep_removes_artifacts_kept_past_their_job_s_record(
         then = time.time() - age_s
         os.utime(store.root / job_id, (then, then))
     try:
-        assert service.sweep() == 0  # no unqueued job: the artifacts are swept alongside
+        assert service.sweep_artifacts() == 1
 
         assert not (store.root / expired).exists()
         assert read_all(store, running, "out.txt") == b"x"
         os.utime(store.root / running, (0, 0))
         assert service.sweep_artifacts() == 0  # swept a moment ago: not again so soon
         assert service.sweep_artifacts(now=True) == 1
+    finally:
+        service.close()
+
+
+def test_beat_runs_the_artifact_sweep_on_a_schedule_of_its_own(redis_url: str) -> None:
+    settings = Settings(users_file=FIXTURES, redis_url=redis_url, job_ttl_s=60)
+    service = build(settings, Accounts.load(FIXTURES))
+    try:
+        entry = service.celery.conf.beat_schedule[SWEEP_TASK]
+        assert entry == {"task": SWEEP_TASK, "schedule": 60, "options": {"queue": RECLAIM_QUEUE}}
+        assert SWEEP_TASK in service.celery.tasks
     finally:
         service.close()
 
@@ -327,7 +339,7 @@ def test_a_failing_store_does_not_stop_the_periodic_sweep(
     )
     service = build(settings, Accounts.load(FIXTURES))
     try:
-        assert service.sweep() == 0  # the unqueued jobs' sweep went on; the failure is logged
+        assert service.sweep_artifacts() == 0  # no raise: the failure is logged
         assert service.sweep_artifacts(now=True) == 0
         assert "NoSuchBucket" in caplog.text
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import redis
 from redis.exceptions import (
     BusyLoadingError,
     ConnectionError,
@@ -17,13 +16,9 @@ from redis.exceptions import (
 from app.errors import (
     TRANSIENT_REPLIES,
     IdempotencyMismatchError,
-    JobExistsError,
     from_reply,
     transient,
 )
-from app.settings import Settings
-from app.store import JobStore
-from tests.support import FIXTURES
 
 
 @pytest.mark.parametrize("code", sorted(TRANSIENT_REPLIES))
@@ -62,25 +57,7 @@ def test_other_replies_are_not_transient(text: str) -> None:
 
 
 def test_the_store_scripts_replies_become_our_errors() -> None:
-    assert isinstance(from_reply(ResponseError("DUPLICATE job-1")), JobExistsError)
     mismatch = from_reply(ResponseError("IDEMPOTENCY_MISMATCH job-2"))
     assert isinstance(mismatch, IdempotencyMismatchError) and mismatch.job_id == "job-2"
     other = ResponseError("WRONGTYPE nope")
     assert from_reply(other) is other
-
-
-@pytest.mark.anyio
-async def test_creating_a_job_id_twice_is_job_exists(redis_url: str) -> None:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    store = JobStore(client, Settings(redis_url=redis_url, users_file=FIXTURES))
-    try:
-        await store.create("job-1", "owner", "short", 1.0)
-        with pytest.raises(JobExistsError):
-            await store.create("job-1", "owner", "short", 1.0)
-    finally:
-        await client.aclose()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

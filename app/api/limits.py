@@ -91,8 +91,9 @@ class RateLimiter:
 
     def counter(self, key_digest: str) -> RateCount | None:
         """The counter a request with this key counts against now, with the limit; None when
-        there is no limit. For a script that counts the request in its own call (create.lua),
-        as spend() would: incremented, given a two-second expiry, refused above the limit."""
+        there is no limit. For a script that counts the request in its own call (a submit's,
+        in the job store's hooks: app/store/lua/submit.lua), as spend() would: incremented,
+        given a two-second expiry, refused above the limit."""
         if self.per_second <= 0:
             return None
         return rate_key(key_digest, int(time.time())), self.per_second

@@ -112,11 +112,9 @@ class Runtime:
         self.places.start()
 
     async def close(self) -> None:
-        """Stop listening, take the jobs queued last off the unqueued list, and close the
-        connections."""
+        """Stop listening, and close the connections."""
         await self.places.stop()
         await self.hub.stop()
-        await self.store.marks.flush()
         await self.redis.aclose()
         self.service.close()
 

@@ -200,13 +200,15 @@ class Stack:
             return False
 
     def _reclaim_loop(self) -> None:
-        """The dev stack's own timer in place of Celery Beat: the sweep, and reclaim_and_dispatch
-        per queue."""
+        """The dev stack's own timer in place of Celery Beat: the artifact sweep (when due), and
+        reclaim_and_dispatch per queue."""
         settings = self.settings
         service = build(settings, Accounts.load(settings.users_file))
         try:
             while not self._stop.wait(settings.reclaim_interval_s):
-                steps = [("sweep of unqueued jobs", service.sweep)]
+                steps: list[tuple[str, Callable[[], object]]] = [
+                    ("sweep of artifacts", service.sweep_artifacts)
+                ]
                 steps += [
                     (f"reclaim of {q.name}", q.reclaim_and_dispatch)
                     for q in service.queues.values()

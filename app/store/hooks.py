@@ -1,8 +1,10 @@
-"""RunHooks: the job store's hooks on the fair queues (app.vtrr.hooks), so that a worker's path
-is two calls to Redis per job: the lease that also starts the job (start.lua's work), and the
-step that records the job's end, bills it, credits the account, acks the lease and leases (and
-starts) the next (finish.lua's work, then the queue's). lua/hooks.lua has the Lua; it calls the
-same functions (lua/runs.lua) as the scripts start.lua and finish.lua."""
+"""RunHooks: the job store's hooks on the fair queues (app.vtrr.hooks), so that a submit is one
+call to Redis, the enqueue that also counts the key's rate and writes the job's record
+(lua/submit.lua), and a worker's path two calls per job: the lease that also starts the job
+(start.lua's work), and the step that records the job's end, bills it, credits the account,
+acks the lease and leases (and starts) the next (finish.lua's work, then the queue's).
+lua/hooks.lua has the Lua; it calls the same functions (lua/runs.lua) as the scripts start.lua
+and finish.lua."""
 
 from __future__ import annotations
 
@@ -21,14 +23,15 @@ from app.store.keys import (
     input_key,
     job_key,
     logs_key,
+    owned_key,
 )
 from app.store.scripts import LUA_DIR
 
 
 @cache
 def hooks_lua() -> str:
-    """The chunk the queues' step runs (see lua/hooks.lua): the store's helpers, the run
-    functions, the key names, then the hooks."""
+    """The chunk the queues' enqueue and step run (see lua/hooks.lua): the store's helpers, the
+    run functions, the key names, the submit functions, then the hooks."""
     names = {
         "job": job_key(""),
         "events": events_key(""),
@@ -36,13 +39,14 @@ def hooks_lua() -> str:
         "logs": logs_key(""),
         "billing": billing_key(""),
         "billed": billed_key(""),
+        "owned": owned_key(""),
         "metrics": METRICS,
         "webhooks": WEBHOOKS,
         "moves": MOVES,
     }
     table = ", ".join(f"{name} = '{key}'" for name, key in names.items())
-    parts = ["local KEYS = {}", *(_read(n) for n in ("_lib", "runs"))]
-    parts += [f"local NAMES = {{{table}}}", _read("hooks")]
+    parts = ["local KEYS = {}", _read("_lib"), _read("runs"), f"local NAMES = {{{table}}}"]
+    parts += [_read("submit"), _read("hooks")]  # submit.lua reads NAMES
     return "\n".join(parts)
 
 

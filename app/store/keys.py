@@ -24,7 +24,6 @@
     fairgpu:changes:<id>      channel the job's id, published at every change of the job
     fairgpu:changes:moves     channel a queue's name, whenever its order changes
     fairgpu:stops             channel a running job's id, when its owner or an operator stops it
-    fairgpu:unqueued          zset    jobs created and not yet known to be queued, by time
     fairgpu:webhooks          stream  ended jobs whose webhook is to be sent (`task_id`), added
                                       once per job by the script that ends it (the job's
                                       `webhook_queued` field marks it); read by the senders'
@@ -44,12 +43,8 @@ CHANNEL = "fairgpu:changes"  # the scripts publish on channel .. ':' .. job id, 
 MOVES = f"{CHANNEL}:moves"
 METRICS = "fairgpu:metrics"
 WORKERS = "fairgpu:workers"
-UNQUEUED = "fairgpu:unqueued"
 #: Workers listen here, so that a cancel reaches a running job at once, without polling.
 STOPS = "fairgpu:stops"
-JOB_PREFIX = "fairgpu:job:"
-#: The counter create.lua is given when the API counts no rate (RATE_LIMIT_PER_S 0): never written.
-NO_RATE = "fairgpu:rate:none"
 #: How long a key's counter of one second is kept, from its latest request.
 RATE_TTL_S = 2
 #: Ended jobs with a webhook, for the sender; the job's hash holds the URL as `webhook`.
@@ -60,7 +55,7 @@ WEBHOOKS_FAILED = "fairgpu:webhooks:failed"
 
 def job_key(job_id: str) -> str:
     """The hash that holds one job."""
-    return f"{JOB_PREFIX}{job_id}"
+    return f"fairgpu:job:{job_id}"
 
 
 def input_key(job_id: str) -> str:

@@ -111,7 +111,7 @@ class JobRecord:
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
-        """The record in a job's hash, as create.lua and the other scripts write it."""
+        """The record in a job's hash, as submit.lua and the other scripts write it."""
         fields = decode(raw)
         gpu = fields.get("gpu_id")
         return cls(

@@ -1,23 +1,21 @@
-"""JobRecorder: the workers' side of the job records: start and finish runs, write what a
-running job reports (log lines, progress), all fenced by the run's lease token, and sweep away
-jobs that were created but never queued."""
+"""JobRecorder: the workers' side of the job records: start and finish runs, and write what a
+running job reports (log lines, progress), all fenced by the run's lease token."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from app.billing import MS, Charge
-from app.models import ErrorKind, Kind, Status, StoppedBy
+from app.models import ErrorKind, Status, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
     METRICS,
-    UNQUEUED,
     WEBHOOKS,
     billed_key,
     billing_key,
@@ -25,13 +23,11 @@ from app.store.keys import (
     input_key,
     job_key,
     logs_key,
-    owned_key,
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
 from app.vtrr.wire import as_text
 
-SWEEP_BATCH = 100
 LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several
 #: A log line as the worker hands it over: when (Unix seconds), its stream, its text.
 Line = tuple[float, str, str]
@@ -100,28 +96,6 @@ class JobRecorder:
         """The job, or None."""
         fields = self.redis.hgetall(job_key(job_id))
         return JobRecord.parse(fields) if fields else None
-
-    def sweep_unqueued(self, is_known: Callable[[Kind, str], bool], grace_s: float) -> int:
-        """Delete PENDING jobs that the API created more than grace_s ago but never queued (it
-        lost Redis, or died, between its two writes); returns how many. is_known(kind, id)
-        says whether a job's fair queue has it, queued or in flight. Their clients got an
-        error, not a task id, so nobody waits for them."""
-        seconds, micros = self.redis.time()
-        cutoff = seconds + micros / 1e6 - grace_s
-        removed = 0
-        while True:  # in batches, each taking what it looked at off the list
-            due: list[bytes] = self.redis.zrangebyscore(  # type: ignore[assignment]
-                UNQUEUED, "-inf", cutoff, start=0, num=SWEEP_BATCH
-            )
-            for job_id in map(as_text, due):
-                job = self.get(job_id)
-                if job and job.status is Status.PENDING and not is_known(job.kind, job_id):
-                    self.redis.delete(job_key(job_id), events_key(job_id), input_key(job_id))
-                    self.redis.zrem(owned_key(job.owner), job_id)
-                    removed += 1
-                self.redis.zrem(UNQUEUED, job_id)
-            if len(due) < SWEEP_BATCH:
-                return removed
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's owner or an operator has asked for it to stop."""

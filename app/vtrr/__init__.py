@@ -20,8 +20,10 @@ from app.vtrr.hooks import Hooks, end_with
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
 from app.vtrr.together import serve_together
+from app.vtrr.wire import Admitted
 
 __all__ = [
+    "Admitted",
     "Delivery",
     "DropRefusedError",
     "Dropped",

@@ -4,18 +4,29 @@ For web handlers that must not block their event loop. It writes and reads exact
 FairQueue does (same scripts, same keys); leasing stays with the workers' FairQueue, though the
 holder of a lease may credit it from here. Enqueue answers how many triggers to publish, which
 the caller sends off the event loop, e.g. `await asyncio.to_thread(vtrr.publish_triggers, n)`.
+With the queue's hooks, admit_and_enqueue runs the application's `admit` and `enqueued` in the
+enqueue's own call (see hooks.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.queue import Item, Shares, enqueue_args
-from app.vtrr.scripts import AsyncScripts, TriggerKeys
-from app.vtrr.wire import credit_args, credit_of, rank_of, ranks_of, stats_of
+from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
+from app.vtrr.wire import (
+    Admitted,
+    admitted_of,
+    credit_args,
+    credit_of,
+    hooked_args,
+    rank_of,
+    ranks_of,
+    stats_of,
+)
 
 
 class AsyncFairQueue:
@@ -29,13 +40,14 @@ class AsyncFairQueue:
         shares: Shares | None = None,
         trigger_cap: int = -1,
         trigger_keys: TriggerKeys | None = None,
+        hooks_lua: str = NO_HOOKS,
     ) -> None:
         self.name = name
         self.keys = Keys.for_queue(name)
         self.redis = redis_client
         self._shares = shares
         self._trigger_cap = trigger_cap
-        self._scripts = AsyncScripts(redis_client, self.keys, trigger_keys)
+        self._scripts = AsyncScripts(redis_client, self.keys, trigger_keys, hooks_lua)
 
     async def enqueue(
         self,
@@ -55,9 +67,42 @@ class AsyncFairQueue:
         placement = "front" if front else "fair"
         limit = -1 if max_queued is None else max_queued
         reply = await self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, 0, limit, *args
+            "enqueue", partition_key, self._trigger_cap, placement, 0, limit, 0, *args
         )
         return ids, int(reply[0])
+
+    async def admit_and_enqueue(
+        self,
+        partition_key: str,
+        items: Iterable[Item],
+        hook_args: Sequence[str | int],
+        *,
+        max_queued: int | None = None,
+    ) -> Admitted:
+        """Queue items of one partition as enqueue does, with the hooks' `admit` and `enqueued`
+        given hook_args in the same atomic call: `admit` first, whose answer other than nil
+        stops the call (queued False, nothing of the queue written); then the queue's checks;
+        then `enqueued`, before the queue's writes. `reply` is what the hook that ran last
+        returned.
+
+        Raises as enqueue does (DuplicateTaskError, QueueFullError), and a hook's error reply
+        as redis-py's ResponseError. Items and hook_args must not be empty.
+        """
+        ids, args = enqueue_args(partition_key, self._shares, items)
+        if not ids or not hook_args:
+            raise ValueError("admit_and_enqueue needs items and hook arguments")
+        limit = -1 if max_queued is None else max_queued
+        reply = await self._scripts.run(
+            "enqueue",
+            partition_key,
+            self._trigger_cap,
+            "fair",
+            0,
+            limit,
+            *hooked_args(hook_args),
+            *args,
+        )
+        return admitted_of(ids, reply)
 
     async def credit(self, task_id: str, token: str, used_weight: int) -> float:
         """Credit a leased item's partition with the weight it left unused (FairQueue.credit)."""

@@ -245,14 +245,16 @@ class VTRRQueue(FairQueue):
         return self._function(task, *delivery.args, **delivery.kwargs)
 
     def aio(self, redis_client: AsyncRedis) -> AsyncFairQueue:
-        """This queue on an asyncio client (same name, shares and trigger cap), for web handlers;
-        send the triggers its enqueue asks for with publish_triggers, off the event loop."""
+        """This queue on an asyncio client (same name, shares, trigger cap and hooks), for web
+        handlers; send the triggers its enqueue asks for with publish_triggers, off the event
+        loop."""
         return AsyncFairQueue(
             redis_client,
             self.name,
             shares=self._shares,
             trigger_cap=self._trigger_cap,
             trigger_keys=self._trigger_keys,
+            hooks_lua=self.hooks.lua,
         )
 
     # -- triggers ---------------------------------------------------------------------------------

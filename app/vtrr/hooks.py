@@ -1,4 +1,5 @@
-"""Hooks: an application's Lua, run inside the fair queue's own step between two items.
+"""Hooks: an application's Lua, run inside the fair queue's own calls: its step between two
+items, and an enqueue given hook arguments.
 
 A worker that runs item after item (a drain, app/vtrr/drain.py) goes from one to the next in
 one call to Redis (step.lua): it credits the item it ran with what it did not use, acks it and
@@ -11,11 +12,22 @@ and so in the same atomic step:
                                   lease was still current, `step.credited` what was credited
     lease(id, token, args)        once the next item is leased; `args` are `lease_args()`
 
-`lua` is a chunk that returns a table of those functions (either may be missing); it runs once
-when the library loads (Redis 7) or at each step (6.2), in a scope of its own, with the
-`redis` and `cjson` of any script. A hook reaches keys of its own by name (Redis Cluster is not
-supported: Kombu has no transport for it), and what it returns comes back to Python: `lease`'s
-as `held_lease(task).hooked` in the item's run, `done`'s in the step's reply.
+The producer's side has two more, run by AsyncFairQueue.admit_and_enqueue with the arguments it
+is given (a plain enqueue runs neither), so that a record and its item are written together:
+
+    admit(partition, args)        before anything else: a value other than nil stops the call
+                                  and nothing of the queue is written (a refusal, a replay)
+    enqueued(partition, args)     once the queue's own checks (FULL, DUPLICATE) have passed,
+                                  before its writes: the application writes its record here
+
+Either may return redis.error_reply(...) to fail the call.
+
+`lua` is a chunk that returns a table of those functions (any may be missing); it runs once
+when the library loads (Redis 7) or at each call of an operation that calls hooks (6.2), in a
+scope of its own, with the `redis` and `cjson` of any script. A hook reaches keys of its own by
+name (Redis Cluster is not supported: Kombu has no transport for it), and what it returns comes
+back to Python: `lease`'s as `held_lease(task).hooked` in the item's run, `done`'s in the step's
+reply, `admit`'s or `enqueued`'s as `Admitted.reply`.
 
 This module names what the library offers; the hooks themselves are the application's.
 """
@@ -40,7 +52,8 @@ class Hooks(Protocol):
     @property
     def lua(self) -> str:
         """A Lua chunk that returns {lease = function(id, token, args), done = function(id,
-        token, args, step)}."""
+        token, args, step), admit = function(partition, args), enqueued = function(partition,
+        args)}, any of them missing."""
         ...
 
     def lease_args(self) -> Sequence[Arg]:

@@ -160,8 +160,9 @@ class FairQueue:
             return []
         placement = "front" if front else "fair"
         limit = -1 if max_queued is None else max_queued
+        # 0 hook arguments: no hook runs (see AsyncFairQueue.admit_and_enqueue)
         reply = self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), limit, *args
+            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), limit, 0, *args
         )
         self._publish(int(reply[0]))
         return ids

@@ -70,6 +70,8 @@ TRIGGER_KEYS = ("trigger_message", "broker")
 MANY_QUEUES = "*queues"
 #: The hooks of a queue without any (see app/vtrr/hooks.py): a Lua chunk that returns no hook.
 NO_HOOKS = "return {}"
+#: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2).
+HOOKED = frozenset({"enqueue", "step"})
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
@@ -127,7 +129,7 @@ def lib() -> str:
 
 
 def hooks_source(hooks: str) -> str:
-    """The `HOOKS` table of the operations that call hooks (step.lua): what the hooks' chunk
+    """The `HOOKS` table of the operations that call hooks (HOOKED): what the hooks' chunk
     returns, run in a scope of its own so that its locals stay its own."""
     return f"local HOOKS = (function()\n{hooks}\nend)()"
 
@@ -135,8 +137,8 @@ def hooks_source(hooks: str) -> str:
 @cache
 def script_source(name: str, hooks: str = NO_HOOKS) -> str:
     """The EVALSHA script of an operation (Redis 6.2): the helpers, then the bound body; the
-    hooks too for an operation over several queues (only step.lua calls them)."""
-    if operation(name).many:
+    hooks' chunk too for an operation that calls them (HOOKED)."""
+    if name in HOOKED:
         return f"{lib()}\n{hooks_source(hooks)}\n{operation(name).bound_body()}"
     return f"{lib()}\n{operation(name).bound_body()}"
 
@@ -276,37 +278,42 @@ class Scripts(_Bound):
 
 class AsyncScripts(_Bound):
     """The same operations on an asyncio client, for code that must not block its event loop
-    (the web handlers: no hooks, no step)."""
+    (the web handlers: they enqueue, with the hooks' admit and enqueued, but never step)."""
 
     def __init__(
-        self, client: AsyncRedis, keys: Keys, trigger_keys: TriggerKeys | None = None
+        self,
+        client: AsyncRedis,
+        keys: Keys,
+        trigger_keys: TriggerKeys | None = None,
+        hooks: str = NO_HOOKS,
     ) -> None:
-        super().__init__(keys, trigger_keys, NO_HOOKS)
+        super().__init__(keys, trigger_keys, hooks)
         self._client = client
-        self._scripts = {n: client.register_script(script_source(n)) for n in NAMES}
+        self._scripts = {n: client.register_script(script_source(n, hooks)) for n in NAMES}
 
     async def run(self, name: str, *args: str | int | float) -> Any:
         """Run one operation with its keys; Lua error replies become our exceptions."""
         keys = self.keys(name)
+        function = function_name(name, self.hooks)
         try:
             if self._functions is None:
                 self._functions = await self._load()
             if not self._functions:
                 return await self._scripts[name](keys=keys, args=args)
             try:
-                return await self._client.fcall(function_name(name), len(keys), *keys, *args)
+                return await self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if _FUNCTION_GONE not in str(exc):
                     raise
                 await self._load()
-                return await self._client.fcall(function_name(name), len(keys), *keys, *args)
+                return await self._client.fcall(function, len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
 
     async def _load(self) -> bool:
         """Install the function library; False when the server has no functions."""
         try:
-            await self._client.function_load(library_source())
+            await self._client.function_load(library_source(self.hooks))
         except ResponseError as exc:
             return self._found(exc)
         return True

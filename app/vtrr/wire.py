@@ -3,7 +3,8 @@ touched, and the replies parsed alike for FairQueue and AsyncFairQueue."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 MEMBER_PREFIX = 17  # "<1|0><15-digit counter>:" before the task id in a queue member
@@ -22,6 +23,29 @@ DROP_STATS = ("dropped_queued", "dropped_in_flight")
 #: The most queued items one credit moves: the work of a call stays bounded however many items
 #: a partition has queued (see credit.lua and docs/vtrr.md).
 CREDIT_MOVES = 256
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What an enqueue with hook arguments did: the ids it queued (none when `admit` stopped
+    it), the triggers to publish, and what the hook that ran last returned (None: nothing)."""
+
+    ids: list[str]
+    triggers: int
+    reply: Any
+    queued: bool
+
+
+def hooked_args(hook_args: Sequence[str | int]) -> list[str | int]:
+    """enqueue.lua's ARGV between its limit and its items: m, then the m hook arguments."""
+    return [len(hook_args), *hook_args]
+
+
+def admitted_of(ids: list[str], reply: Any) -> Admitted:
+    """enqueue.lua's reply to a call with hook arguments: {triggers, the hooks' reply, scores of
+    the items queued}, or only the first two when `admit` stopped it."""
+    queued = len(reply) > 2
+    return Admitted(ids if queued else [], int(reply[0]), reply[1], queued)
 
 
 def check_weight(weight: object) -> int:

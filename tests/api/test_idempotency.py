@@ -7,8 +7,9 @@ import asyncio
 import pytest
 import redis
 
+from app.settings import Settings
 from app.store.keys import job_key
-from tests.api.conftest import Api
+from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND_KEY, Untouched, contents
 
 pytestmark = pytest.mark.anyio
@@ -68,13 +69,31 @@ async def test_a_key_whose_job_is_gone_creates_a_new_one(api: Api, r: redis.Redi
     assert second != first
 
 
-async def test_a_replay_queues_a_job_that_its_first_request_left_unqueued(
+async def test_a_replay_of_a_job_no_longer_queued_writes_and_queues_nothing(
     api: Api, r: redis.Redis
 ) -> None:
     task_id = (await post(api, "order-4")).json()["task_id"]  # type: ignore[attr-defined]
-    assert await api.runtime.queues["short"].cancel(task_id)  # its queue item lost
+    cancelled = await api.client.delete(f"/tasks/{task_id}", headers=KEY)
+    assert cancelled.status_code == 200  # REVOKED, and out of its queue
+    before = state(r)
     assert (await post(api, "order-4")).json()["task_id"] == task_id  # type: ignore[attr-defined]
+    assert state(r) == before
+    assert r.zcard("vtrr:{short}:queue") == 0
+
+
+async def test_a_replay_gets_its_job_even_with_the_account_s_queue_full(
+    settings: Settings, r: redis.Redis
+) -> None:
+    async with open_api(settings.model_copy(update={"max_queued_per_account": 1})) as api:
+        first = (await post(api, "order-5")).json()["task_id"]  # type: ignore[attr-defined]
+        other = await post(api, "order-6")
+        assert other.status_code == 429  # type: ignore[attr-defined]
+        again = await post(api, "order-5")
+        assert again.status_code == 200  # type: ignore[attr-defined]
+        assert again.json()["task_id"] == first  # type: ignore[attr-defined]
     assert r.zcard("vtrr:{short}:queue") == 1
+    assert r.keys("fairgpu:job:*") == [job_key(first).encode()]
+    assert len(r.keys("fairgpu:idem:*")) == 1  # the refused request's key is not remembered
 
 
 @pytest.mark.parametrize("key", [b"", b"x" * 256, b"has space", b"tab\there", "é".encode()])

@@ -41,7 +41,7 @@ async def test_an_account_with_its_queue_full_gets_429_and_nothing_is_written(
     assert full.status_code == 429
     assert full.headers["retry-after"] == "30"
     assert full.json() == {"detail": "this account already has 2 jobs queued in long"}
-    assert set(r.keys("fairgpu:job:*")) == jobs  # the refused job's record was taken back
+    assert set(r.keys("fairgpu:job:*")) == jobs  # the refused job was never written
     assert r.zcard("vtrr:{long}:queue") == 2
     # The limit is per account and per queue.
     other = await small_api.client.post("/enqueue-task", json=body, headers=SECOND_KEY)

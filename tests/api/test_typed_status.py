@@ -17,9 +17,11 @@ from app import billing
 from app.models import Status
 from app.settings import Settings
 from app.store.keys import STOPS
+from app.store.submit import NewJob
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, OWNER, WAIT_S, Worker
 from tests.api.typed_jobs import ECHO, api_with
+from tests.store.support import write_job
 
 pytestmark = pytest.mark.anyio
 
@@ -231,7 +233,8 @@ async def test_ends_are_counted_by_type_and_how(api: Api, worker: Worker) -> Non
     for run in range(api.runtime.settings.max_attempts + 1):
         worker.recorder.start(lost, f"run-{run}", worker.name, None)
     # A type that is not registered (any more) is counted, as "other".
-    retired, _ = await api.runtime.store.create("retired-1", OWNER, "short", 1.0, job_type="old")
+    old = NewJob("retired-1", "short", 1.0, job_type="old")
+    retired, _ = await write_job(api.runtime.redis, api.runtime.settings, OWNER, old)
     await api.runtime.store.revoke(retired)
 
     counts = await ended(api)

@@ -10,7 +10,6 @@ the fault workers (tests/faults/worker_app.py).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -274,11 +273,6 @@ class Supervisor:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def script_sha(source_text: str) -> str:
-    """The SHA1 under which Redis caches a script (what EVALSHA sends)."""
-    return hashlib.sha1(source_text.encode()).hexdigest()
 
 
 class RedisProxy:

@@ -10,18 +10,15 @@ import httpx
 import pytest
 
 from app.store.hooks import hooks_lua
-from app.store.scripts import source
-from app.vtrr.scripts import NO_HOOKS, library_name, wire_name
-from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, script_sha, wait_for
+from app.vtrr.scripts import library_name, wire_name
+from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
-#: The job store's scripts (EVALSHA) on the job's path, by their SHA1: the API's submit (a
-#: job's start and end run in the workers' step, as the queues' hooks).
-STORE_SCRIPTS = {"create": script_sha(source("create"))}
 #: The fair queue's operations on the job's path (FCALL on Redis 7, EVALSHA on 6.2), with the
-#: hooks they run with: the API's enqueue has none, the workers' step the job store's.
-QUEUE_OPERATIONS = {"enqueue": NO_HOOKS, "step": hooks_lua()}
+#: hooks they run with: the job store's, for the API's enqueue (which writes the job's record
+#: too) as for the workers' step (which starts and ends it).
+QUEUE_OPERATIONS = {"enqueue": hooks_lua(), "step": hooks_lua()}
 
 
 def has_functions(faults: Faults) -> bool:
@@ -30,9 +27,7 @@ def has_functions(faults: Faults) -> bool:
 
 
 def wire(faults: Faults, name: str) -> bytes:
-    """What names a script or operation in the command that runs it."""
-    if name in STORE_SCRIPTS:
-        return STORE_SCRIPTS[name].encode()
+    """What names an operation in the command that runs it."""
     return wire_name(name, has_functions(faults), QUEUE_OPERATIONS[name]).encode()
 
 
@@ -76,22 +71,16 @@ def test_redis_sigkilled_and_restarted_from_its_aof_loses_no_accepted_job(
     # Every script the job's path runs was loaded again by the service itself (NOSCRIPT); the
     # fair queue's function library, where Redis has functions, came back with the AOF or was
     # loaded again by the service.
-    scripts = (
-        STORE_SCRIPTS
-        if has_functions(faults)
-        else {
-            **STORE_SCRIPTS,
-            **{n: wire_name(n, False, hooks) for n, hooks in QUEUE_OPERATIONS.items()},
-        }
-    )
-    loaded = faults.r.script_exists(*scripts.values())
-    assert dict(zip(scripts, loaded, strict=True)) == dict.fromkeys(scripts, True)
     if has_functions(faults):
         libraries = {
             dict(zip(e[::2], e[1::2], strict=True))["library_name"]
             for e in faults.r.function_list()
         }
-        assert {library_name(), library_name(hooks_lua())} <= libraries
+        assert library_name(hooks_lua()) in libraries
+    else:
+        scripts = {n: wire_name(n, False, hooks) for n, hooks in QUEUE_OPERATIONS.items()}
+        loaded = faults.r.script_exists(*scripts.values())
+        assert dict(zip(scripts, loaded, strict=True)) == dict.fromkeys(scripts, True)
     # Nobody was restarted.
     assert faults.worker_pids() == pids
     assert all(p.poll() is None for p in faults.stack.workers.values())
@@ -154,8 +143,8 @@ def proxied_stack_with_one_job_done(make_faults: Callable[..., Faults]) -> tuple
     return faults, first
 
 
-def refuse_between_record_and_item(faults: Faults, idempotency_key: str | None) -> None:
-    """Submit while Redis "goes down" after create.lua and before enqueue.lua: a 503; then
+def cut_off_before_the_submit_s_call(faults: Faults, idempotency_key: str | None) -> None:
+    """Submit while Redis "goes down" just before the submit's one call arrives: a 503; then
     Redis comes back."""
     assert faults.proxy is not None
     faults.proxy.cut_before(wire(faults, "enqueue"))
@@ -166,31 +155,36 @@ def refuse_between_record_and_item(faults: Faults, idempotency_key: str | None) 
     wait_for(lambda: faults.health() == 200, timeout=20, what="/health 200 again")
 
 
-def test_redis_lost_between_the_job_record_and_its_queue_item_leaves_no_record(
+def assert_never_half_done(faults: Faults, records: set[str]) -> set[str]:
+    """Once both queues are empty, every job written since `records` has run: none was written
+    without its queue item (it would wait PENDING for ever). The new jobs."""
+    wait_for(faults.drained, timeout=30, what="both fair queues to empty")
+    written = faults.job_ids() - records
+    assert {t: faults.job(t)["status"] for t in written} == dict.fromkeys(written, "SUCCESS")
+    return written
+
+
+def test_redis_lost_before_the_submit_s_one_call_writes_nothing_and_all_recover(
     make_faults: Callable[..., Faults],
 ) -> None:
     faults, first = proxied_stack_with_one_job_done(make_faults)
     records = faults.job_ids()
     assert first in records
-    refuse_between_record_and_item(faults, idempotency_key=None)
+    cut_off_before_the_submit_s_call(faults, idempotency_key=None)
+    assert faults.job_ids() == records  # no record of the refused request
+    assert faults.drained()  # and no queue item
 
     again = faults.submit(DEMO_KEY)  # the service recovered by itself
     assert wait_for(lambda: faults.finished(DEMO_KEY, again), timeout=30)["status"] == "SUCCESS"
-    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
-    # The half-written job is swept once UNQUEUED_GRACE_S (2 s here) has passed.
-    wait_for(
-        lambda: not (faults.job_ids() - records - {again}),
-        timeout=20,
-        what="the job that was never queued to be swept",
-    )
+    assert assert_never_half_done(faults, records) == {again}
 
 
-def test_submit_refused_mid_write_then_replayed_with_its_idempotency_key_runs_once(
+def test_submit_cut_off_then_replayed_with_its_idempotency_key_runs_once(
     make_faults: Callable[..., Faults],
 ) -> None:
     faults, first = proxied_stack_with_one_job_done(make_faults)
     records = faults.job_ids()
-    refuse_between_record_and_item(faults, idempotency_key="fault-replay-1")
+    cut_off_before_the_submit_s_call(faults, idempotency_key="fault-replay-1")
 
     replay = faults.post(DEMO_KEY, idempotency_key="fault-replay-1")
     assert replay.status_code == 200, replay.text
@@ -198,31 +192,45 @@ def test_submit_refused_mid_write_then_replayed_with_its_idempotency_key_runs_on
     done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the replay")
     assert (done["status"], done["attempts"]) == ("SUCCESS", 1)
     assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
-    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
-    assert faults.job_ids() == {*records, task_id}
+    assert assert_never_half_done(faults, records) == {task_id}
 
 
-@pytest.mark.parametrize("script", ["create", "enqueue"])
 def test_submit_whose_redis_reply_is_lost_is_answered_200_or_503_never_half_done(
-    make_faults: Callable[..., Faults], script: str
+    make_faults: Callable[..., Faults],
 ) -> None:
     faults, first = proxied_stack_with_one_job_done(make_faults)
     assert faults.proxy is not None
     records = faults.job_ids()
 
-    # The script runs in Redis, then the connection drops before its reply arrives.
-    faults.proxy.drop_reply(wire(faults, script))
+    # The call runs in Redis (record and item together), then the connection drops before its
+    # reply arrives.
+    faults.proxy.drop_reply(wire(faults, "enqueue"))
     reply = faults.post(DEMO_KEY)
     assert faults.proxy.fired.is_set()
     assert reply.status_code in (200, 503), f"{reply.status_code} {reply.text}"
-    if reply.status_code == 200:
-        task_id = reply.json()["task_id"]
-        done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30)
-        assert done["status"] == "SUCCESS"
-        assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
-        records.add(task_id)
-    else:
+    if reply.status_code == 503:
         assert_unavailable(reply)
-    wait_for(faults.drained, timeout=10, what="both fair queues to empty")
-    # A job written but never queued is swept once UNQUEUED_GRACE_S (2 s here) has passed.
-    wait_for(lambda: not (faults.job_ids() - records), timeout=20, what="no half-written job")
+    written = assert_never_half_done(faults, records)
+    assert len(written) == 1  # the call ran once, whatever the client heard
+    if reply.status_code == 200:
+        assert written == {reply.json()["task_id"]}
+    assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, *written])
+
+
+def test_submit_whose_reply_is_lost_then_replayed_gets_the_job_the_lost_call_made(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults, first = proxied_stack_with_one_job_done(make_faults)
+    assert faults.proxy is not None
+    records = faults.job_ids()
+    faults.proxy.drop_reply(wire(faults, "enqueue"))
+    lost = faults.post(DEMO_KEY, idempotency_key="fault-replay-2")
+    assert faults.proxy.fired.is_set()
+    assert lost.status_code in (200, 503), f"{lost.status_code} {lost.text}"
+
+    replay = faults.post(DEMO_KEY, idempotency_key="fault-replay-2")
+    assert replay.status_code == 200, replay.text
+    task_id = replay.json()["task_id"]
+    assert assert_never_half_done(faults, records) == {task_id}  # one job, the lost call's
+    assert faults.job(task_id)["attempts"] == "1"
+    assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])

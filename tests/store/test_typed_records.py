@@ -1,6 +1,6 @@
 """The store's side of job types, on the suite's Redis: a job's type in its hash and its input
-under a key of its own, what start() hands a run (also for a job written before types), what
-finish() keeps and bills, and the keys that go with a job when it goes."""
+under a key of its own, what start() hands a run (also for a job written before types), and
+what finish() keeps and bills."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from app.models import Status
 from app.settings import Settings
 from app.store import JobRecorder, JobStore
 from app.store.keys import METRICS, billing_key, events_key, input_key, job_key
+from app.store.submit import NewJob
 from tests.api.helpers import USERS_FILE
+from tests.store.support import write_job
 
 pytestmark = pytest.mark.anyio
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -46,15 +48,17 @@ def recorder(settings: Settings, r: redis.Redis) -> JobRecorder:
     return JobRecorder(r, settings)
 
 
-async def created(store: JobStore, job_type: str = "vad", job_input: str = '{"a":1}') -> str:
-    await store.create(JOB, OWNER, "short", 30.0, job_type=job_type, input_json=job_input)
+async def created(store: JobStore, settings: Settings) -> str:
+    """The job JOB of type vad, written and queued as the API does."""
+    job = NewJob(JOB, "short", 30.0, job_type="vad", input_json='{"a":1}')
+    await write_job(store.redis, settings, OWNER, job)
     return JOB
 
 
 async def test_the_type_is_in_the_hash_and_the_input_apart(
     store: JobStore, r: redis.Redis, settings: Settings
 ) -> None:
-    await created(store)
+    await created(store, settings)
 
     assert r.hget(job_key(JOB), "type") == b"vad"
     assert not r.hexists(job_key(JOB), "input")
@@ -66,9 +70,9 @@ async def test_the_type_is_in_the_hash_and_the_input_apart(
 
 
 async def test_a_run_is_handed_the_type_and_input_and_keeps_the_input(
-    store: JobStore, recorder: JobRecorder, r: redis.Redis
+    store: JobStore, recorder: JobRecorder, r: redis.Redis, settings: Settings
 ) -> None:
-    await created(store)
+    await created(store, settings)
     r.expire(input_key(JOB), 100)
 
     run = recorder.start(JOB, "token-1", "cpu@test", None)
@@ -110,9 +114,9 @@ async def test_a_job_written_before_types_runs_as_burn_with_no_input(
 
 
 async def test_finish_keeps_the_output_and_peaks_in_the_hash(
-    store: JobStore, recorder: JobRecorder, r: redis.Redis
+    store: JobStore, recorder: JobRecorder, r: redis.Redis, settings: Settings
 ) -> None:
-    await created(store)
+    await created(store, settings)
     recorder.start(JOB, "token-1", "cpu@test", 0)
 
     assert recorder.finish(
@@ -154,11 +158,12 @@ async def test_a_run_that_did_not_succeed_keeps_how_it_ended(
     store: JobStore,
     recorder: JobRecorder,
     r: redis.Redis,
+    settings: Settings,
     status: Status,
     given: Any,
     kept: str,
 ) -> None:
-    await created(store)
+    await created(store, settings)
     recorder.start(JOB, "token-1", "cpu@test", 0)
 
     assert recorder.finish(JOB, "token-1", status, charge=None, owner=OWNER, error_kind=given)
@@ -171,7 +176,7 @@ async def test_a_run_that_did_not_succeed_keeps_how_it_ended(
 async def test_a_run_given_a_charge_is_billed_whatever_its_end(
     store: JobStore, recorder: JobRecorder, r: redis.Redis, settings: Settings, status: Status
 ) -> None:
-    await created(store)
+    await created(store, settings)
     recorder.start(JOB, "token-1", "cpu@test", 0)
     charge = billing.price(settings, "short", 3.0)
 
@@ -182,31 +187,11 @@ async def test_a_run_given_a_charge_is_billed_whatever_its_end(
 
 
 async def test_a_run_given_no_charge_is_not_billed(
-    store: JobStore, recorder: JobRecorder, r: redis.Redis
+    store: JobStore, recorder: JobRecorder, r: redis.Redis, settings: Settings
 ) -> None:
-    await created(store)
+    await created(store, settings)
     recorder.start(JOB, "token-1", "cpu@test", 0)
 
     assert recorder.finish(JOB, "token-1", Status.FAILURE, charge=None, owner=OWNER)
 
     assert r.llen(billing_key(OWNER)) == 0
-
-
-async def test_a_job_that_could_not_be_queued_goes_with_its_input(
-    store: JobStore, r: redis.Redis
-) -> None:
-    await created(store)
-
-    await store.delete(JOB, OWNER)
-
-    assert not r.exists(job_key(JOB), events_key(JOB), input_key(JOB))
-
-
-async def test_the_sweep_takes_the_input_with_the_job(
-    store: JobStore, recorder: JobRecorder, r: redis.Redis
-) -> None:
-    await created(store)
-
-    assert recorder.sweep_unqueued(lambda kind, job_id: False, grace_s=-60) == 1
-
-    assert not r.exists(job_key(JOB), events_key(JOB), input_key(JOB))

@@ -1,16 +1,29 @@
-"""Hooks: an application's Lua runs inside the queue's step (app/vtrr/hooks.py), on either
-engine (functions on Redis 7, scripts on 6.2): `lease` on each item leased, its reply in the
-item's run; `done` with what the run handed end_with, before the ack; all in one call per item."""
+"""Hooks: an application's Lua runs inside the queue's own calls (app/vtrr/hooks.py), on either
+engine (functions on Redis 7, scripts on 6.2): in the step, `lease` on each item leased, its
+reply in the item's run, and `done` with what the run handed end_with, before the ack, all in
+one call per item; in an enqueue given hook arguments, `admit` before the queue's checks and
+`enqueued` after them, before its writes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from celery import Celery, Task
+from redis.exceptions import ResponseError
 
-from app.vtrr import Item, VTRRQueue, end_with, held_lease
+from app.vtrr import (
+    Admitted,
+    DuplicateTaskError,
+    Item,
+    QueueFullError,
+    VTRRQueue,
+    end_with,
+    held_lease,
+)
+from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.step import Ending, step
 from tests.vtrr.test_engines import ENGINES, clients  # noqa: F401 (the fixture)
 from tests.worker.test_calls_per_job import scripting_calls
@@ -24,7 +37,17 @@ local function done(id, token, args, step)
   redis.call('HSET', 'hooked:done', id, table.concat(args, ','))
   return {step.held and 1 or 0, step.credited > 0 and 1 or 0}
 end
-return {lease = lease, done = done}
+local function admit(partition, args)
+  redis.call('RPUSH', 'hooked:admitted', partition .. ' ' .. table.concat(args, ','))
+  if args[1] == 'stop' then return {'stopped', partition} end
+  if args[1] == 'fail' then return redis.error_reply('REFUSED ' .. partition) end
+  return nil
+end
+local function enqueued(partition, args)
+  redis.call('HSET', 'hooked:records', partition, table.concat(args, ','))
+  return {'recorded', #args}
+end
+return {lease = lease, done = done, admit = admit, enqueued = enqueued}
 """
 
 
@@ -47,10 +70,36 @@ def r(request: pytest.FixtureRequest, clients: dict[str, redis.Redis]) -> redis.
     return client
 
 
+def port_of(r: redis.Redis) -> int:
+    return int(r.connection_pool.connection_kwargs["port"])
+
+
 def queue(r: redis.Redis, name: str = "hooked") -> VTRRQueue:
-    port = r.connection_pool.connection_kwargs["port"]
-    app = Celery("hooks-tests", broker=f"redis://127.0.0.1:{port}/9", set_as_current=False)
+    broker = f"redis://127.0.0.1:{port_of(r)}/9"
+    app = Celery("hooks-tests", broker=broker, set_as_current=False)
     return VTRRQueue(r, app, name=name, celery_queue=name, hooks=Recording())
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def aq(r: redis.Redis) -> AsyncIterator[AsyncFairQueue]:
+    """The hooked queue on an asyncio client, as a web handler has it (VTRRQueue.aio)."""
+    client = aioredis.Redis(host="127.0.0.1", port=port_of(r), decode_responses=True)
+    yield queue(r).aio(client)
+    await client.aclose()
+
+
+def queue_state(r: redis.Redis) -> dict[bytes, bytes | None]:
+    """Every key of the queue with its serialized value: equal states mean nothing was written."""
+    raw = redis.Redis(host="127.0.0.1", port=port_of(r))
+    try:
+        return {key: raw.dump(key) for key in raw.keys("vtrr:*")}  # type: ignore[union-attr]
+    finally:
+        raw.close()
 
 
 def test_each_item_of_a_drain_is_started_and_ended_by_the_hooks_in_one_call_each(
@@ -101,3 +150,68 @@ def test_queues_with_other_hooks_cannot_step_together(r: redis.Redis) -> None:
     plain = VTRRQueue(r, app, name="plain", celery_queue="plain")
     with pytest.raises(ValueError, match="share their hooks"):
         step([queue(r), plain])
+
+
+@pytest.mark.anyio
+async def test_enqueued_runs_after_admit_and_its_reply_comes_back_with_the_items_queued(
+    r: redis.Redis, aq: AsyncFairQueue
+) -> None:
+    items = [Item(PAYLOAD, id="a", weight=2), Item(PAYLOAD, id="b")]
+    admitted = await aq.admit_and_enqueue("p", items, ["go", 7])
+    assert (admitted.ids, admitted.reply, admitted.queued) == (["a", "b"], ["recorded", 2], True)
+    assert admitted.triggers == 2  # one per item, below the cap of 4
+    assert r.lrange("hooked:admitted", 0, -1) == ["p go,7"]
+    assert r.hgetall("hooked:records") == {"p": "go,7"}
+    assert await aq.positions(["a", "b"]) == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_admit_that_answers_stops_the_call_before_the_queue_writes_anything(
+    r: redis.Redis, aq: AsyncFairQueue
+) -> None:
+    await aq.enqueue("p", [Item(PAYLOAD, id="before")])
+    before = queue_state(r)
+    admitted = await aq.admit_and_enqueue("p", [Item(PAYLOAD, id="a")], ["stop"])
+    assert admitted == Admitted([], 0, ["stopped", "p"], False)
+    assert queue_state(r) == before
+    assert not r.exists("hooked:records")  # enqueued did not run
+
+
+@pytest.mark.anyio
+async def test_an_error_reply_of_admit_fails_the_call_and_nothing_of_the_queue_is_written(
+    r: redis.Redis, aq: AsyncFairQueue
+) -> None:
+    await aq.enqueue("p", [Item(PAYLOAD, id="before")])
+    before = queue_state(r)
+    with pytest.raises(ResponseError, match="REFUSED p"):
+        await aq.admit_and_enqueue("p", [Item(PAYLOAD, id="a")], ["fail"])
+    assert queue_state(r) == before
+    assert r.lrange("hooked:admitted", 0, -1) == ["p fail"]  # what the hook wrote stays
+    assert not r.exists("hooked:records")
+
+
+@pytest.mark.anyio
+async def test_the_queue_refuses_after_admit_and_enqueued_never_runs(
+    r: redis.Redis, aq: AsyncFairQueue
+) -> None:
+    await aq.enqueue("p", [Item(PAYLOAD, id="a")])
+    before = queue_state(r)
+    with pytest.raises(QueueFullError):
+        await aq.admit_and_enqueue("p", [Item(PAYLOAD, id="b")], ["go"], max_queued=1)
+    with pytest.raises(DuplicateTaskError):
+        await aq.admit_and_enqueue("p", [Item(PAYLOAD, id="a")], ["go"])
+    assert queue_state(r) == before
+    assert r.lrange("hooked:admitted", 0, -1) == ["p go", "p go"]  # admit ran first, each time
+    assert not r.exists("hooked:records")
+
+
+@pytest.mark.anyio
+async def test_an_enqueue_without_hook_arguments_calls_no_hook(
+    r: redis.Redis, aq: AsyncFairQueue
+) -> None:
+    queue(r).enqueue("p", [Item(PAYLOAD, id="a")])
+    await aq.enqueue("p", [Item(PAYLOAD, id="b")])
+    with pytest.raises(ValueError, match="hook arguments"):
+        await aq.admit_and_enqueue("p", [Item(PAYLOAD, id="c")], [])
+    assert r.keys("hooked:*") == []
+    assert await aq.positions(["a", "b", "c"]) == [0, 1, None]

@@ -19,6 +19,8 @@ from app.models import Status
 from app.settings import Settings
 from app.store import JobRecorder, JobStore
 from app.store.keys import WEBHOOKS
+from app.store.submit import NewJob
+from tests.store.support import write_job
 from tests.support import FIXTURES
 from tests.webhooks.receiver import Receiver, receiving
 
@@ -48,10 +50,12 @@ class Jobs:
 
     store: JobStore
     recorder: JobRecorder
+    settings: Settings
 
     async def create(self, webhook: str | None) -> str:
         job_id = str(uuid.uuid4())
-        await self.store.create(job_id, OWNER, "short", 1.0, webhook=webhook)
+        job = NewJob(job_id, "short", 1.0, webhook=webhook)
+        await write_job(self.store.redis, self.settings, OWNER, job)
         return job_id
 
     def start(self, job_id: str) -> bool:
@@ -71,7 +75,7 @@ class Jobs:
 async def jobs(settings: Settings, r: redis.Redis) -> AsyncIterator[Jobs]:
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
-        yield Jobs(JobStore(client, settings), JobRecorder(r, settings))
+        yield Jobs(JobStore(client, settings), JobRecorder(r, settings), settings)
     finally:
         await client.aclose()
 

@@ -19,7 +19,7 @@ from app.models import Status
 from app.service import Service, job_weight
 from app.settings import Settings
 from app.store import JobRecorder
-from app.store.keys import UNQUEUED, billing_key, job_key
+from app.store.keys import billing_key, job_key
 from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
 from tests.worker.support import FIXTURES, OWNER, new_job
@@ -194,33 +194,6 @@ def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
     job = service.recorder.get("job-6")
     assert job is not None and job.status == "REVOKED"
     assert r.llen(billing_key(OWNER)) == 0
-
-
-def test_the_sweep_removes_a_job_written_but_never_queued(
-    make_service: Callable[..., Service], r: redis.Redis
-) -> None:
-    service = make_service()
-    seconds, _ = r.time()
-    long_ago = seconds - 120  # past UNQUEUED_GRACE_S (60 s)
-    for job_id in ("orphan", "queued"):
-        r.hset(
-            job_key(job_id),
-            mapping={
-                "task_id": job_id,
-                "owner": OWNER,
-                "kind": "short",
-                "status": "PENDING",
-                "duration_s": "1.0",
-                "enqueued_at": long_ago,
-            },
-        )
-        r.zadd(UNQUEUED, {job_id: long_ago})
-    service.queues["short"].enqueue(OWNER, [service.job_item("short", "queued", 1.0)])
-    r.zadd(UNQUEUED, {"recent": seconds})  # inside the grace: left alone
-    assert service.sweep() == 1
-    assert not r.exists(job_key("orphan"))
-    assert r.exists(job_key("queued"))
-    assert r.zrange(UNQUEUED, 0, -1) == [b"recent"]
 
 
 def test_the_end_of_a_run_is_recorded_once_redis_answers_again(

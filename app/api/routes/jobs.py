@@ -9,23 +9,22 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response, Security, status
-from starlette.background import BackgroundTask
+from redis.exceptions import ResponseError
 
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep, api_key_header
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job
 from app.api.routing import Caller, KeyedRoute, counts_own_rate, too_many_requests
 from app.api.runtime import Runtime
 from app.api.submissions import Submission, checked_submission
-from app.errors import IdempotencyMismatchError
+from app.errors import IdempotencyMismatchError, from_reply
 from app.models import (
     EnqueueBody,
     EnqueueResponse,
     ErrorBody,
-    Status,
     TaskStatus,
 )
-from app.store.jobs import RateLimitedError
-from app.vtrr import DuplicateTaskError, QueueFullError
+from app.store.submit import NewJob, RateLimitedError, hook_args, submitted
+from app.vtrr import QueueFullError
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
@@ -46,7 +45,7 @@ async def valid_job(body: EnqueueBody, request: Request) -> Submission:
     """The job the body asks for, if its type is known and available, its input fits and its
     duration is within the limits, and its webhook, if any, may be sent; 422 otherwise. A
     dependency, so that a refused job is not counted against the key's rate (the endpoint
-    counts it, in create.lua)."""
+    counts it, in the call that queues the job)."""
     runtime: Runtime = request.app.state.runtime
     return await checked_submission(body, runtime.job_types, runtime.settings)
 
@@ -73,7 +72,7 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
     # three more of them on every submit.
     dependencies=[Security(api_key_header)],
 )
-@counts_own_rate  # in create.lua, with the job's record
+@counts_own_rate  # in the call that writes and queues the job (submit)
 async def enqueue_task(
     job: ValidJob, request: Request, idempotency_key: IdempotencyKeyHeader = None
 ) -> Response:
@@ -86,20 +85,18 @@ async def enqueue_task(
     """
     runtime: Runtime = request.app.state.runtime
     caller: Caller = request.state.caller
-    job_id = await submit(runtime, caller, job, idempotency_key)
-    # Once the answer has gone: the job leaves the unqueued list, with those of other submits.
-    return accepted(job_id, BackgroundTask(runtime.store.marks.flush))
+    return accepted(await submit(runtime, caller, job, idempotency_key))
 
 
 #: EnqueueResponse's fields in its order, the id to be filled in.
 ACCEPTED = EnqueueResponse(task_id="").model_dump()
 
 
-def accepted(job_id: str, background: BackgroundTask | None = None) -> Response:
+def accepted(job_id: str) -> Response:
     """The EnqueueResponse of a queued job, written by hand: all of it but the id is fixed, so
     there is nothing for FastAPI to validate or serialise."""
     body = orjson.dumps({**ACCEPTED, "task_id": job_id})
-    return Response(body, media_type="application/json", background=background)
+    return Response(body, media_type="application/json")
 
 
 async def submit(
@@ -107,26 +104,26 @@ async def submit(
 ) -> str:
     """Write the job and queue it; its id (the first request's, for a replayed Idempotency-Key).
 
-    Two round trips to Redis, one after the other: create.lua (the key's rate count and the
-    record, see RateLimiter.counter) and the fair queue's enqueue. The job is only noted as
-    queued here; it leaves the unqueued list at the store's next `marks.flush()` (QueuedMarks),
-    and Celery's triggers are pushed by the queue's own script. (One round trip would need the
-    fair queue to run its enqueue inside another script, which it does not offer.)
+    One round trip to Redis: the fair queue's enqueue, with the job store's hooks (app/store/
+    submit.py) counting the key's rate (see RateLimiter.counter), checking the Idempotency-Key
+    and writing the record in the same atomic call. A replay gets its first job, whatever the
+    quota says now, and queues nothing: that job was written and queued together. Celery's
+    triggers are pushed by the queue's own script, or published here.
     """
-    account = caller.account
-    once = None if idempotency_key is None else (idempotency_key, job.fingerprint())
+    owner = caller.account.user_id
+    new = NewJob(
+        str(uuid.uuid4()),
+        job.kind,
+        job.duration_s,
+        job_type=job.type,
+        input_json=job.input_json,
+        webhook=job.webhook,
+        rate=runtime.limiter.counter(caller.key_digest),
+        once=None if idempotency_key is None else (idempotency_key, job.fingerprint()),
+    )
+    most = runtime.settings.max_queued_per_account
     try:
-        job_id, created = await runtime.store.create(
-            str(uuid.uuid4()),
-            account.user_id,
-            job.kind,
-            job.duration_s,
-            once,
-            job_type=job.type,
-            input_json=job.input_json,
-            webhook=job.webhook,
-            rate=runtime.limiter.counter(caller.key_digest),
-        )
+        job_id, created = await _admit_and_enqueue(runtime, owner, new, most)
     except RateLimitedError:
         raise too_many_requests(runtime.limiter.per_second) from None
     except IdempotencyMismatchError:
@@ -134,47 +131,34 @@ async def submit(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail="this Idempotency-Key was used with a different request",
         ) from None
+    except QueueFullError:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            detail=f"this account already has {most} jobs queued in {job.kind}",
+            headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
+        ) from None
     if created:
-        await _enqueue(runtime, account.user_id, job, job_id, replay=False)
-        log.info(
-            "job queued",
-            extra={"task_id": job_id, "account": account.user_id, "queue": job.kind},
-        )
-    else:
-        first = await runtime.store.get(job_id)
-        if first is not None and first.status is Status.PENDING:
-            # The first request may have died between its two steps: make sure it is queued.
-            await _enqueue(runtime, account.user_id, job, job_id, replay=True)
+        log.info("job queued", extra={"task_id": job_id, "account": owner, "queue": job.kind})
     return job_id
 
 
-async def _enqueue(
-    runtime: Runtime, user_id: str, job: Submission, job_id: str, *, replay: bool
-) -> None:
-    """Put a created job in its fair queue. A replay (a repeated Idempotency-Key) was accepted
-    under the quota already: it is never refused for it, and is a no-op once queued."""
-    item = runtime.service.job_item(job.kind, job_id, job.duration_s)
-    most = runtime.settings.max_queued_per_account
+async def _admit_and_enqueue(
+    runtime: Runtime, owner: str, new: NewJob, most: int
+) -> tuple[str, bool]:
+    """The one call: (the job's id, whether it was created); the store's hooks' error replies
+    become the store's exceptions. The triggers it asks for are published before the answer."""
+    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s)
+    args = hook_args(owner, new, runtime.settings)
     try:
-        _, triggers = await runtime.queues[job.kind].enqueue(
-            user_id, [item], max_queued=None if replay else most
+        admitted = await runtime.queues[new.kind].admit_and_enqueue(
+            owner, [item], args, max_queued=most
         )
-    except DuplicateTaskError:
-        return  # queued already, by the first request or a concurrent replay
-    except BaseException as exc:
-        if not replay:
-            await runtime.store.delete(job_id, user_id)  # nothing half-written: no one saw this id
-        if isinstance(exc, QueueFullError):
-            raise HTTPException(
-                status.HTTP_429_TOO_MANY_REQUESTS,
-                detail=f"this account already has {most} jobs queued in {job.kind}",
-                headers={"Retry-After": str(QUEUE_FULL_RETRY_S)},
-            ) from None
-        raise
-    runtime.store.queued(job_id)
-    if triggers:
-        publish = runtime.service.queues[job.kind].publish_triggers
-        await asyncio.to_thread(publish, triggers)  # Celery's publish blocks: not on the loop
+    except ResponseError as exc:
+        raise from_reply(exc) from None
+    if admitted.triggers:
+        publish = runtime.service.queues[new.kind].publish_triggers
+        await asyncio.to_thread(publish, admitted.triggers)  # Celery's publish blocks the loop
+    return submitted(new, admitted)
 
 
 @router.get("/task-status/{task_id}", response_model=TaskStatus, responses={**ERRORS, **NOT_YOURS})

@@ -1,8 +1,9 @@
--- hooks.lua: the job store's hooks on the fair queues (app.vtrr.hooks): a job's start runs in
--- the call that leases it, and its end and bill in the call that acks it (and leases the next).
+-- hooks.lua: the job store's hooks on the fair queues (app.vtrr.hooks): a job's record is
+-- written in the call that queues it, its start runs in the call that leases it, and its end
+-- and bill in the call that acks it (and leases the next).
 -- Python puts before this chunk `local KEYS = {}` (the helpers of _lib.lua read a script's
--- KEYS; the hooks set JOB and EVENTS themselves), _lib.lua, runs.lua, and the key names: NAMES,
--- a table of the store's key prefixes and fixed keys (app/store/hooks.py).
+-- KEYS; the hooks set JOB and EVENTS themselves), _lib.lua, runs.lua, the key names (NAMES, a
+-- table of the store's key prefixes and fixed keys: app/store/hooks.py), then submit.lua.
 
 -- lease: start the job under the new lease. args: worker, gpu id ('' none), max attempts,
 -- channel, ttl. Reply: start.lua's.
@@ -28,4 +29,6 @@ local function done(id, token, args, step)
   return finish_run(keys, argv)
 end
 
-return {lease = lease, done = done}
+-- admit and enqueued: a submit's checks and its record (submit.lua), around the queue's own
+-- checks in the call that queues the job's item.
+return {lease = lease, done = done, admit = admit_job, enqueued = create_job}

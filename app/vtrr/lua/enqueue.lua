@@ -1,17 +1,39 @@
--- enqueue.lua: add a batch of items of one partition, all or none.
+-- enqueue.lua: add a batch of items of one partition, all or none; with hook arguments, the
+-- hooks' `admit` and `enqueued` run in the same call, around the queue's own checks.
 -- KEYS: queue item cvt pvt pqueued idle seq triggers stats wake queued_weight items
 -- KEYS: trigger_message broker
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
 -- ARGV[5] most items the partition may have queued (-1: no limit)
--- ARGV[6..] per item, four each: task id, cost (weight / share), weight, payload
--- Reply: {triggers to publish, score of item 1, score of item 2, ...}
--- Errors, after which nothing is written: "DUPLICATE <task id>" when an id is queued or in
---        flight, or appears twice in the batch; "FULL <limit>" when the batch would take the
---        partition past its limit.
+-- ARGV[6] m, the number of arguments for the hooks (0: no hook runs)  ARGV[7 .. 6+m] those
+-- ARGV[7+m ..] per item, four each: task id, cost (weight / share), weight, payload
+-- The hooks (Hooks.lua; none by default) are called, when m > 0, as admit(partition, args)
+-- before anything else: a value other than nil stops the call, nothing of the queue written;
+-- then, once the queue's checks have passed and before its writes, enqueued(partition, args).
+-- Either may return redis.error_reply(...) to fail the call (nothing more of the queue's
+-- written; what the hook wrote itself stays).
+-- Reply: {triggers to publish, the hooks' reply (false: none), score of item 1, ...}, or
+--        {0, admit's reply} when admit stopped the call.
+-- Errors, after which nothing of the queue is written: "DUPLICATE <task id>" when an id is
+--        queued or in flight, or appears twice in the batch; "FULL <limit>" when the batch
+--        would take the partition past its limit.
 local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == 'front', ARGV[4] == '1'
-local limit, first = tonumber(ARGV[5]), 6
+local limit, m = tonumber(ARGV[5]), tonumber(ARGV[6])
+local first = 7 + m
 local n = (#ARGV - first + 1) / 4
+local hook_args = {}
+for i = 7, 6 + m do hook_args[#hook_args + 1] = ARGV[i] end
+local hooked = m > 0
+
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
+if hooked and HOOKS.admit then
+  local stop = HOOKS.admit(partition, hook_args)
+  if failed(stop) then return stop end
+  if stop ~= nil then return {0, stop} end
+end
 if limit >= 0 and tonumber(redis.call('HGET', K.pqueued, partition) or '0') + n > limit then
   return redis.error_reply('FULL ' .. ARGV[5])
 end
@@ -23,7 +45,12 @@ for i = first, #ARGV, 4 do
   end
   seen[id] = true
 end
-local reply = {0}
+local reply = {0, false}
+if hooked and HOOKS.enqueued then
+  local said = HOOKS.enqueued(partition, hook_args)
+  if failed(said) then return said end
+  if said ~= nil then reply[2] = said end
+end
 for i = first, #ARGV, 4 do
   local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local score, member = placement(id, partition, cost, front)

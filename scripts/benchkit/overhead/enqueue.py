@@ -9,10 +9,9 @@ Variants, in alternating rounds of the same length:
   the floor of HTTP, uvicorn and FastAPI;
 - fairgpu-2proc: the same API with API_WORKERS=2, two uvicorn processes on one port: what the
   second core buys (not the target's setup, which is one process);
-- handler-only: the enqueue handler's own work (create.lua with the rate count, the fair queue's
-  enqueue, then the answer's background write to the unqueued list, shared between concurrent
-  submits) called in this process by 16 concurrent coroutines, no HTTP: the floor of the Redis
-  round trips and the Python around them.
+- handler-only: the enqueue handler's own work (one call: the fair queue's enqueue, with the job
+  store's hooks counting the rate and writing the record) called in this process by 16
+  concurrent coroutines, no HTTP: the floor of the Redis round trip and the Python around it.
 
 The load generator (scripts/benchkit/overhead/httpload.py) runs in this process, on the same
 2 cores.
@@ -84,7 +83,7 @@ def requests_for(keys: list[str]) -> Callable[[int, int], bytes]:
 
 async def handler_only(runtime: Runtime, keys: list[str], seconds: float) -> httpload.LoadResult:
     """16 coroutines doing the enqueue handler's work directly, each as its own account: the
-    body's check, the submit, and the unqueued-list write the server makes after the answer."""
+    body's check and the submit."""
     result = httpload.LoadResult()
     body = EnqueueRequest(kind="short", duration_s=1.0)
     deadline = time.perf_counter() + seconds
@@ -97,7 +96,6 @@ async def handler_only(runtime: Runtime, keys: list[str], seconds: float) -> htt
             sent = time.perf_counter()
             job = await checked_submission(body, runtime.job_types, runtime.settings)
             await jobs_api.submit(runtime, caller, job, None)
-            await runtime.store.marks.flush()
             result.latencies_ms.append((time.perf_counter() - sent) * 1e3)
         result.statuses[200] = len(result.latencies_ms)
 

@@ -117,7 +117,6 @@ async def create_jobs(runtime: Runtime, keys: list[str], n: int) -> list[tuple[s
         assert account is not None
         job = await checked_submission(body, runtime.job_types, runtime.settings)
         made.append((await jobs_api.submit(runtime, Caller(account, digest(key)), job, None), key))
-    await runtime.store.marks.flush()  # off the unqueued list, as the server does after answering
     return made
 
 

@@ -1,0 +1,69 @@
+-- submit.lua: a job accepted by the API, as functions of (owner, args) that the fair queue's
+-- enqueue calls as its hooks (hooks.lua), so that the key's rate count, the job's record and
+-- its queue item are one atomic call: admit_job before the queue's checks, create_job after
+-- them and before the queue's writes. A job the queue refuses (FULL, DUPLICATE) is never written.
+-- A job's keys are built from NAMES (app/store/hooks.py), those of the request (its rate
+-- counter, its idempotency record) are given. The owner is the queue's partition; args
+-- (app/store/submit.py hook_args):
+--  [1] job id  [2] kind  [3] duration_s  [4] job type  [5] input (JSON)
+--  [6] webhook URL ('' none)  [7] requests allowed a second (0: not counted)  [8] counter ttl
+--  [9] the key's request counter for this second  [10] idempotency record key ('' none)
+-- [11] request fingerprint  [12] idempotency ttl  [13] job ttl  [14] most jobs listed per owner
+-- [15] channel
+
+-- admit_job: first the request is counted against its API key's rate, as the API's RateLimiter
+-- counts every other request (INCR, a short expiry): over the limit, {'limited'}, and nothing
+-- else is written. With an idempotency key already used by a job that still exists: the same
+-- request is {'replay', that job's id} (whatever its queue holds now), another request the
+-- error "IDEMPOTENCY_MISMATCH <id>". A job id that exists is the error "DUPLICATE <id>".
+-- Else nil: the queue goes on.
+local function admit_job(owner, args)
+  local allowed = tonumber(args[7])
+  if allowed > 0 then
+    local count = redis.call('INCR', args[9])
+    redis.call('EXPIRE', args[9], tonumber(args[8]))
+    if count > allowed then return {'limited'} end
+  end
+  if args[10] ~= '' then
+    local seen = redis.call('GET', args[10])
+    if seen then
+      local sep = string.find(seen, ' ', 1, true)
+      local first, fingerprint = string.sub(seen, 1, sep - 1), string.sub(seen, sep + 1)
+      -- The first request's job may have expired since: then this one starts afresh.
+      if redis.call('EXISTS', NAMES.job .. first) == 1 then
+        if fingerprint ~= args[11] then
+          return redis.error_reply('IDEMPOTENCY_MISMATCH ' .. first)
+        end
+        return {'replay', first}
+      end
+    end
+  end
+  if redis.call('EXISTS', NAMES.job .. args[1]) == 1 then
+    return redis.error_reply('DUPLICATE ' .. args[1])
+  end
+  return nil
+end
+
+-- create_job: the record, status PENDING, and its first event. Its input is kept under a key
+-- of its own (the hash is copied into every event); its webhook URL, if any, is the hash's
+-- `webhook`, for the sender once the job has ended (_lib.lua notify). The job is listed in its
+-- owner's index (the newest kept), and in the idempotency record when there is one.
+local function create_job(owner, args)
+  local id, kind, ttl = args[1], args[2], tonumber(args[13])
+  JOB, EVENTS = NAMES.job .. id, NAMES.events .. id
+  local t = now()
+  redis.call('HSET', JOB, 'task_id', id, 'owner', owner, 'kind', kind, 'type', args[4],
+             'duration_s', args[3], 'status', 'PENDING', 'attempts', 0, 'enqueued_at', t)
+  if args[6] ~= '' then redis.call('HSET', JOB, 'webhook', args[6]) end
+  redis.call('SET', NAMES.input .. id, args[5], 'EX', ttl)
+  if args[10] ~= '' then
+    redis.call('SET', args[10], id .. ' ' .. args[11], 'EX', tonumber(args[12]))
+  end
+  local owned = NAMES.owned .. owner
+  redis.call('ZADD', owned, t, id)
+  redis.call('ZREMRANGEBYRANK', owned, 0, -tonumber(args[14]) - 1)
+  redis.call('EXPIRE', owned, ttl)
+  moved(args[15], kind)
+  emit(args[15], id, ttl)
+  return {'created'}
+end

@@ -1,0 +1,76 @@
+"""A job's submit in the one call that queues it: what the job store's hooks on the fair queue's
+enqueue are given (lua/submit.lua, through lua/hooks.lua), and what their reply means. The API
+makes the call (AsyncFairQueue.admit_and_enqueue, with the job's item and hook_args)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.errors import FairGPUError
+from app.models import Kind
+from app.settings import Settings
+from app.store.keys import CHANNEL, RATE_TTL_S, idempotency_key
+from app.vtrr.wire import Admitted, as_text
+
+#: The most jobs an account's index keeps for GET /tasks (the newest).
+LISTED_PER_ACCOUNT = 10_000
+
+
+class RateLimitedError(FairGPUError):
+    """The submit was counted against its key's rate and is over it: nothing but the counter
+    was written."""
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job the API accepted, to be written and queued: of job_type with its input (JSON text),
+    and the URL its final status is sent to (webhook, checked already). With rate = (the API
+    key's counter for this second, requests allowed), the request is counted first; with once =
+    (Idempotency-Key, request fingerprint), a key already used gets its first job."""
+
+    job_id: str
+    kind: Kind
+    duration_s: float
+    job_type: str = "burn"
+    input_json: str = "{}"
+    webhook: str | None = None
+    rate: tuple[str, int] | None = None
+    once: tuple[str, str] | None = None
+
+
+def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
+    """The hooks' arguments, in the order of submit.lua's header (the owner is the partition)."""
+    counter, allowed = job.rate if job.rate is not None else ("", 0)
+    record, fingerprint = "", ""
+    if job.once is not None:
+        record, fingerprint = idempotency_key(owner, job.once[0]), job.once[1]
+    return [
+        job.job_id,
+        job.kind,
+        repr(job.duration_s),
+        job.job_type,
+        job.input_json,
+        job.webhook or "",
+        allowed,
+        RATE_TTL_S,
+        counter,
+        record,
+        fingerprint,
+        settings.idempotency_ttl_s,
+        settings.job_ttl_s,
+        LISTED_PER_ACCOUNT,
+        CHANNEL,
+    ]
+
+
+def submitted(job: NewJob, admitted: Admitted) -> tuple[str, bool]:
+    """The job's id and whether this call created it: (job.job_id, True) once written and
+    queued, (the first request's job id, False) for a replayed Idempotency-Key; over the key's
+    rate, RateLimitedError."""
+    if admitted.queued:
+        return job.job_id, True
+    outcome = [as_text(x) for x in admitted.reply]
+    if outcome[0] == "limited":
+        allowed = job.rate[1] if job.rate is not None else 0
+        raise RateLimitedError(f"over {allowed} requests a second")
+    return outcome[1], False
