@@ -4,7 +4,7 @@ any crash (see app/ledger/outbox.py): a second copy changes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal
@@ -116,11 +116,3 @@ def usage(
         Usage(str(key), float(gpu or 0), int(jobs), int(cost or 0))
         for key, gpu, jobs, cost in session.execute(query)
     ]
-
-
-def task_ids(session: Session, ids: Iterable[str]) -> set[str]:
-    """Which of these job ids the ledger holds."""
-    wanted = list(ids)
-    if not wanted:
-        return set()
-    return set(session.scalars(select(Bill.task_id).where(Bill.task_id.in_(wanted))))
