@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +26,14 @@ class Account(BaseModel):
     api_keys: tuple[str, ...] = ()  # none: the account exists, nobody can act as it
     share: float = Field(1.0, gt=0, allow_inf_nan=False)
     admin: bool = False
+    max_queued: int | None = Field(None, ge=1)  # None: MAX_QUEUED_PER_ACCOUNT
+    budget_gpu_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)  # a month's
+    budget_cost_micros: int | None = Field(None, ge=0)  # a month's, in micro-units
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the account has a monthly budget of either kind."""
+        return self.budget_gpu_seconds is not None or self.budget_cost_micros is not None
 
 
 class FileAccount(Account):
@@ -52,6 +61,16 @@ def stored_digest(key: str) -> str:
     if key.startswith("sha256:"):
         return key.removeprefix("sha256:").lower()
     return digest(key)
+
+
+class AccountBook(Protocol):
+    """What the service asks of its accounts: Accounts (a fixed set), or the live accounts of
+    the account store (app.ledger.live)."""
+
+    def authenticate(self, key: str | None) -> Account | None: ...
+    def get(self, user_id: str) -> Account | None: ...
+    def share(self, user_id: str) -> float: ...
+    def all(self) -> list[Account]: ...
 
 
 class Accounts:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from app.models import BillingRecord, Kind
 from app.settings import Settings
@@ -76,10 +78,11 @@ def price(
     )
 
 
-def record(text: str) -> BillingRecord:
-    """A billing record as finish.lua stores it: cost in micro-units, seconds billed in
-    milliseconds. Records kept from before exact billing (a float cost) read as they were."""
-    raw = json.loads(text)
+def record(bill: str | Mapping[str, Any]) -> BillingRecord:
+    """A billing record as finish.lua writes it (JSON text, or parsed): cost in micro-units,
+    seconds billed in milliseconds. Records kept from before exact billing (a float cost) read
+    as they were."""
+    raw = json.loads(bill) if isinstance(bill, str) else bill
     micros = int(raw["cost_micros"]) if "cost_micros" in raw else round(raw["cost"] * MICROS)
     billed_ms = raw.get("billed_ms")
     return BillingRecord(
@@ -92,4 +95,5 @@ def record(text: str) -> BillingRecord:
         gpu_seconds=raw["gpu_seconds"],
         billed_seconds=raw["gpu_seconds"] if billed_ms is None else billed_ms / MS,
         billed_at=raw["billed_at"],
+        type=raw.get("type") or "burn",
     )

@@ -239,13 +239,33 @@ class TaskPage(BaseModel):
     )
 
 
+class MonthUse(BaseModel):
+    """An account's use of the calendar month so far (UTC, Redis's clock), and its budgets."""
+
+    month: str = Field(description="YYYY-MM")
+    billed_seconds: float = Field(description="GPU-seconds billed this month")
+    cost: float = Field(description="what this month's bills add up to")
+    cost_micros: int
+    held_seconds: float = Field(
+        description="the most its queued and running jobs may still be billed (counted against "
+        "a budget until they end; 0 without a budget)"
+    )
+    held_cost: float
+    budget_gpu_seconds: float | None = Field(description="a month's budget; null: none")
+    budget_cost: float | None = Field(description="a month's budget; null: none")
+    left_gpu_seconds: float | None = Field(description="budget - billed - held; null: no budget")
+    left_cost: float | None
+
+
 class AccountView(BaseModel):
-    """GET /account: who the key belongs to."""
+    """GET /account: who the key belongs to, its quota and this month's use."""
 
     user_id: str
     description: str
     share: float
     admin: bool
+    max_queued: int = Field(description="most jobs it may have queued in each queue")
+    month: MonthUse
 
 
 class BillingRecord(BaseModel):
@@ -260,6 +280,32 @@ class BillingRecord(BaseModel):
     gpu_seconds: float = Field(description="GPU-seconds used (asked for, when it succeeded)")
     billed_seconds: float = Field(description="gpu_seconds, at least MIN_BILLED_S (1 s)")
     billed_at: float
+    type: str = Field("burn", description="the job's type")
+
+
+GroupBy = Literal["account", "type", "queue", "day"]
+
+
+class UsageRow(BaseModel):
+    """What one group (an account, a job type, a queue, a UTC day) used."""
+
+    key: str
+    gpu_seconds: float = Field(description="GPU-seconds used")
+    jobs: int = Field(description="jobs billed")
+    cost: float
+    cost_micros: int
+
+
+class UsageReport(BaseModel):
+    """GET /usage: the bills of [from, to), summed per group."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    group_by: GroupBy
+    from_: float | None = Field(alias="from", description="Unix time; null: from the start")
+    to: float | None = Field(description="Unix time, excluded; null: until now")
+    rows: list[UsageRow]
+    total: UsageRow
 
 
 class Health(BaseModel):
@@ -318,3 +364,105 @@ class ErrorBody(BaseModel):
     """Every 4xx and 5xx answer."""
 
     detail: str | list[dict[str, Any]]
+
+
+#: An account's id: it names the account in bills, logs and URLs.
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
+
+
+class AccountFields(BaseModel):
+    """What an admin may set on an account. In an update, a field left out is kept, and null
+    clears a quota or a budget (the default applies: no budget, MAX_QUEUED_PER_ACCOUNT)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    description: str = Field("", max_length=500)
+    share: float = Field(
+        1.0, ge=0.001, le=1000, allow_inf_nan=False, description="its weight in the fair queues"
+    )
+    admin: bool = False
+    max_queued: int | None = Field(None, ge=1, description="null: MAX_QUEUED_PER_ACCOUNT")
+    budget_gpu_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=1e12,
+        allow_inf_nan=False,
+        description="GPU-seconds billed a month; null: none",
+    )
+    budget_cost: float | None = Field(
+        None,
+        ge=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="cost a month, kept to the micro-unit (rounded); null: none",
+    )
+
+    @field_validator("max_queued", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        # JSON has no integer type of its own: 5.0 is the integer 5 (and true is no number)
+        if isinstance(value, float) and not isinstance(value, bool) and value.is_integer():
+            return int(value)
+        return value
+
+
+class AccountCreate(AccountFields):
+    """POST /admin/accounts."""
+
+    user_id: str = Field(pattern=USER_ID_PATTERN)
+
+
+class AccountUpdate(AccountFields):
+    """PATCH /admin/accounts/{user_id}."""
+
+    disabled: bool = Field(False, description="a disabled account's keys stop working")
+
+
+class AccountInfo(BaseModel):
+    """An account as admins see it."""
+
+    user_id: str
+    description: str
+    share: float
+    admin: bool
+    disabled: bool
+    max_queued: int | None
+    budget_gpu_seconds: float | None
+    budget_cost: float | None
+    created_at: float
+    keys: int = Field(description="its keys that work (not revoked)")
+
+
+class KeyRequest(BaseModel):
+    """POST /admin/accounts/{user_id}/keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    label: str = Field("", max_length=128, description="what the key is for")
+
+
+class KeyInfo(BaseModel):
+    """An API key as it is kept: never its text."""
+
+    id: str = Field(description="the first 12 hex digits of its SHA-256 digest")
+    user_id: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+
+class IssuedKey(KeyInfo):
+    """A key just issued: its text is in this answer and nowhere else."""
+
+    key: str = Field(description="the key itself, shown once")
+
+
+class AuditEntry(BaseModel):
+    """One change of an account or a key."""
+
+    id: int
+    at: float
+    actor: str = Field(description="the admin who made it (or seed)")
+    action: str
+    target: str = Field(description="the account")
+    detail: dict[str, Any]

@@ -21,7 +21,7 @@ import redis
 from celery import Celery, Task
 
 from app.artifacts import open_artifacts
-from app.auth import Accounts
+from app.auth import AccountBook
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
@@ -140,7 +140,7 @@ def build_queues(
     client: redis.Redis,
     celery_app: Celery,
     settings: Settings,
-    accounts: Accounts,
+    accounts: AccountBook,
     hooks: RunHooks | None = None,
 ) -> dict[Kind, VTRRQueue]:
     """The short and long fair queues, each carried by the Celery queue of the same name, with
@@ -163,7 +163,7 @@ def build_queues(
     }
 
 
-def build(settings: Settings, accounts: Accounts) -> Service:
+def build(settings: Settings, accounts: AccountBook) -> Service:
     """Wire the Celery app, the two queues, the job tasks and the artifact sweep; connects to
     nothing."""
     celery_app = create_celery(settings)

@@ -18,7 +18,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for state and broker")
-    users_file: Path = Field(Path("fixtures/users.json"), description="accounts and API keys")
+    users_file: Path = Field(
+        Path("fixtures/users.json"),
+        description="accounts and API keys that seed an empty account store",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQL database of the accounts and the billing ledger (default: SQLite in "
+        "./fairgpu.db; under fairgpu dev, the stack's own folder; PostgreSQL in production)",
+    )
     host: str = Field("127.0.0.1", description="address the API listens on")
     port: int = Field(8000, description="port the API listens on")
     api_workers: int = Field(
@@ -164,6 +172,11 @@ class Settings(BaseSettings):
         longest job, so a running drain's trigger is never handed on (the leases would fence a
         second run anyway)."""
         return self.drain_max_s + 2 * max(self.max_short_s, self.max_long_s)
+
+    @property
+    def database(self) -> str:
+        """The SQL database's URL: DATABASE_URL, else SQLite in the working folder."""
+        return self.database_url or "sqlite:///fairgpu.db"
 
     def price_per_s(self, kind: Kind) -> float:
         """The price of one GPU-second of a job of this kind."""

@@ -10,6 +10,7 @@ should not share the cores with other tests. An explicit -n (-n 0: one process) 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import redis.utils
 
 from app.dev.redis_server import RedisServer
 from tests import support
+from tests.support import empty_test_database, test_database
 
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this machine's does), every pytest process
 # compiled the app and assert-rewrote every test module anew: ~1.7 s of CPU a process, paid again
@@ -75,7 +77,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The unit tier generates a share of each property test's examples (tests/support.py);
-    an xdist worker learns the tier from its controller (pytest_configure_node)."""
+    an xdist worker learns the tier from its controller (pytest_configure_node). Every test
+    process has a SQLite database of its own (test_database)."""
+    os.environ["DATABASE_URL"] = f"sqlite:///{test_database()}"
     worker = getattr(config, "workerinput", None)
     unit = worker["unit_tier"] if worker is not None else _unit_tier(config)
     if unit:
@@ -127,8 +131,10 @@ def flusher(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer, flusher: redis.Redis) -> Iterator[str]:
-    """The URL of an empty database, flushed again after the test."""
+    """The URL of an empty database, flushed again after the test; the process's SQL database
+    is emptied with it."""
     flusher.flushall()
+    empty_test_database()
     yield redis_server.url
     flusher.flushall()
 

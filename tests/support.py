@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sqlite3
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import redis
+from sqlalchemy import select
 
 from app.dev.processes import wait_until
 from app.dev.redis_server import free_port
+from app.ledger.bills import as_bill
+from app.ledger.database import Database
+from app.ledger.outbox import unwritten
+from app.ledger.schema import Bill
 from app.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"
@@ -29,9 +40,12 @@ def examples(full: int) -> int:
 
 
 def fast_settings(**overrides: object) -> Settings:
-    """Settings with short leases and a fast reclaim, so recovery takes seconds."""
+    """Settings with short leases and a fast reclaim, so recovery takes seconds. A stack made
+    with them keeps its SQLite database in its own folder (not the test process's: see
+    tests/conftest.py test_database)."""
     base: dict[str, object] = {
         "users_file": FIXTURES,
+        "database_url": None,
         "port": free_port(),
         "lease_seconds": 2.0,
         "heartbeat_seconds": 0.5,
@@ -46,3 +60,40 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
     value = wait_until(check, timeout, what)
     assert value is not None  # wait_until returns only a truthy value
     return value
+
+
+def bills_of(r: redis.Redis, user_id: str, database_url: str | None = None) -> list[dict[str, Any]]:
+    """The account's bills wherever they are: every entry of the ledger's outbox stream
+    (app/ledger/outbox.py), so that a job billed twice shows twice, and, given its database, the
+    SQL ledger's rows of the jobs not in the stream (one being written is in both meanwhile)."""
+    found = unwritten(r, user_id)
+    if database_url is not None:
+        streamed = {b["task_id"] for b in found}
+        db = Database(database_url)
+        try:
+            with db.sessions() as session:
+                rows = session.scalars(select(Bill).where(Bill.user_id == user_id))
+                found += [as_bill(row) for row in rows if row.task_id not in streamed]
+        finally:
+            db.close()
+    return found
+
+
+@functools.cache
+def test_database() -> Path:
+    """This process's SQLite database of accounts and bills: DATABASE_URL for every Settings a
+    test makes (never a file of the working tree, nor a database the environment names), emptied
+    around each test with Redis (redis_url). Stacks keep theirs in their own folder."""
+    return Path(tempfile.mkdtemp(prefix="fairgpu-tests-")) / "fairgpu.db"
+
+
+def empty_test_database() -> None:
+    """Delete every row of the process's database, if a test has made it (migrated tables)."""
+    path = test_database()
+    if not path.exists():
+        return
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db, db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table in ("api_keys", "audit", "bills", "accounts"):  # keys name their accounts
+            if table in tables:
+                db.execute(f"DELETE FROM {table}")

@@ -12,7 +12,9 @@ from app.api.routing import Caller
 from app.api.runtime import Runtime
 
 api_key_header = APIKeyHeader(
-    name="X-API-Key", auto_error=False, description="An API key from the accounts file"
+    name="X-API-Key",
+    auto_error=False,
+    description="An account's API key, issued by an admin or seeded from the accounts file",
 )
 NOT_FOUND = "task not found"
 

@@ -10,11 +10,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from app.api import schema
 from app.api.limits import BodyLimit
 from app.api.responses import OrjsonResponse, json_error
 from app.api.routes import (
+    accounts,
     admin,
     bills,
     dashboard,
@@ -59,7 +61,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RedisError, _redis_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OSError, _redis_error)
-    for module in (jobs, stream, job_types, tasks, bills, health, metrics, admin, dashboard):
+    routers = (jobs, stream, job_types, tasks, bills, health, metrics, admin, accounts, dashboard)
+    for module in routers:
         app.include_router(module.router)
     app.include_router(outputs.build(settings))
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]
@@ -67,9 +70,24 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, StarletteHTTPException) and exc.status_code == 405:
+        # Starlette names the methods of the first route on the path only; a path served by
+        # several routes (GET and POST /admin/accounts) allows all of theirs.
+        exc = StarletteHTTPException(405, exc.detail, headers={"Allow": _allowed(request)})
     if request.url.path.startswith(admin.router.prefix + "/"):
         return await admin.hide_wrong_methods(request, exc)
     return await json_error(request, exc)
+
+
+def _allowed(request: Request) -> str:
+    """The methods that the routes on the request's path serve, for a 405's Allow header."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def _invalid_request(request: Request, exc: Exception) -> OrjsonResponse:

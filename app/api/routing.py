@@ -89,6 +89,12 @@ def require_json(request: Request) -> None:
     )
 
 
+def _has_body(request: Request) -> bool:
+    """Whether the request says it carries a body (an optional body may be left out)."""
+    headers = request.headers
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
 class StrictJSONRequest(Request):
     """A request whose json() refuses what json.loads would let through or choke on."""
 
@@ -143,7 +149,9 @@ class KeyedRoute(APIRoute):
             caller = authenticated(request)
             if caller is None or not self.admits(caller):
                 raise self.refusal()
-            if self.body_field is not None:
+            if self.body_field is not None and (
+                self.body_field.field_info.is_required() or _has_body(request)
+            ):
                 require_json(request)
             request.state.caller = caller
             _visit.set((caller, request.app.state.runtime.limiter))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from prometheus_client.registry import CollectorRegistry
@@ -13,11 +14,12 @@ from redis.backoff import NoBackoff
 from app.api.collector import ServiceCollector, registry
 from app.api.limits import RateLimiter
 from app.api.live.estimates import Estimator
-from app.api.live.events import EventHub
+from app.api.live.events import EventHub, cancel
 from app.api.live.places import Places
 from app.artifacts import ArtifactStore, open_artifacts
-from app.auth import Accounts
 from app.jobs import Registry, load_registry
+from app.ledger.live import LiveAccounts
+from app.ledger.stores import Ledger, open_ledger
 from app.models import Kind
 from app.service import Service, build
 from app.settings import Settings
@@ -32,14 +34,16 @@ POOL_WAIT_S = 5.0
 #: The names the API's connections carry in CLIENT LIST, so an operator can count them.
 CLIENT_NAME = "fairgpu-api"
 HUB_CLIENT_NAME = "fairgpu-api-events"
+ACCOUNTS_CLIENT_NAME = "fairgpu-api-accounts"
 
 
 @dataclass
 class Runtime:
-    """Settings, accounts, the asyncio Redis client and what is built on it."""
+    """Settings, the accounts (live from the SQL account store) and the ledger, the asyncio
+    Redis client and what is built on it."""
 
     settings: Settings
-    accounts: Accounts
+    accounts: LiveAccounts
     redis: aioredis.Redis
     store: JobStore
     queues: dict[Kind, AsyncFairQueue]
@@ -51,13 +55,17 @@ class Runtime:
     places: Places
     job_types: Registry
     artifacts: ArtifactStore
+    ledger: Ledger
+    accounts_client: aioredis.Redis
+    _following: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
         """Build everything for one API process; nothing connects until first used. A job type
         that cannot be loaded (RegistryError) stops the process here, before it serves."""
         job_types = _job_types(tuple(settings.job_modules))
-        accounts = Accounts.load(settings.users_file)
+        ledger = open_ledger(settings)
+        accounts = LiveAccounts(ledger.accounts.snapshot)
         # A plain pool keeps every connection it ever opened, one per call that was in flight
         # at the busiest moment (200 streams opened at once left 209): a bounded one that
         # waits makes calls queue instead, and costs no more CPU per request (docs/benchmarks.md).
@@ -104,19 +112,32 @@ class Runtime:
             Places(hub, queues),
             job_types,
             open_artifacts(settings),
+            ledger,
+            # Account changes are announced on a channel: a subscription of its own, which
+            # waits for messages indefinitely (no read timeout).
+            aioredis.Redis.from_url(
+                settings.redis_url,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+                client_name=ACCOUNTS_CLIENT_NAME,
+            ),
         )
 
     async def start(self) -> None:
-        """Start listening for changes."""
+        """Start listening for changes: of jobs, queues, accounts and keys."""
         await self.hub.start()
         self.places.start()
+        self._following = asyncio.create_task(self.accounts.follow(self.accounts_client))
 
     async def close(self) -> None:
         """Stop listening, and close the connections."""
+        if self._following is not None:
+            await cancel(self._following)
+        await self.accounts_client.aclose()
         await self.places.stop()
         await self.hub.stop()
         await self.redis.aclose()
         self.service.close()
+        self.ledger.close()
 
 
 @functools.lru_cache(maxsize=8)

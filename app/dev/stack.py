@@ -119,10 +119,12 @@ class Stack:
 
     def _own_defaults(self) -> dict[str, object]:
         """The settings the stack picks where the environment gave none: its own artifacts
-        folder, and a webhook secret for this run."""
+        folder and SQLite database, and a webhook secret for this run."""
         defaults: dict[str, object] = {}
         if self.settings.artifacts_dir is None:
             defaults["artifacts_dir"] = self.workdir / "artifacts"
+        if self.settings.database_url is None:
+            defaults["database_url"] = f"sqlite:///{self.workdir / 'fairgpu.db'}"
         secret = self.settings.webhook_secret
         if secret is None or not secret.get_secret_value():
             self.generated_secret = new_webhook_secret()

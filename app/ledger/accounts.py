@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.auth import Account, Accounts, digest, stored_digest
@@ -53,14 +54,25 @@ class AccountStore:
 
     def seed(self, accounts: Iterable[Account], actor: str = "seed") -> int:
         """Write these accounts and their keys (plain or `sha256:` digests) into an empty store;
-        how many were written (0 when the store has accounts already)."""
+        how many were written (0 when the store has accounts already, or another process
+        seeded it meanwhile: then its primary keys collide and this transaction is undone)."""
+        try:
+            return self._seed(accounts, actor)
+        except IntegrityError:
+            return 0
+
+    def empty(self) -> bool:
+        """Whether the store holds no account at all."""
+        with self.db.sessions() as session:
+            return not session.scalar(select(func.count()).select_from(AccountRow))
+
+    def _seed(self, accounts: Iterable[Account], actor: str) -> int:
         with self.db.sessions.begin() as session:
             if session.scalar(select(func.count()).select_from(AccountRow)):
                 return 0
             written = 0
             for account in accounts:
-                fields = {"description": account.description, "share": account.share,
-                          "admin": account.admin}  # fmt: skip
+                fields = account.model_dump(include=set(EDITABLE))
                 session.add(AccountRow(user_id=account.user_id, created_at=time.time(),
                                        disabled=False, **fields))  # fmt: skip
                 session.flush()
@@ -143,6 +155,16 @@ class AccountStore:
             query = select(KeyRow).where(KeyRow.user_id == user_id).order_by(KeyRow.created_at)
             return list(session.scalars(query))
 
+    def live_key_counts(self) -> dict[str, int]:
+        """Each account's keys that are not revoked (accounts with none are left out)."""
+        with self.db.sessions() as session:
+            query = (
+                select(KeyRow.user_id, func.count())
+                .where(KeyRow.revoked_at.is_(None))
+                .group_by(KeyRow.user_id)
+            )
+            return {user_id: int(n) for user_id, n in session.execute(query)}
+
     def audit(self, limit: int = 100, before: int | None = None) -> list[AuditRow]:
         """The newest changes, at most limit, older than the entry `before` when given."""
         with self.db.sessions() as session:
@@ -159,18 +181,7 @@ class AccountStore:
             keys: dict[str, list[str]] = {}
             for key in live:
                 keys.setdefault(key.user_id, []).append(f"sha256:{key.digest}")
-        return Accounts(
-            [
-                Account(
-                    user_id=r.user_id,
-                    description=r.description,
-                    api_keys=tuple(keys.get(r.user_id, ())),
-                    share=r.share,
-                    admin=r.admin,
-                )
-                for r in rows
-            ]
-        )
+        return Accounts([_account(row, keys.get(row.user_id, [])) for row in rows])
 
     @staticmethod
     def _row(session: Session, user_id: str) -> AccountRow:
@@ -182,10 +193,5 @@ class AccountStore:
 
 def _account(row: AccountRow, keys: list[str]) -> Account:
     """An account row as app.auth knows accounts."""
-    return Account(
-        user_id=row.user_id,
-        description=row.description,
-        api_keys=tuple(keys),
-        share=row.share,
-        admin=row.admin,
-    )
+    fields = {name: getattr(row, name) for name in EDITABLE}
+    return Account(user_id=row.user_id, api_keys=tuple(keys), **fields)

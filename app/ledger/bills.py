@@ -116,3 +116,89 @@ def usage(
         Usage(str(key), float(gpu or 0), int(jobs), int(cost or 0))
         for key, gpu, jobs, cost in session.execute(query)
     ]
+
+
+def as_bill(row: Bill) -> dict[str, Any]:
+    """A ledger row as the job store wrote the bill (finish.lua's JSON): the one shape that
+    readers of bills take, wherever the bill is."""
+    return {
+        "task_id": row.task_id,
+        "user_id": row.user_id,
+        "kind": row.queue,
+        "type": row.type,
+        "cost_micros": row.cost_micros,
+        "description": row.description,
+        "gpu_seconds": row.gpu_seconds,
+        "billed_ms": row.billed_ms,
+        "billed_at": row.billed_at,
+    }
+
+
+def _within(bill: dict[str, Any], start: float | None, end: float | None) -> bool:
+    at = float(bill["billed_at"])
+    return (start is None or at >= start) and (end is None or at < end)
+
+
+def page(
+    written: Sequence[dict[str, Any]],
+    unwritten: Sequence[dict[str, Any]],
+    *,
+    limit: int,
+    start: float | None = None,
+    end: float | None = None,
+    before: tuple[float, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One page of bills, newest first: the ledger's page (`written`, from bills()) with the
+    bills still on their way to it, each once, in [start, end) and older than `before`. Exact,
+    because every bill that could make this page is in one of the two."""
+    found: dict[str, dict[str, Any]] = {}
+    for bill in [*written, *unwritten]:
+        found.setdefault(str(bill["task_id"]), bill)
+    chosen = [
+        bill
+        for bill in found.values()
+        if _within(bill, start, end)
+        and (before is None or (float(bill["billed_at"]), str(bill["task_id"])) < before)
+    ]
+    chosen.sort(key=lambda b: (float(b["billed_at"]), str(b["task_id"])), reverse=True)
+    return chosen[:limit]
+
+
+def find(session: Session, user_id: str, task_id: str) -> Bill | None:
+    """The account's bill for this job, if the ledger has it."""
+    bill = session.get(Bill, task_id)
+    return bill if bill is not None and bill.user_id == user_id else None
+
+
+def usage_with(
+    session: Session,
+    group_by: GroupBy,
+    unwritten: Sequence[dict[str, Any]],
+    *,
+    user_id: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+) -> list[Usage]:
+    """usage(), counting too the bills on their way to the ledger (those it does not hold yet:
+    one written meanwhile is counted once)."""
+    mine = [
+        b
+        for b in unwritten
+        if (user_id is None or b["user_id"] == user_id) and _within(b, start, end)
+    ]
+    ids = [str(b["task_id"]) for b in mine]
+    held = set(session.scalars(select(Bill.task_id).where(Bill.task_id.in_(ids)))) if ids else set()
+    sums = {u.key: u for u in usage(session, group_by, user_id=user_id, start=start, end=end)}
+    for bill in mine:
+        if str(bill["task_id"]) in held:
+            continue
+        row = bill_row(bill)
+        key = str(row[_GROUPS[group_by].key])
+        old = sums.get(key, Usage(key, 0.0, 0, 0))
+        sums[key] = Usage(
+            key,
+            old.gpu_seconds + row["gpu_seconds"],
+            old.jobs + 1,
+            old.cost_micros + row["cost_micros"],
+        )
+    return [sums[key] for key in sorted(sums)]

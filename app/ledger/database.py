@@ -21,9 +21,16 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+#: The databases this process has migrated already: a process that opens one again (the tests
+#: open the API's Runtime once per test) need not ask Alembic a second time.
+_migrated: set[str] = set()
+
+
 def upgrade(url: str) -> None:
-    """Migrate the database at url to the newest schema."""
-    command.upgrade(alembic_config(url), "head")
+    """Migrate the database at url to the newest schema (once per process)."""
+    if url not in _migrated:
+        command.upgrade(alembic_config(url), "head")
+        _migrated.add(url)
 
 
 def make_engine(url: str) -> Engine:

@@ -26,8 +26,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.ledger import bills
 from app.ledger.database import Database
+from app.store.keys import LEDGER
 
-STREAM = "fairgpu:ledger"
+STREAM = LEDGER
 GROUP = "writers"
 BATCH = 200
 #: How long an entry may stay with a writer before another claims it (milliseconds).

@@ -14,11 +14,11 @@ from functools import cache
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
+    LEDGER,
     METRICS,
     MOVES,
     WEBHOOKS,
     billed_key,
-    billing_key,
     events_key,
     input_key,
     job_key,
@@ -37,11 +37,11 @@ def hooks_lua() -> str:
         "events": events_key(""),
         "input": input_key(""),
         "logs": logs_key(""),
-        "billing": billing_key(""),
         "billed": billed_key(""),
         "owned": owned_key(""),
         "metrics": METRICS,
         "webhooks": WEBHOOKS,
+        "ledger": LEDGER,
         "moves": MOVES,
     }
     table = ", ".join(f"{name} = '{key}'" for name, key in names.items())

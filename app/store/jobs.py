@@ -4,6 +4,7 @@ billing records, cancel and requeue jobs. A job is written in the call that queu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,13 +14,14 @@ from app.models import LogLine, LogStream, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
+    LEDGER,
     METRICS,
     STOPS,
     WEBHOOKS,
-    billing_key,
     events_key,
     job_key,
     logs_key,
+    usage_key,
 )
 from app.store.record import JobEvent, JobRecord, decode
 from app.store.scripts import AsyncScripts
@@ -72,9 +74,17 @@ class JobStore:
         entries = await self.redis.xrevrange(logs_key(job_id), count=tail) or []
         return [_log_line(decode(fields)) for _, fields in reversed(entries) if fields]
 
-    async def billing(self, user_id: str, limit: int) -> list[str]:
-        """The account's billing records as JSON texts, newest first."""
-        return [as_text(x) for x in await self.redis.lrange(billing_key(user_id), 0, limit - 1)]
+    async def unwritten_bills(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The bills still on their way to the SQL ledger (of one account, or every one's), as
+        finish.lua wrote them: the ledger's writers keep this short (app/ledger/outbox.py)."""
+        entries = await self.redis.xrange(LEDGER) or []
+        found = [json.loads(as_text(f[b"bill"])) for _, f in entries if f and b"bill" in f]
+        return [bill for bill in found if user_id is None or bill.get("user_id") == user_id]
+
+    async def usage(self, user_id: str) -> dict[str, int]:
+        """The account's use of its monthly budgets (keys.usage_key): field -> integer."""
+        raw = await self.redis.hgetall(usage_key(user_id))
+        return {as_text(k): int(v) for k, v in raw.items()}
 
 
 def _event(raw: Mapping[Any, Any]) -> JobRecord | JobEvent:

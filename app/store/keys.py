@@ -11,8 +11,14 @@
                                       and `data` (JSON)
     fairgpu:logs:<id>         stream  the job's log lines (at, stream, text), the newest
                                       MAX_LOG_LINES kept
-    fairgpu:billing:<user>    list    the account's billing records, newest first (JSON)
-    fairgpu:billed:<id>       string  "already billed" marker, set with the record
+    fairgpu:billed:<id>       string  "already billed" marker, set with the bill
+    fairgpu:ledger            stream  bills on their way to the SQL ledger (`bill`, JSON), added
+                                      with the job's end; read by the workers' consumer group
+                                      (app/ledger/outbox.py), deleted once written
+    fairgpu:usage:<user>      hash    the account's use of its monthly budgets: per month
+                                      `<YYYY-MM>:billed_ms` and `<YYYY-MM>:cost_micros`, and
+                                      `held_ms` and `held_micros`, what its unended jobs may
+                                      still cost (set where it has a budget)
     fairgpu:idem:<account>:<sha256 of key>
                               string  "<job id> <request fingerprint>" for an Idempotency-Key
     fairgpu:rate:<key digest>:<second>
@@ -51,6 +57,8 @@ RATE_TTL_S = 2
 WEBHOOKS = "fairgpu:webhooks"
 WEBHOOKS_DUE = "fairgpu:webhooks:due"
 WEBHOOKS_FAILED = "fairgpu:webhooks:failed"
+#: Bills on their way to the SQL ledger (app/ledger/outbox.py).
+LEDGER = "fairgpu:ledger"
 
 
 def job_key(job_id: str) -> str:
@@ -88,9 +96,9 @@ def rate_key(key_digest: str, second: int) -> str:
     return f"fairgpu:rate:{key_digest}:{second}"
 
 
-def billing_key(user_id: str) -> str:
-    """The list of one account's billing records."""
-    return f"fairgpu:billing:{user_id}"
+def usage_key(user_id: str) -> str:
+    """The hash of one account's use of its monthly budgets (_lib.lua's USAGE)."""
+    return f"fairgpu:usage:{user_id}"
 
 
 def owned_key(user_id: str) -> str:

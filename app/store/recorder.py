@@ -15,14 +15,15 @@ from app.models import ErrorKind, Status, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
+    LEDGER,
     METRICS,
     WEBHOOKS,
     billed_key,
-    billing_key,
     events_key,
     input_key,
     job_key,
     logs_key,
+    usage_key,
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
@@ -126,8 +127,8 @@ class JobRecorder:
         """finish() with the end as one value (what a worker hands the fair queue's step when
         the end goes there: app/store/hooks.py)."""
         args = self.end_args(end)[1:]  # without the owner, whose bills the keys name
-        keys = [job_key(job_id), events_key(job_id), billing_key(end.owner), billed_key(job_id)]
-        keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS]
+        keys = [job_key(job_id), events_key(job_id), usage_key(end.owner), billed_key(job_id)]
+        keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS, LEDGER]
         return bool(self._scripts.run("finish", keys, [job_id, token, *args]))
 
     def end_args(self, end: RunEnd) -> list[str | int]:

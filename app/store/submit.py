@@ -21,6 +21,27 @@ class RateLimitedError(FairGPUError):
     was written."""
 
 
+class OverBudgetError(FairGPUError):
+    """The account's monthly budget cannot cover what the job may cost: nothing but the rate
+    counter was written. `budget` is 'gpu_seconds' or 'cost'; `left` is what remains of it
+    (ms or micro-units), of which `held` is held by the account's unended jobs."""
+
+    def __init__(self, budget: str, left: int, held: int) -> None:
+        super().__init__(f"over the {budget} budget")
+        self.budget, self.left, self.held = budget, left, held
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A budgeted account's submit: its monthly budgets (None: none of that kind; GPU-time in
+    ms billed, cost in micro-units), and the most the job may be billed (ms) and cost."""
+
+    billed_ms: int | None
+    cost_micros: int | None
+    most_ms: int
+    most_micros: int
+
+
 @dataclass(frozen=True)
 class NewJob:
     """A job the API accepted, to be written and queued: of job_type with its input (JSON text),
@@ -36,6 +57,7 @@ class NewJob:
     webhook: str | None = None
     rate: tuple[str, int] | None = None
     once: tuple[str, str] | None = None
+    budget: Budget | None = None
 
 
 def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
@@ -60,7 +82,15 @@ def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
         settings.job_ttl_s,
         LISTED_PER_ACCOUNT,
         CHANNEL,
+        *_budget_args(job.budget),
     ]
+
+
+def _budget_args(budget: Budget | None) -> list[str | int]:
+    if budget is None:
+        return ["", "", 0, 0]
+    limits = ["" if x is None else x for x in (budget.billed_ms, budget.cost_micros)]
+    return [*limits, budget.most_ms, budget.most_micros]
 
 
 def submitted(job: NewJob, admitted: Admitted) -> tuple[str, bool]:
@@ -69,8 +99,10 @@ def submitted(job: NewJob, admitted: Admitted) -> tuple[str, bool]:
     rate, RateLimitedError."""
     if admitted.queued:
         return job.job_id, True
-    outcome = [as_text(x) for x in admitted.reply]
+    outcome = [as_text(x) if isinstance(x, bytes | str) else str(x) for x in admitted.reply]
     if outcome[0] == "limited":
         allowed = job.rate[1] if job.rate is not None else 0
         raise RateLimitedError(f"over {allowed} requests a second")
+    if outcome[0] == "over_budget":
+        raise OverBudgetError(outcome[1], int(outcome[2]), int(outcome[3]))
     return outcome[1], False

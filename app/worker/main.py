@@ -17,9 +17,11 @@ from functools import cache
 
 from celery import Celery, signals
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from app import logs
-from app.auth import Accounts
+from app.ledger.outbox import LedgerWriter
+from app.ledger.stores import Ledger, open_ledger
 from app.service import Service
 from app.settings import Settings, get_settings
 from app.worker import gpu
@@ -47,13 +49,17 @@ def _device(settings: Settings) -> gpu.Device:
 
 
 @cache
-def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner]:
+def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner, Ledger]:
     """The worker, built once, on first use. Not at import: the job child is started with
     `spawn`, which imports this module again in the child, where nothing of it is wanted."""
     settings = _settings()
     device = _device(settings)
-    service, runner = build_worker(settings, Accounts.load(settings.users_file), device)
-    return settings, device, service, runner
+    try:
+        ledger = open_ledger(settings)
+    except (ValueError, SQLAlchemyError) as exc:
+        sys.exit(f"fairgpu worker refuses to start: the database: {exc}")
+    service, runner = build_worker(settings, ledger.accounts.snapshot(), device)
+    return settings, device, service, runner, ledger
 
 
 def __getattr__(name: str) -> Celery:
@@ -65,21 +71,30 @@ def __getattr__(name: str) -> Celery:
 
 def main() -> None:
     """Run the worker until it is stopped."""
-    settings, device, service, runner = _worker()
+    settings, device, service, runner, ledger = _worker()
     logs.configure(settings.log_format, settings.log_level)
     queues = settings.worker_queues
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
+    # Every worker also moves bills from Redis to the SQL ledger (app/ledger/outbox.py).
+    writer = LedgerWriter(service.recorder.redis, ledger.db, name)
     runner.on_busy = beats.busy
     try:
         runner.start()  # the warm child loads the job types now, not at the first job
     except ChildStartError as exc:
         sys.exit(f"fairgpu worker refuses to start: {exc}")
-    signals.worker_ready.connect(lambda **_: beats.start(), weak=False)
+
+    def ready(**_: object) -> None:
+        beats.start()
+        writer.start()
+
+    signals.worker_ready.connect(ready, weak=False)
 
     def shut_down(**_: object) -> None:
         beats.stop()
+        writer.close()
         runner.close()
+        ledger.close()
 
     signals.worker_shutdown.connect(shut_down, weak=False)
     service.celery.worker_main(worker_argv(queues, name))

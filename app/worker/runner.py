@@ -31,7 +31,7 @@ from tenacity import (
 
 from app import billing
 from app.artifacts import ArtifactStore, open_artifacts
-from app.auth import Accounts
+from app.auth import AccountBook
 from app.models import Kind, Status
 from app.service import Service, build, job_weight
 from app.settings import Settings
@@ -300,7 +300,7 @@ def worker_name(settings: Settings, device: gpu.Device) -> str:
 
 def build_worker(
     settings: Settings,
-    accounts: Accounts,
+    accounts: AccountBook,
     device: gpu.Device = gpu.CPU,
     executor: Executor | None = None,
 ) -> tuple[Service, JobRunner]:

@@ -14,7 +14,6 @@ import redis
 
 from app import billing
 from app.models import Status
-from app.store.keys import billing_key
 from app.worker.presence import Presence
 from tests.api.conftest import Api
 from tests.api.helpers import (
@@ -27,6 +26,7 @@ from tests.api.helpers import (
     EventReader,
     Untouched,
 )
+from tests.support import bills_of
 
 pytestmark = pytest.mark.anyio
 Headers = dict[str, str]
@@ -435,7 +435,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
     charge = billing.price(api.runtime.settings, "short", 1.0, cancelled=True)
     assert not recorder.finish(running, token, Status.REVOKED, charge=charge, owner=SECOND)
     assert (await status_of(api, running, SECOND_KEY))["status"] == "REVOKED"
-    assert r.llen(billing_key(SECOND)) == 0
+    assert len(bills_of(r, SECOND)) == 0
 
 
 async def test_the_queues_view_counts_jobs_in_flight_as_they_are_now(api: Api) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from app.store.keys import billing_key
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND_KEY, Worker
+from tests.support import bills_of
 
 pytestmark = pytest.mark.anyio
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -31,7 +31,7 @@ async def test_a_queued_job_is_revoked_unbilled_and_leaves_its_queue(
     assert r.zcard("vtrr:{short}:queue") == 0
     status = await api.client.get(f"/task-status/{task_id}", headers=KEY)
     assert status.json()["status"] == "REVOKED"
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0
 
 
 async def test_a_running_job_is_asked_to_stop(api: Api, worker: Worker, r: redis.Redis) -> None:

@@ -18,6 +18,7 @@ ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/enqueue-task"): {
         "401": ERROR,
+        "402": ERROR,
         "413": ERROR,
         "422": ERROR,
         "429": ERROR,
@@ -39,10 +40,12 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("get", "/billing-records"): {
         "401": ERROR,
-        "422": {"$ref": "#/components/schemas/HTTPValidationError"},
+        "404": ERROR,
+        "422": ERROR,
         "429": ERROR,
         "503": ERROR,
     },
+    ("get", "/usage"): {"401": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
     ("get", "/job-types"): {"401": ERROR, "429": ERROR, "503": ERROR},
     ("get", "/health"): {"503": {"$ref": "#/components/schemas/Health"}},
     ("get", "/metrics"): {"503": ERROR},
@@ -76,6 +79,42 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
         "503": ERROR,
     },
     ("post", "/admin/queues/{name}/drop"): {"404": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
+    ("get", "/admin/accounts"): {"404": ERROR, "429": ERROR, "503": ERROR},
+    ("post", "/admin/accounts"): {
+        "404": ERROR,
+        "409": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("get", "/admin/accounts/{user_id}"): {"404": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
+    ("patch", "/admin/accounts/{user_id}"): {
+        "404": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("get", "/admin/accounts/{user_id}/keys"): {
+        "404": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("post", "/admin/accounts/{user_id}/keys"): {
+        "404": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("delete", "/admin/keys/{key_id}"): {"404": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
+    ("get", "/admin/audit"): {"404": ERROR, "422": ERROR, "429": ERROR, "503": ERROR},
+}
+#: What an endpoint answers on success, where it is not a plain 200.
+SUCCESSES = {
+    ("get", "/task-status/stream/{task_id}"): {"200", "204"},  # 204: its job has ended
+    ("delete", "/tasks/{task_id}"): {"200", "202"},  # 202: a running job was asked to stop
+    ("post", "/admin/accounts"): {"201"},
+    ("post", "/admin/accounts/{user_id}/keys"): {"201"},
 }
 UNKEYED = {"/health", "/metrics"}
 
@@ -139,13 +178,8 @@ async def test_no_endpoint_documents_an_error_it_cannot_answer(
     on the two status endpoints describes an answer that never comes."""
     responses = (await schema(api))["paths"][path][method]["responses"]
 
-    # Successes other than 200: a stream's 204 (its job has ended and Last-Event-ID names the
-    # last event), and a cancel's 202 (a running job was asked to stop).
-    other_success = {
-        ("get", "/task-status/stream/{task_id}"): {"204"},
-        ("delete", "/tasks/{task_id}"): {"202"},
-    }.get((method, path), set())
-    assert set(responses) == {"200", *other_success, *CONTRACT[method, path]}
+    successes = SUCCESSES.get((method, path), {"200"})
+    assert set(responses) == {*successes, *CONTRACT[method, path]}
 
 
 async def test_the_success_bodies_are_described(api: Api) -> None:
@@ -230,7 +264,7 @@ async def test_the_keyed_endpoints_declare_the_api_key_header(api: Api) -> None:
         "type": "apiKey",
         "in": "header",
         "name": "X-API-Key",
-        "description": "An API key from the accounts file",
+        "description": "An account's API key, issued by an admin or seeded from the accounts file",
     }
     for method, path in CONTRACT:
         security = body["paths"][path][method].get("security")

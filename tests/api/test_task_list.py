@@ -340,9 +340,14 @@ async def test_the_account_says_whose_key_it_is(
     response = await api.client.get("/account", headers=key)
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"user_id", "description", "share", "admin"}
+    assert set(body) == {"user_id", "description", "share", "admin", "max_queued", "month"}
     assert (body["user_id"], body["share"], body["admin"]) == (user_id, share, admin)
     assert isinstance(body["description"], str) and body["description"]
+    assert body["max_queued"] == api.runtime.settings.max_queued_per_account
+    # nothing billed yet, and no budget (the fixtures' accounts have none)
+    month = body["month"]
+    assert (month["billed_seconds"], month["cost_micros"], month["held_seconds"]) == (0, 0, 0)
+    assert (month["budget_gpu_seconds"], month["left_gpu_seconds"]) == (None, None)
 
 
 async def test_the_account_needs_a_key(api: Api, r: redis.Redis) -> None:

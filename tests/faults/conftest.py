@@ -10,7 +10,6 @@ the fault workers (tests/faults/worker_app.py).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -29,10 +28,10 @@ from app.dev.redis_server import RedisServer
 from app.dev.stack import Stack
 from app.models import KINDS
 from app.settings import Settings
-from app.store.keys import billed_key, billing_key, job_key
+from app.store.keys import billed_key, job_key
 from app.vtrr.keys import Keys
 from tests.faults.worker_app import RUNS_KEY
-from tests.support import DEMO_KEY, OTHER_KEY, TEAM_KEY, fast_settings, wait_for
+from tests.support import DEMO_KEY, OTHER_KEY, TEAM_KEY, bills_of, fast_settings, wait_for
 
 USER_OF = {
     DEMO_KEY: "11111111-1111-1111-1111-111111111111",
@@ -168,7 +167,8 @@ class Faults:
 
     def billed_ids(self, key: str) -> list[str]:
         """The task ids in the account's billing list, one per record."""
-        return [json.loads(x)["task_id"] for x in self.r.lrange(billing_key(USER_OF[key]), 0, -1)]
+        database = self.stack.settings.database
+        return [b["task_id"] for b in bills_of(self.r, USER_OF[key], database)]
 
     def billed_marker(self, task_id: str) -> bool:
         """Whether the job's "billed" marker exists."""

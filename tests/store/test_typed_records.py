@@ -4,7 +4,6 @@ what finish() keeps and bills."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,10 +15,11 @@ from app import billing
 from app.models import Status
 from app.settings import Settings
 from app.store import JobRecorder, JobStore
-from app.store.keys import METRICS, billing_key, events_key, input_key, job_key
+from app.store.keys import METRICS, events_key, input_key, job_key
 from app.store.submit import NewJob
 from tests.api.helpers import USERS_FILE
 from tests.store.support import write_job
+from tests.support import bills_of
 
 pytestmark = pytest.mark.anyio
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -182,7 +182,7 @@ async def test_a_run_given_a_charge_is_billed_whatever_its_end(
 
     assert recorder.finish(JOB, "token-1", status, charge=charge, owner=OWNER)
 
-    [record] = [json.loads(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    [record] = bills_of(r, OWNER)
     assert (record["task_id"], record["cost_micros"]) == (JOB, 1_500_000)
 
 
@@ -194,4 +194,4 @@ async def test_a_run_given_no_charge_is_not_billed(
 
     assert recorder.finish(JOB, "token-1", Status.FAILURE, charge=None, owner=OWNER)
 
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0

@@ -5,12 +5,12 @@ test_short_first.py runs them)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import redis
 
-from app.store.keys import billed_key, billing_key, job_key
+from app.store.keys import billed_key, job_key
+from tests.support import bills_of
 from tests.worker.support import ALICE, BOB, Worker
 
 #: The commands that run Lua: scripts (Redis 6.2) and functions (Redis 7).
@@ -61,7 +61,7 @@ def test_a_drain_costs_one_scripting_call_per_job_and_one_more(
     assert sorted(w.ran) == sorted(names)
     for name in names:
         assert r.hget(job_key(name), "status") == b"SUCCESS"
-    bills = [json.loads(b) for o in (ALICE, BOB) for b in r.lrange(billing_key(o), 0, -1)]
+    bills = [b for o in (ALICE, BOB) for b in bills_of(r, o)]
     assert sorted(b["task_id"] for b in bills if b["task_id"] != "warm-up") == sorted(names)
     queues = w.service.queues
     assert (queues["short"].pending(), queues["long"].pending()) == (0, 0)

@@ -22,12 +22,13 @@ from app.auth import Accounts
 from app.jobs import load_registry
 from app.service import Service
 from app.settings import Settings
-from app.store.keys import METRICS, billing_key, events_key, job_key, logs_key
+from app.store.keys import METRICS, events_key, job_key, logs_key
 from app.worker.calls import Call, Ended
 from app.worker.inline import InlineExecutor
 from app.worker.live import JobEvents, LogLine
 from app.worker.reports import EVENT_LINES, LiveReports
 from app.worker.runner import build_worker
+from tests.support import bills_of
 from tests.worker.support import FIXTURES, OWNER, new_job
 
 
@@ -174,7 +175,7 @@ def test_files_over_the_cap_fail_the_job(
     assert not r.hexists(job_key("job-3"), "artifacts")
     assert not r.hexists(job_key("job-3"), "output")
     assert not (worker.store / "job-3").exists()
-    assert r.llen(billing_key(OWNER)) == 1  # it ran: billed as a failure
+    assert len(bills_of(r, OWNER)) == 1  # it ran: billed as a failure
     assert worker.folders[-1] is not None
     assert not worker.folders[-1].exists()
 

@@ -19,9 +19,10 @@ from app.models import Status
 from app.service import Service, job_weight
 from app.settings import Settings
 from app.store import JobRecorder
-from app.store.keys import billing_key, job_key
+from app.store.keys import job_key
 from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
+from tests.support import bills_of
 from tests.worker.support import FIXTURES, OWNER, new_job
 
 REDIS: list[redis.Redis] = []  # the test's client, for the job types below that act on Redis
@@ -95,10 +96,10 @@ def test_a_job_runs_and_is_billed_once(
     assert service.runner.run("short", "job-1", token) == "done"
     job = service.recorder.get("job-1")
     assert job is not None and (job.status, job.attempts) == ("SUCCESS", 1)
-    assert r.llen(billing_key(OWNER)) == 1
+    assert len(bills_of(r, OWNER)) == 1
     # A second run of the same delivery (a redelivered trigger) finds the job ended.
     assert service.runner.run("short", "job-1", token) == "ended"
-    assert r.llen(billing_key(OWNER)) == 1
+    assert len(bills_of(r, OWNER)) == 1
 
 
 def test_a_job_that_raises_fails_with_the_error_and_is_billed_for_its_time(
@@ -112,7 +113,7 @@ def test_a_job_that_raises_fails_with_the_error_and_is_billed_for_its_time(
     assert job.error_kind == "exception"
     assert "RuntimeError: CUDA error: out of memory" in (job.error or "")
     # it held the GPU: billed what it ran, at least the 1 s floor
-    records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    records = [billing.record(x) for x in bills_of(r, OWNER)]
     assert [(x.task_id, x.billed_seconds) for x in records] == [("job-2", 1.0)]
 
 
@@ -129,7 +130,7 @@ def test_a_job_whose_runs_keep_dying_fails_after_the_attempt_limit(
     job = recorder.get("job-3")
     assert job is not None and job.status == "FAILURE"
     assert "lost 2 times" in (job.error or "")
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0
 
 
 def test_a_stale_run_cannot_finish_or_bill(
@@ -142,10 +143,10 @@ def test_a_stale_run_cannot_finish_or_bill(
     recorder.start("job-4", "fresh", "cpu2@h", None)  # the job was reclaimed and restarted
     bill = price(service.runner.settings, "short", 1.0)
     assert not recorder.finish("job-4", "stale", Status.SUCCESS, charge=bill, owner=OWNER)
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0
     assert recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
     assert not recorder.finish("job-4", "fresh", Status.SUCCESS, charge=bill, owner=OWNER)
-    assert r.llen(billing_key(OWNER)) == 1
+    assert len(bills_of(r, OWNER)) == 1
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     assert service.runner.run("short", "job-5", token) == "cancelled"
     job = service.recorder.get("job-5")
     assert job is not None and (job.status, job.error_kind) == ("REVOKED", "cancelled")
-    records = [billing.record(x) for x in r.lrange(billing_key(OWNER), 0, -1)]
+    records = [billing.record(x) for x in bills_of(r, OWNER)]
     assert [(x.task_id, x.billed_seconds, x.cost) for x in records] == [("job-5", 1.0, 0.5)]
     assert "cancelled after" in records[0].description
 
@@ -181,7 +182,7 @@ def test_a_running_job_whose_queue_was_dropped_ends_revoked_and_unbilled(
     assert service.runner.run("short", "job-7", token) == "stopped by an operator"
     job = service.recorder.get("job-7")
     assert job is not None and job.status == "REVOKED"
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0
 
 
 def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
@@ -193,7 +194,7 @@ def test_a_job_cancelled_while_its_run_was_lost_ends_without_running(
     assert service.runner.run("short", "job-6", token) == "ended"
     job = service.recorder.get("job-6")
     assert job is not None and job.status == "REVOKED"
-    assert r.llen(billing_key(OWNER)) == 0
+    assert len(bills_of(r, OWNER)) == 0
 
 
 def test_the_end_of_a_run_is_recorded_once_redis_answers_again(

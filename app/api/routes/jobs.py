@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response, Security, status
 from redis.exceptions import ResponseError
 
+from app.api.budgets import budget, payment_required
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep, api_key_header
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job
 from app.api.routing import Caller, KeyedRoute, counts_own_rate, too_many_requests
@@ -23,7 +24,7 @@ from app.models import (
     ErrorBody,
     TaskStatus,
 )
-from app.store.submit import NewJob, RateLimitedError, hook_args, submitted
+from app.store.submit import NewJob, OverBudgetError, RateLimitedError, hook_args, submitted
 from app.vtrr import QueueFullError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
     response_model=EnqueueResponse,
     responses={
         **ERRORS,
+        402: {
+            "model": ErrorBody,
+            "description": "the account's monthly budget cannot cover what the job may cost",
+        },
         413: {"model": ErrorBody, "description": "body over 64 KiB"},
         422: {
             "model": ErrorBody,
@@ -120,12 +125,16 @@ async def submit(
         webhook=job.webhook,
         rate=runtime.limiter.counter(caller.key_digest),
         once=None if idempotency_key is None else (idempotency_key, job.fingerprint()),
+        budget=budget(caller.account, runtime.settings, job.kind, job.duration_s, job.type),
     )
-    most = runtime.settings.max_queued_per_account
+    most = caller.account.max_queued or runtime.settings.max_queued_per_account
     try:
         job_id, created = await _admit_and_enqueue(runtime, owner, new, most)
     except RateLimitedError:
         raise too_many_requests(runtime.limiter.per_second) from None
+    except OverBudgetError as exc:
+        assert new.budget is not None  # only a budgeted submit is checked
+        raise payment_required(exc, new.budget) from None
     except IdempotencyMismatchError:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,

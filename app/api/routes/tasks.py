@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from app.api.budgets import month_use
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.live import listing
 from app.api.responses import ERRORS, job_status
@@ -18,9 +19,17 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 
 @router.get("/account", response_model=AccountView, responses=ERRORS)
 async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
-    """Whose key this is: the account, its fair share, and whether it may use /admin."""
+    """Whose key this is: the account, its fair share, whether it may use /admin, its quota,
+    and this month's use against its budgets."""
     a = caller.account
-    return AccountView(user_id=a.user_id, description=a.description, share=a.share, admin=a.admin)
+    return AccountView(
+        user_id=a.user_id,
+        description=a.description,
+        share=a.share,
+        admin=a.admin,
+        max_queued=a.max_queued or runtime.settings.max_queued_per_account,
+        month=await month_use(runtime, a),
+    )
 
 
 @router.get(

@@ -40,10 +40,45 @@ local function observe(metrics, name, kind, value)
   bump(metrics, name .. '_sum:' .. kind, value)
 end
 
+-- An account's use of its monthly budgets (app/store/keys.py usage_key): `<YYYY-MM>:billed_ms`
+-- and `<YYYY-MM>:cost_micros` per month billed (Redis's clock, UTC), and `held_ms` and
+-- `held_micros`, what the account's unended jobs may still cost (each job's own share is on its
+-- hash as `held_ms` and `held_micros`, set only where the account has a budget: submit.lua).
+local USAGE = 'fairgpu:usage:'
+
+-- The UTC month ('2026-11') of a Unix time: days since 1970 to a civil date (the proleptic
+-- Gregorian calendar, counted in 400-year eras of 146097 days from 0000-03-01).
+local function month_of(t)
+  local z = math.floor(t / 86400) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+                          - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d', y, m)
+end
+
+-- Give back what an ending job held of its account's budget (nothing when it held nothing).
+local function release_hold()
+  local held = redis.call('HMGET', JOB, 'held_ms', 'held_micros', 'owner')
+  if held[1] then
+    local usage = USAGE .. held[3]
+    redis.call('HINCRBY', usage, 'held_ms', -tonumber(held[1]))
+    redis.call('HINCRBY', usage, 'held_micros', -tonumber(held[2]))
+    redis.call('HDEL', JOB, 'held_ms', 'held_micros')
+  end
+end
+
 -- Count a job's end by its type and how it ended ('success', or its error kind), for
--- fairgpu_jobs_ended_total; a job created before types existed is a burn job.
+-- fairgpu_jobs_ended_total; a job created before types existed is a burn job. Every script
+-- that ends a job calls this once, so the job's hold on its budget ends here too.
 local function ended(metrics, how)
   bump(metrics, 'ended:' .. (redis.call('HGET', JOB, 'type') or 'burn') .. ':' .. how)
+  release_hold()
 end
 
 -- Tell the API processes that the order of a queue changed (a job joined, left or started), so

@@ -2,9 +2,11 @@
 -- for what the run used, whatever its end (success, exception, timeout, the owner's cancel,
 -- a crash). Only the run that holds the job's current lease token may finish it: a stale
 -- worker is refused.
--- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] owner's billing list  KEYS[4] billed marker
--- KEYS[5] metrics hash  KEYS[6] the job's input  KEYS[7] the job's log stream
+-- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] owner's usage hash (_lib.lua USAGE)
+-- KEYS[4] billed marker  KEYS[5] metrics hash  KEYS[6] the job's input
+-- KEYS[7] the job's log stream
 -- KEYS[8] the webhooks stream: the job's webhook, if any, goes there (_lib.lua notify)
+-- KEYS[9] the ledger's outbox stream: the bill goes there, for the SQL ledger
 -- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE|REVOKED)
 -- ARGV[4] error ('' none)  ARGV[5] tflops ('' none)
 -- ARGV[6] cost in integer micro-units ('' bills nothing)

@@ -21,9 +21,9 @@ local function done(id, token, args, step)
     redis.call('PUBLISH', NAMES.moves, redis.call('HGET', NAMES.job .. id, 'kind') or '')
   end
   if #args == 0 then return nil end
-  local keys = {NAMES.job .. id, NAMES.events .. id, NAMES.billing .. args[1],
+  local keys = {NAMES.job .. id, NAMES.events .. id, USAGE .. args[1],
                 NAMES.billed .. id, NAMES.metrics, NAMES.input .. id, NAMES.logs .. id,
-                NAMES.webhooks}
+                NAMES.webhooks, NAMES.ledger}
   local argv = {id, token}
   for i = 2, #args do argv[#argv + 1] = args[i] end
   return finish_run(keys, argv)

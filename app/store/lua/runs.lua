@@ -81,13 +81,18 @@ local function finish_run(keys, argv)
     redis.call('HSET', keys[5], 'run_ewma:' .. kind, mean + RUN_EWMA_WEIGHT * (ran - mean))
   end
   if argv[6] ~= '' and redis.call('SET', keys[4], 1, 'NX', 'EX', ttl) then
-    local fields = redis.call('HMGET', JOB, 'owner', 'kind')
+    local fields = redis.call('HMGET', JOB, 'owner', 'kind', 'type')
     local micros, billed_ms = tonumber(argv[6]), tonumber(argv[9])
-    -- integers all the way (cjson writes them exactly below 1e14): bills and totals add up
-    redis.call('LPUSH', keys[3], cjson.encode({
-      user_id = fields[1], task_id = argv[1], kind = fields[2], cost_micros = micros,
-      description = argv[7], gpu_seconds = tonumber(argv[8]), billed_ms = billed_ms, billed_at = t,
+    -- integers all the way (cjson writes them exactly below 1e14): bills and totals add up.
+    -- The bill goes to the ledger's outbox (app/ledger/outbox.py) in this same step.
+    redis.call('XADD', keys[9], '*', 'bill', cjson.encode({
+      user_id = fields[1], task_id = argv[1], kind = fields[2], type = fields[3] or 'burn',
+      cost_micros = micros, description = argv[7], gpu_seconds = tonumber(argv[8]),
+      billed_ms = billed_ms, billed_at = t,
     }))
+    local month = month_of(t)
+    redis.call('HINCRBY', keys[3], month .. ':billed_ms', billed_ms)
+    redis.call('HINCRBY', keys[3], month .. ':cost_micros', micros)
     redis.call('HINCRBY', keys[5], 'billed_micros:' .. kind, micros)
     redis.call('HINCRBY', keys[5], 'billed_ms:' .. kind, billed_ms)
   end

@@ -10,13 +10,38 @@
 --  [9] the key's request counter for this second  [10] idempotency record key ('' none)
 -- [11] request fingerprint  [12] idempotency ttl  [13] job ttl  [14] most jobs listed per owner
 -- [15] channel
+-- [16] the account's monthly budget of billed GPU-time, ms ('' none)
+-- [17] its monthly budget of cost, micro-units ('' none)
+-- [18] the most this job may be billed, ms  [19] the most it may cost, micro-units
+
+local function budgeted(args) return args[16] ~= '' or args[17] ~= '' end
+
+-- over_budget: with a budget, whether this month's bills, what the account's unended jobs may
+-- still cost (their holds) and this job's most fit in it: nil when they do, else
+-- {'over_budget', 'gpu_seconds' | 'cost', what is left (ms | micro-units), of which held}.
+local function over_budget(owner, args)
+  if not budgeted(args) then return nil end
+  local month = month_of(now())
+  local use = redis.call('HMGET', USAGE .. owner, month .. ':billed_ms', month .. ':cost_micros',
+                         'held_ms', 'held_micros')
+  local names = {'gpu_seconds', 'cost'}
+  for i = 1, 2 do
+    local budget = args[15 + i]
+    if budget ~= '' then
+      local held = tonumber(use[i + 2] or 0)
+      local left = tonumber(budget) - tonumber(use[i] or 0) - held
+      if tonumber(args[17 + i]) > left then return {'over_budget', names[i], left, held} end
+    end
+  end
+  return nil
+end
 
 -- admit_job: first the request is counted against its API key's rate, as the API's RateLimiter
 -- counts every other request (INCR, a short expiry): over the limit, {'limited'}, and nothing
 -- else is written. With an idempotency key already used by a job that still exists: the same
 -- request is {'replay', that job's id} (whatever its queue holds now), another request the
 -- error "IDEMPOTENCY_MISMATCH <id>". A job id that exists is the error "DUPLICATE <id>".
--- Else nil: the queue goes on.
+-- Then the account's monthly budget, if it has one (over_budget). Else nil: the queue goes on.
 local function admit_job(owner, args)
   local allowed = tonumber(args[7])
   if allowed > 0 then
@@ -41,7 +66,7 @@ local function admit_job(owner, args)
   if redis.call('EXISTS', NAMES.job .. args[1]) == 1 then
     return redis.error_reply('DUPLICATE ' .. args[1])
   end
-  return nil
+  return over_budget(owner, args)
 end
 
 -- create_job: the record, status PENDING, and its first event. Its input is kept under a key
@@ -55,6 +80,11 @@ local function create_job(owner, args)
   redis.call('HSET', JOB, 'task_id', id, 'owner', owner, 'kind', kind, 'type', args[4],
              'duration_s', args[3], 'status', 'PENDING', 'attempts', 0, 'enqueued_at', t)
   if args[6] ~= '' then redis.call('HSET', JOB, 'webhook', args[6]) end
+  if budgeted(args) then  -- what it may cost is held until it ends (_lib.lua release_hold)
+    redis.call('HSET', JOB, 'held_ms', args[18], 'held_micros', args[19])
+    redis.call('HINCRBY', USAGE .. owner, 'held_ms', args[18])
+    redis.call('HINCRBY', USAGE .. owner, 'held_micros', args[19])
+  end
   redis.call('SET', NAMES.input .. id, args[5], 'EX', ttl)
   if args[10] ~= '' then
     redis.call('SET', args[10], id .. ' ' .. args[11], 'EX', tonumber(args[12]))
