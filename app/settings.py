@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     drain_max_s: float = Field(
         600, ge=0, description="how long one trigger's run keeps taking jobs (0: one per trigger)"
     )
+    ledger_claim_s: float = Field(
+        30,
+        gt=0,
+        description="a bill read by a ledger writer that died is written by another after this",
+    )
     price_short_per_s: float = Field(
         0.5, ge=0, allow_inf_nan=False, description="price of a GPU-second in the short queue"
     )

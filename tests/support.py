@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
 import tempfile
 from collections.abc import Callable
@@ -97,3 +98,10 @@ def empty_test_database() -> None:
         for table in ("api_keys", "audit", "bills", "accounts"):  # keys name their accounts
             if table in tables:
                 db.execute(f"DELETE FROM {table}")
+
+
+def child_environment() -> dict[str, str]:
+    """The environment for a program that a test starts and that makes a stack of its own
+    (`fairgpu dev`, the scripts): this process's, less its test database, so that the stack keeps
+    its database in its own folder as a user's would."""
+    return {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}

@@ -35,12 +35,14 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 PROFILES = {
-    "cpu": {"redis", "api", "worker-cpu", "beat", "webhooks"},
-    "gpu": {"redis", "api", "worker-gpu0", "worker-gpu1", "beat", "webhooks"},
+    "cpu": {"redis", "postgres", "api", "worker-cpu", "beat", "webhooks"},
+    "gpu": {"redis", "postgres", "api", "worker-gpu0", "worker-gpu1", "beat", "webhooks"},
     "monitoring": {"redis", "flower", "prometheus"},
 }
 GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
 APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
+#: The services that open the SQL database of accounts and bills.
+DATABASE_SERVICES = ("api", "worker-cpu", *GPU_WORKERS)
 
 # Paths inside the containers, which the files may name.
 IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home", "/etc/prometheus", "/prometheus")
@@ -192,7 +194,38 @@ def test_redis_is_healthy_when_it_answers_ping(services):
 
 def test_every_app_service_waits_for_a_healthy_redis(services):
     for name in APP_SERVICES:
-        assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}, name
+        assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}, name
+
+
+# --- postgres --------------------------------------------------------------------------------
+
+
+def test_the_services_that_open_the_database_wait_for_a_healthy_postgres(services):
+    for name in APP_SERVICES:
+        waits = services[name]["depends_on"].get("postgres")
+        expected = {"condition": "service_healthy"} if name in DATABASE_SERVICES else None
+        assert waits == expected, name
+    assert services["postgres"]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+
+
+def test_the_database_services_point_database_url_at_postgres(services):
+    for name in DATABASE_SERVICES:
+        url = urlparse(environment(services[name])["DATABASE_URL"])
+        assert (url.scheme, url.hostname, url.port, url.path) == (
+            "postgresql+psycopg",
+            "postgres",
+            5432,
+            "/fairgpu",
+        ), name
+        assert url.password == "${POSTGRES_PASSWORD:-fairgpu}", "the password is the environment's"
+
+
+def test_postgres_publishes_no_port_and_keeps_its_data_on_a_named_volume(compose, services):
+    postgres = services["postgres"]
+    assert "ports" not in postgres
+    volume, target, _ = parse_volume(postgres["volumes"][0])
+    assert (volume in compose["volumes"], target) == (True, "/var/lib/postgresql/data")
+    assert environment(postgres)["POSTGRES_PASSWORD"] == "${POSTGRES_PASSWORD:-fairgpu}"
 
 
 def test_every_service_points_redis_url_at_the_redis_service(services):

@@ -24,6 +24,7 @@ import redis
 from redis.exceptions import RedisError, ResponseError
 from sqlalchemy.exc import SQLAlchemyError
 
+from app import billing
 from app.ledger import bills
 from app.ledger.database import Database
 from app.store.keys import LEDGER
@@ -31,6 +32,8 @@ from app.store.keys import LEDGER
 STREAM = LEDGER
 GROUP = "writers"
 BATCH = 200
+#: Where bills were kept before the ledger (a list per account): adopt_old_lists() moves them.
+OLD_LISTS = "fairgpu:billing:"
 #: How long an entry may stay with a writer before another claims it (milliseconds).
 IDLE_MS = 30_000
 log = logging.getLogger(__name__)
@@ -93,12 +96,32 @@ class LedgerWriter:
             pipe.execute()
         return written
 
+    def adopt_old_lists(self) -> int:
+        """Write the bills that releases before the ledger kept in Redis lists (one per account,
+        `fairgpu:billing:<user>`) into the ledger, then delete each list once its bills are
+        written: idempotent, so any worker may do it at start, and none is lost. How many bills
+        were new to the ledger."""
+        written = 0
+        for key in self.client.scan_iter(match=f"{OLD_LISTS}*", count=500):
+            texts: Any = self.client.lrange(key, 0, -1)
+            rows = [bills.bill_row(_as_bill(text)) for text in texts]
+            with self.db.sessions.begin() as session:
+                written += bills.record(session, rows)
+            self.client.delete(key)
+        return written
+
     def start(self) -> None:
         """Write in a thread of its own until close()."""
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            adopted = self.adopt_old_lists()
+            if adopted:
+                log.info("ledger: %d bills of the Redis billing lists written", adopted)
+        except (RedisError, OSError, SQLAlchemyError) as exc:
+            log.warning("ledger: the old billing lists are not written yet (%r)", exc)
         while not self._stop.is_set():
             try:
                 self.write_once(block_ms=1000)
@@ -111,6 +134,16 @@ class LedgerWriter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _as_bill(text: bytes | str) -> dict[str, Any]:
+    """A bill of an old list as finish.lua writes bills now (the oldest lists kept a float cost
+    and no milliseconds: app.billing.record reads both)."""
+    record = billing.record(text.decode() if isinstance(text, bytes) else text)
+    return {
+        **record.model_dump(),
+        "billed_ms": round(record.billed_seconds * billing.MS),
+    }
 
 
 def unwritten(client: redis.Redis, user_id: str | None = None) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from app import logs
+from app.auth import Accounts
 from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
 from app.service import Service
@@ -49,17 +50,22 @@ def _device(settings: Settings) -> gpu.Device:
 
 
 @cache
-def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner, Ledger]:
+def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner]:
     """The worker, built once, on first use. Not at import: the job child is started with
-    `spawn`, which imports this module again in the child, where nothing of it is wanted."""
+    `spawn`, which imports this module again in the child, where nothing of it is wanted.
+    Workers never queue a job, so the accounts' shares are not theirs to know (no accounts);
+    Beat and Flower, which only want the Celery app, need no database either."""
     settings = _settings()
     device = _device(settings)
+    service, runner = build_worker(settings, Accounts([]), device)
+    return settings, device, service, runner
+
+
+def _ledger(settings: Settings) -> Ledger:
     try:
-        ledger = open_ledger(settings)
+        return open_ledger(settings)
     except (ValueError, SQLAlchemyError) as exc:
         sys.exit(f"fairgpu worker refuses to start: the database: {exc}")
-    service, runner = build_worker(settings, ledger.accounts.snapshot(), device)
-    return settings, device, service, runner, ledger
 
 
 def __getattr__(name: str) -> Celery:
@@ -71,13 +77,15 @@ def __getattr__(name: str) -> Celery:
 
 def main() -> None:
     """Run the worker until it is stopped."""
-    settings, device, service, runner, ledger = _worker()
+    settings, device, service, runner = _worker()
+    ledger = _ledger(settings)
     logs.configure(settings.log_format, settings.log_level)
     queues = settings.worker_queues
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
     # Every worker also moves bills from Redis to the SQL ledger (app/ledger/outbox.py).
-    writer = LedgerWriter(service.recorder.redis, ledger.db, name)
+    claim_ms = round(settings.ledger_claim_s * 1000)
+    writer = LedgerWriter(service.recorder.redis, ledger.db, name, idle_ms=claim_ms)
     runner.on_busy = beats.busy
     try:
         runner.start()  # the warm child loads the job types now, not at the first job

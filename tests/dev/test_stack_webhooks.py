@@ -66,7 +66,11 @@ def test_the_stack_sends_webhooks_signed_with_its_own_secret_and_restarts_the_se
 
 
 def test_settings_the_environment_gives_are_kept(tmp_path: Path) -> None:
-    given = fast_settings(webhook_secret=SecretStr(GIVEN), artifacts_dir=tmp_path / "mine")
+    given = fast_settings(
+        webhook_secret=SecretStr(GIVEN),
+        artifacts_dir=tmp_path / "mine",
+        database_url=f"sqlite:///{tmp_path / 'mine.db'}",
+    )
     stack = Stack(given, use_given_redis=False, workdir=tmp_path)  # not started
 
     assert stack._own_defaults() == {}
@@ -79,5 +83,6 @@ def test_unset_settings_get_the_stacks_own(tmp_path: Path) -> None:
     defaults = stack._own_defaults()
 
     assert defaults["artifacts_dir"] == tmp_path / "artifacts"
+    assert defaults["database_url"] == f"sqlite:///{tmp_path / 'fairgpu.db'}"
     assert stack.generated_secret is not None
     assert defaults["webhook_secret"] == SecretStr(stack.generated_secret)

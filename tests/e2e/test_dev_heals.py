@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from app.dev.redis_server import RedisServer, free_port
-from tests.support import DEMO_KEY, FIXTURES, wait_for
+from tests.support import DEMO_KEY, FIXTURES, child_environment, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -110,7 +110,7 @@ def fairgpu_dev(tmp_path: Path, **env: str) -> Iterator[Dev]:
     """Run `fairgpu dev --port P --workers 1` until the API is healthy; SIGTERM it afterwards,
     and check that it stopped everything it had started."""
     port = free_port()
-    environment = {**os.environ, **FAST, "USERS_FILE": str(FIXTURES), **env}
+    environment = {**child_environment(), **FAST, "USERS_FILE": str(FIXTURES), **env}
     if "REDIS_URL" not in env:
         environment.pop("REDIS_URL", None)
     output = tmp_path / "console.txt"

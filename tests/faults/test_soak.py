@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import child_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(150)]
@@ -31,7 +33,7 @@ def test_soak_with_random_worker_kills_loses_nothing_and_bills_nothing_twice(
     run = subprocess.run(
         command,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**child_environment(), "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=140,

@@ -72,3 +72,29 @@ def test_a_writer_that_dies_after_the_database_doubles_nothing(
     assert LedgerWriter(r, db, "w2", idle_ms=0).write_once() == 0
     assert ledger_ids(db) == ["t1"]
     assert r.xlen(STREAM) == 0
+
+
+def test_the_billing_lists_of_older_releases_are_moved_into_the_ledger_once(
+    r: redis.Redis, db: Database
+) -> None:
+    exact = {"user_id": "u", "task_id": "t-new", "kind": "short", "cost_micros": 1_500_000,
+             "description": "Short GPU job", "gpu_seconds": 2.5, "billed_ms": 3000,
+             "billed_at": 1_790_000_000.0}  # fmt: skip
+    older = {"user_id": "u", "task_id": "t-old", "kind": "long", "cost": 0.25,  # a float cost
+             "description": "Long GPU job", "gpu_seconds": 1.0,
+             "billed_at": 1_780_000_000.0}  # fmt: skip
+    r.rpush("fairgpu:billing:u", json.dumps(exact), json.dumps(older))
+    writer = LedgerWriter(r, db, "w1")
+
+    assert writer.adopt_old_lists() == 2
+    assert r.exists("fairgpu:billing:u") == 0
+    with db.sessions() as session:
+        rows = {row.task_id: row for row in bills.bills(session, "u", limit=10)}
+    assert (rows["t-new"].cost_micros, rows["t-new"].billed_ms) == (1_500_000, 3000)
+    assert (rows["t-old"].cost_micros, rows["t-old"].billed_ms, rows["t-old"].queue) == (
+        250_000,
+        1000,
+        "long",
+    )
+    r.rpush("fairgpu:billing:u", json.dumps(exact))  # seen again (a crash before the delete)
+    assert writer.adopt_old_lists() == 0

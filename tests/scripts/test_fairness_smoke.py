@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import child_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("balanced", "skew", "sybil", "weighted", "trickle", "burst")
 METRICS = (
@@ -47,6 +49,7 @@ def test_every_scenario_runs_on_both_systems_and_reports(tmp_path: Path) -> None
             str(tables),
         ],
         cwd=ROOT,
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=140,
