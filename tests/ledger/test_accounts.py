@@ -91,3 +91,14 @@ def test_bad_changes_are_refused_and_change_nothing(db: Database) -> None:
     with pytest.raises(AccountError, match="at least 8"):
         store.revoke_key("admin-1", "abc")
     assert len(store.audit()) == 1
+
+
+def test_live_keys_are_counted_per_account(db: Database) -> None:
+    store = AccountStore(db)
+    store.create("admin", "a")
+    store.create("admin", "b")
+    first = store.issue_key("admin", "a")
+    store.issue_key("admin", "a")
+    store.revoke_key("admin", first.digest[:12])
+    assert store.live_key_counts() == {"a": 1}
+    assert store.empty() is False

@@ -18,13 +18,20 @@ START = 1_795_000_000.0  # a day in November 2026
 
 
 def a_bill(task_id: str, user: str = "u1", at: float = START, **more: object) -> dict[str, object]:
+    """A bill as the ledger's row of it."""
+    return bills.bill_row(lua_bill(task_id, user, at, **more))
+
+
+def lua_bill(
+    task_id: str, user: str = "u1", at: float = START, **more: object
+) -> dict[str, object]:
     """A bill as finish.lua writes it."""
     fields: dict[str, object] = {
         "task_id": task_id, "user_id": user, "kind": "short", "type": "burn",
         "cost_micros": 2_000_000, "gpu_seconds": 1.5, "billed_ms": 1500, "billed_at": at,
         "description": "1.5 GPU-seconds",
     }  # fmt: skip
-    return bills.bill_row({**fields, **more})
+    return {**fields, **more}
 
 
 def test_the_migrations_make_the_schema_that_the_code_declares(db: Database) -> None:
@@ -96,3 +103,41 @@ def test_usage_adds_up_the_bills_by_each_grouping(db: Database) -> None:
         mine = bills.usage(session, "account", user_id="u2", start=START, end=START + DAY)
         expected = [r for r in rows if r["user_id"] == "u2" and float(r["billed_at"]) < START + DAY]  # type: ignore[arg-type]
         assert [(u.key, u.jobs) for u in mine] == [("u2", len(expected))]
+
+
+def test_a_page_joins_the_ledger_and_the_bills_on_their_way_each_once(db: Database) -> None:
+    written = [a_bill(f"t{i}", at=START + i) for i in range(4)]
+    with db.sessions.begin() as session:
+        bills.record(session, written)
+    on_the_way = [
+        a_bill("t3", at=START + 3),
+        a_bill("t4", at=START + 4),
+        a_bill("t5", at=START + 5),
+    ]
+    with db.sessions() as session:
+        ledger = [bills.as_bill(row) for row in bills.bills(session, "u1", limit=3)]
+    page = bills.page(ledger, on_the_way, limit=3)
+    assert [b["task_id"] for b in page] == ["t5", "t4", "t3"]  # t3 in both: once
+    later = bills.page(ledger, on_the_way, limit=3, before=(START + 3, "t3"))
+    assert [b["task_id"] for b in later] == ["t2", "t1"]  # the ledger's page held 3 only
+    assert bills.page(ledger, on_the_way, limit=9, start=START + 4, end=START + 5) == [
+        on_the_way[1]
+    ]
+
+
+def test_usage_counts_a_bill_on_its_way_once_wherever_it_is(db: Database) -> None:
+    with db.sessions.begin() as session:
+        bills.record(session, [a_bill("t1"), a_bill("t2", user="u2", type="vad")])
+    on_the_way = [lua_bill("t2", user="u2", type="vad"), lua_bill("t3", type="vad")]  # t2 written
+    with db.sessions() as session:
+        by_type = bills.usage_with(session, "type", on_the_way)
+        mine = bills.usage_with(session, "account", on_the_way, user_id="u1")
+        found = bills.find(session, "u1", "t1")
+        not_mine = bills.find(session, "u1", "t2")
+    assert [(u.key, u.jobs, u.cost_micros) for u in by_type] == [
+        ("burn", 1, 2_000_000),
+        ("vad", 2, 4_000_000),
+    ]
+    assert [(u.key, u.jobs, u.gpu_seconds) for u in mine] == [("u1", 2, 3.0)]
+    assert found is not None and found.task_id == "t1"
+    assert not_mine is None

@@ -77,6 +77,7 @@ class FairSystem:
         users.write_text(json.dumps(users_file(scenarios, [WARMUP]), indent=1))
         settings = Settings(
             users_file=users,
+            database_url=None,  # the stack's own, seeded from this users file
             port=free_port(),
             rate_limit_per_s=0,  # the scenarios submit faster than 100 requests a second
         )

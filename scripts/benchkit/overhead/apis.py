@@ -55,6 +55,7 @@ def fairgpu_settings(redis_url: str, workdir: Path, accounts: int) -> tuple[Sett
     settings = Settings(
         redis_url=redis_url,
         users_file=users,
+        database_url=f"sqlite:///{workdir / 'fairgpu.db'}",  # seeded from this users file
         port=free_port(),
         rate_limit_per_s=UNLIMITED,
         max_queued_per_account=UNLIMITED,

@@ -89,6 +89,7 @@ def soak(args: argparse.Namespace) -> Findings:
     )
     settings = Settings(
         users_file=ROOT / "fixtures" / "users.json",
+        database_url=None,  # the stack's own, seeded from the users file
         port=free_port(),
         lease_seconds=args.lease,
         heartbeat_seconds=args.heartbeat,
