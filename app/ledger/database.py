@@ -8,9 +8,12 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATE_TRIES = 5
 
 
 def alembic_config(url: str) -> Config:
@@ -26,8 +29,15 @@ def alembic_config(url: str) -> Config:
 _migrated: set[str] = set()
 
 
+@retry(
+    retry=retry_if_exception_type((OperationalError, ProgrammingError, IntegrityError)),
+    stop=stop_after_attempt(MIGRATE_TRIES),
+    wait=wait_random(0.05, 0.5),
+    reraise=True,
+)
 def upgrade(url: str) -> None:
-    """Migrate the database at url to the newest schema (once per process)."""
+    """Migrate the database at url to the newest schema (once per process). Two processes that
+    raced to make a fresh SQLite database's tables: the loser tries again and finds them."""
     if url not in _migrated:
         command.upgrade(alembic_config(url), "head")
         _migrated.add(url)

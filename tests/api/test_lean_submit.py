@@ -56,13 +56,17 @@ async def warmed_up(api: Api) -> None:
     assert response.status_code == 200, response.text
 
 
+@pytest.mark.parametrize("budgeted", [False, True], ids=["no budget", "a monthly budget"])
 async def test_the_answer_waits_for_one_round_trip_a_single_scripting_call(
-    api: Api, r: redis.Redis
+    api: Api, r: redis.Redis, budgeted: bool
 ) -> None:
+    """A budget is checked and held in that same call (app/store/lua/submit.lua)."""
     await warmed_up(api)
     runtime = api.runtime
     account = runtime.accounts.authenticate(KEY["X-API-Key"])
     assert account is not None
+    if budgeted:
+        account = account.model_copy(update={"budget_gpu_seconds": 100.0})
     caller = Caller(account, digest(KEY["X-API-Key"]))
     body = EnqueueRequest(kind="short", duration_s=1.0)
     job = submission(body, runtime.job_types, runtime.settings)
@@ -73,6 +77,7 @@ async def test_the_answer_waits_for_one_round_trip_a_single_scripting_call(
     assert trips.count() == 1
     assert scripting(trips) - before == 1  # the one round trip is the scripting call
     assert trips.ask("HGET", job_key(task_id), "status") == b"PENDING"
+    assert trips.ask("HGET", job_key(task_id), "held_ms") == (b"1000" if budgeted else None)
     assert await runtime.queues["short"].position(task_id) is not None
 
 
