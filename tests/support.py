@@ -12,14 +12,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
-from sqlalchemy import select
 
 from app.dev.processes import wait_until
 from app.dev.redis_server import free_port
-from app.ledger.bills import as_bill
 from app.ledger.database import Database
-from app.ledger.outbox import unwritten
-from app.ledger.schema import Bill
+from app.ledger.outbox import bills_everywhere
 from app.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.json"
@@ -64,20 +61,14 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
 
 
 def bills_of(r: redis.Redis, user_id: str, database_url: str | None = None) -> list[dict[str, Any]]:
-    """The account's bills wherever they are: every entry of the ledger's outbox stream
-    (app/ledger/outbox.py), so that a job billed twice shows twice, and, given its database, the
-    SQL ledger's rows of the jobs not in the stream (one being written is in both meanwhile)."""
-    found = unwritten(r, user_id)
-    if database_url is not None:
-        streamed = {b["task_id"] for b in found}
-        db = Database(database_url)
-        try:
-            with db.sessions() as session:
-                rows = session.scalars(select(Bill).where(Bill.user_id == user_id))
-                found += [as_bill(row) for row in rows if row.task_id not in streamed]
-        finally:
+    """The account's bills wherever they are (app.ledger.outbox.bills_everywhere): in the
+    outbox stream and, given its database, in the SQL ledger."""
+    db = None if database_url is None else Database(database_url)
+    try:
+        return bills_everywhere(r, db, user_id)
+    finally:
+        if db is not None:
             db.close()
-    return found
 
 
 @functools.cache

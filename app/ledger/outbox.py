@@ -22,11 +22,13 @@ from typing import Any
 
 import redis
 from redis.exceptions import RedisError, ResponseError
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from app import billing
 from app.ledger import bills
 from app.ledger.database import Database
+from app.ledger.schema import Bill
 from app.store.keys import LEDGER
 
 STREAM = LEDGER
@@ -151,3 +153,19 @@ def unwritten(client: redis.Redis, user_id: str | None = None) -> list[dict[str,
     raw: Any = client.xrange(STREAM)
     found = [bill for _, bill in _decoded(raw or [])]
     return [b for b in found if user_id is None or b.get("user_id") == user_id]
+
+
+def bills_everywhere(
+    client: redis.Redis, db: Database | None, user_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Every bill of an account (or every account), wherever it is now, for a check of
+    exactly-once: each entry of the outbox (so a job billed twice there shows twice) and the
+    ledger's rows of the jobs not in it (a bill being written is in both for a moment)."""
+    found = unwritten(client, user_id)
+    if db is None:
+        return found
+    streamed = {bill["task_id"] for bill in found}
+    query = select(Bill) if user_id is None else select(Bill).where(Bill.user_id == user_id)
+    with db.sessions() as session:
+        rows = [bills.as_bill(row) for row in session.scalars(query)]
+    return found + [row for row in rows if row["task_id"] not in streamed]

@@ -27,8 +27,9 @@ import redis
 
 from app.auth import Accounts
 from app.dev.redis_server import RedisServer
+from app.ledger.outbox import unwritten
 from app.settings import Settings
-from app.store.keys import billing_key, job_key
+from app.store.keys import job_key
 from app.worker import gpu
 from app.worker.runner import build_worker
 from scripts.benchkit.host import ROOT
@@ -59,7 +60,7 @@ def job_on_device(device: gpu.Device) -> dict[str, Any]:
         assert lease is not None
         outcome = runner.run("short", "gpu-check", lease.token)
         job = service.recorder.get("gpu-check")
-        bills = r.llen(billing_key(owner))
+        bills = len(unwritten(r, owner))  # no ledger writer here: the bill waits in the outbox
         runner.close()
         service.close()
         r.close()

@@ -5,15 +5,16 @@ figures: duplicate runs and the recovery times from a worker's SIGKILL to its jo
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
 
+from app.ledger.database import Database
+from app.ledger.outbox import bills_everywhere
 from app.models import KINDS
-from app.store.keys import billing_key, events_key
+from app.store.keys import events_key
 from app.vtrr.keys import Keys
 from scripts.benchkit.stats import median
 
@@ -99,20 +100,25 @@ def recoveries(runs: list[tuple[str, float]], kills: dict[str, float], found: Fi
             found.reruns_without_a_kill += 1
 
 
-def billed_counts(r: redis.Redis) -> Counter[str]:
-    """How many billing records each task id has, over the soak's accounts."""
+def billed_counts(r: redis.Redis, ledger: Database) -> Counter[str]:
+    """How many bills each task id has, over the soak's accounts: in the ledger's outbox and
+    in the SQL ledger (app.ledger.outbox.bills_everywhere)."""
     billed: Counter[str] = Counter()
     for user in ACCOUNTS.values():
-        billed.update(json.loads(x)["task_id"] for x in r.lrange(billing_key(user), 0, -1))
+        billed.update(bill["task_id"] for bill in bills_everywhere(r, ledger, user))
     return billed
 
 
 def check(
-    states: dict[str, dict[str, Any]], r: redis.Redis, kills: dict[str, float], found: Findings
+    states: dict[str, dict[str, Any]],
+    r: redis.Redis,
+    ledger: Database,
+    kills: dict[str, float],
+    found: Findings,
 ) -> None:
     """Fill the findings from the client's view (the jobs' states over HTTP) and the
     operator's (Redis)."""
-    billed = billed_counts(r)
+    billed = billed_counts(r, ledger)
     found.billed_twice = sorted(t for t, n in billed.items() if n > 1)
     for task_id, state in states.items():
         status, error = state["status"], state.get("error") or ""

@@ -32,6 +32,7 @@ import redis
 
 from app.dev.redis_server import free_port
 from app.dev.stack import Stack
+from app.ledger.database import Database
 from app.settings import Settings
 from scripts.benchkit.host import ROOT
 from scripts.benchkit.soak import traffic
@@ -77,7 +78,11 @@ def run_on(stack: Stack, args: argparse.Namespace, rng: random.Random, found: Fi
     draining = time.monotonic()
     traffic.wait_until_ended(r, list(accepted), args.timeout)
     found.drain_s = round(time.monotonic() - draining, 1)
-    check(traffic.states_of(stack.url, accepted), r, chaos.kills, found)
+    ledger = Database(stack.settings.database)
+    try:
+        check(traffic.states_of(stack.url, accepted), r, ledger, chaos.kills, found)
+    finally:
+        ledger.close()
     r.close()
 
 
