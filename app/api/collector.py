@@ -9,7 +9,6 @@ those registered, or "other").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import get_args
 
@@ -165,7 +164,8 @@ class ServiceCollector(Collector):
         return family
 
     def _workers(self) -> Iterator[Metric]:
-        now = time.time()
+        seconds, micros = self.client.time()  # the heartbeats are stamped with Redis's clock
+        now = seconds + micros / 1e6
         seen = heartbeats.read(self.client, now)
         beats = GaugeMetricFamily(
             "fairgpu_worker_last_heartbeat_timestamp_seconds",

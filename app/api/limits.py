@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 from redis.asyncio import Redis as AsyncRedis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.clock import RedisClock
 from app.store.keys import RATE_TTL_S, rate_key
 
 #: How long a caller over its rate is told to wait (Retry-After).
@@ -85,9 +85,10 @@ class RateLimiter:
     two-second expiry in one round trip.
     """
 
-    def __init__(self, client: AsyncRedis, per_second: int) -> None:
+    def __init__(self, client: AsyncRedis, per_second: int, clock: RedisClock) -> None:
         self.client = client
         self.per_second = per_second
+        self.clock = clock  # the second is Redis's, the same in every API process
 
     def counter(self, key_digest: str) -> RateCount | None:
         """The counter a request with this key counts against now, with the limit; None when
@@ -96,7 +97,7 @@ class RateLimiter:
         given a two-second expiry, refused above the limit."""
         if self.per_second <= 0:
             return None
-        return rate_key(key_digest, int(time.time())), self.per_second
+        return rate_key(key_digest, int(self.clock.now())), self.per_second
 
     async def spend(self, key_digest: str) -> int | None:
         """Count one request; None when it is allowed, else the seconds to wait."""

@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from app.api.clock import RedisClock
 from app.api.collector import ServiceCollector, registry
 from app.api.limits import RateLimiter
 from app.api.live.estimates import Estimator
@@ -57,7 +58,8 @@ class Runtime:
     artifacts: ArtifactStore
     ledger: Ledger
     accounts_client: aioredis.Redis
-    _following: asyncio.Task[None] | None = field(default=None, repr=False)
+    clock: RedisClock
+    _following: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
 
     @classmethod
     def open(cls, settings: Settings) -> Runtime:
@@ -89,6 +91,7 @@ class Runtime:
             retry=Retry(NoBackoff(), 0),
         )
         service = build(settings, accounts)
+        clock = RedisClock(client)
         queues = {kind: q.aio(client) for kind, q in service.queues.items()}
         hub = EventHub(hub_client)
         collector = ServiceCollector(
@@ -106,8 +109,8 @@ class Runtime:
             queues,
             service,
             hub,
-            RateLimiter(client, settings.rate_limit_per_s),
-            Estimator(client, settings.heartbeat_seconds, settings.long_every),
+            RateLimiter(client, settings.rate_limit_per_s, clock),
+            Estimator(client, clock, settings.heartbeat_seconds, settings.long_every),
             registry(collector),
             Places(hub, queues),
             job_types,
@@ -120,18 +123,22 @@ class Runtime:
                 socket_connect_timeout=REDIS_TIMEOUT_S,
                 client_name=ACCOUNTS_CLIENT_NAME,
             ),
+            clock,
         )
 
     async def start(self) -> None:
         """Start listening for changes: of jobs, queues, accounts and keys."""
         await self.hub.start()
         self.places.start()
-        self._following = asyncio.create_task(self.accounts.follow(self.accounts_client))
+        self._following = [
+            asyncio.create_task(self.accounts.follow(self.accounts_client)),
+            asyncio.create_task(self.clock.follow()),
+        ]
 
     async def close(self) -> None:
         """Stop listening, and close the connections."""
-        if self._following is not None:
-            await cancel(self._following)
+        for task in self._following:
+            await cancel(task)
         await self.accounts_client.aclose()
         await self.places.stop()
         await self.hub.stop()

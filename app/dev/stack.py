@@ -135,12 +135,16 @@ class Stack:
         with self._lock:
             self.webhooks = self._spawn("webhooks", "app.webhooks", {})
 
-    def start_worker(self, name: str, queues: str = "short,long") -> subprocess.Popen[bytes]:
-        """Start one CPU worker called <name>@<host> on the given queues."""
+    def start_worker(
+        self, name: str, queues: str = "short,long", env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start one CPU worker called <name>@<host> on the given queues (with more
+        environment variables, if given)."""
         env = {
             "WORKER_NAME": f"{name}@{socket.gethostname()}",
             "WORKER_QUEUES": queues,
             "CUDA_VISIBLE_DEVICES": "",
+            **(env or {}),
         }
         with self._lock:
             process = self._spawn(name, "app.worker.main", env)

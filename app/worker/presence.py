@@ -32,11 +32,16 @@ class Presence:
         entry["busy_until"] = self._busy_until
         self.client.hset(WORKERS, self.name, json.dumps(entry))
 
-    def busy(self, until: float | None) -> None:
-        """Say that a job started and should end at `until` (Unix seconds), or, with None, that
-        the worker is idle again; written at once, so estimates see it."""
-        self._busy_until = until
+    def busy(self, for_s: float | None) -> None:
+        """Say that a job started and should end in `for_s` seconds, or, with None, that the
+        worker is idle again; written at once, so estimates see it. The end is stamped on
+        Redis's clock, as every time that processes compare (this host's may be off)."""
         try:
+            if for_s is None:
+                self._busy_until = None
+            else:
+                seconds, micros = self.client.time()
+                self._busy_until = seconds + micros / 1e6 + for_s
             self.beat()
         except RedisError:
             log.warning("heartbeat of %s not written; the next beat retries", self.name)

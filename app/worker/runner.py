@@ -130,7 +130,7 @@ class JobRunner:
         self.artifacts = artifacts
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
-        self.on_busy: Callable[[float | None], None] = lambda until: None
+        self.on_busy: Callable[[float | None], None] = lambda for_s: None
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run the job under the lease token, with a call of its own to start it and another to
@@ -155,7 +155,7 @@ class JobRunner:
             return Ran(started.reason, None)
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
-        self.on_busy(time.time() + started.duration_s)
+        self.on_busy(started.duration_s)
         heard = self.stops.watch(job_id)
         try:
             ended = self._execute(kind, job_id, token, started, heard)

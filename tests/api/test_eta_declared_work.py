@@ -12,6 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from app.api.clock import RedisClock
 from app.api.live.estimates import Estimator
 from app.service import job_weight
 from app.store.keys import METRICS, WORKERS
@@ -46,7 +47,7 @@ async def test_a_burst_of_tiny_jobs_ahead_does_not_push_a_later_estimate(
     worker(r, "cpu1@h", ["short"])
     queue_jobs(r, "short", [0.5] * 20 + [60.0])  # a burst of tiny jobs, then this one
     before = time.time()
-    start = await Estimator(client, 10.0).start_at("short", 20, 60.0)
+    start = await Estimator(client, RedisClock(client), 10.0).start_at("short", 20, 60.0)
     assert start is not None
     assert start - before < 30  # about 20 s of declared work ahead, not 20 runs of a minute
 
@@ -57,8 +58,8 @@ async def test_a_job_behind_long_ones_on_a_shared_worker_starts_later_than_on_it
     queue_jobs(r, "short", [1.0] * 7)
     queue_jobs(r, "long", [600.0, 600.0])
     worker(r, "cpu1@h", ["short"])
-    alone = await Estimator(client, 10.0).start_at("short", 6, 1.0)
+    alone = await Estimator(client, RedisClock(client), 10.0).start_at("short", 6, 1.0)
     worker(r, "cpu1@h", ["short", "long"])
-    shared = await Estimator(client, 10.0).start_at("short", 6, 1.0)
+    shared = await Estimator(client, RedisClock(client), 10.0).start_at("short", 6, 1.0)
     assert alone is not None and shared is not None
     assert shared - alone > 600  # at least one long job goes between (long's turn, 1 in 4)

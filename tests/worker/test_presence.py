@@ -40,13 +40,17 @@ def test_a_beat_writes_the_workers_queues_and_redis_time(r: redis.Redis) -> None
     }
 
 
-def test_a_busy_worker_says_until_when_and_then_that_it_is_idle(r: redis.Redis) -> None:
+def test_a_busy_worker_says_until_when_on_redis_clock_and_then_that_it_is_idle(
+    r: redis.Redis,
+) -> None:
     beats = Presence(r, "gpu0@box", ["short"], every=1)
-    beats.busy(1234.5)
+    before = redis_now(r)
+    beats.busy(60.0)  # a job of a minute starts
     [worker] = read(r, redis_now(r))
-    assert worker.busy_until == 1234.5
+    assert worker.busy_until is not None
+    assert before + 60 <= worker.busy_until <= redis_now(r) + 60
     beats.beat()  # a periodic beat keeps saying it
-    assert read(r, redis_now(r))[0].busy_until == 1234.5
+    assert read(r, redis_now(r))[0].busy_until == worker.busy_until
     beats.busy(None)
     assert read(r, redis_now(r))[0].busy_until is None
 

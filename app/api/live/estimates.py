@@ -7,11 +7,11 @@ stream of the API process, so a thousand open streams cost Redis a few O(1) read
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from app.api.clock import RedisClock
 from app.api.live import eta
 from app.models import KINDS, Kind
 from app.service import WEIGHT_PER_S, job_weight
@@ -41,8 +41,11 @@ class QueueLoad:
 class Estimator:
     """Estimates when a queued job starts (Unix seconds)."""
 
-    def __init__(self, client: aioredis.Redis, heartbeat_s: float, long_every: int = 4) -> None:
+    def __init__(
+        self, client: aioredis.Redis, clock: RedisClock, heartbeat_s: float, long_every: int = 4
+    ) -> None:
         self.client, self.heartbeat_s, self.long_every = client, heartbeat_s, long_every
+        self.clock = clock  # heartbeats and busy_until are Redis's time: so is "now" here
         self._loads: dict[Kind, QueueLoad] = {}
 
     async def start_at(self, kind: Kind, position: int, duration_s: float) -> float | None:
@@ -59,7 +62,7 @@ class Estimator:
 
     async def load(self, kind: Kind, fresh: bool = False) -> QueueLoad:
         """The queue's snapshot, read again when older than SNAPSHOT_S (or when fresh)."""
-        now = time.time()
+        now = self.clock.now()
         cached = self._loads.get(kind)
         if not fresh and cached is not None and now - cached.read_at < SNAPSHOT_S:
             return cached

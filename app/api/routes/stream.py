@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -208,7 +207,8 @@ async def _follow_place(
             moved = await _placed(runtime, job, place.position)
         except RedisError:
             return  # the next round reads again, and waits out an outage
-        if moved is not None and seen.shown is not None and moved_on(seen.shown, moved):
+        shown = seen.shown
+        if moved is not None and shown is not None and moved_on(shown, moved, runtime.clock.now()):
             # no id: a client resuming with Last-Event-ID still gets every change
             place.told = moved.position
             yield ServerSentEvent(data=moved.model_dump_json())
@@ -222,15 +222,16 @@ async def _placed(runtime: Runtime, job: JobRecord, position: int | None) -> Tas
     return await placed_status(runtime, job, position)
 
 
-def moved_on(shown: TaskStatus, now: TaskStatus) -> bool:
+def moved_on(shown: TaskStatus, now: TaskStatus, clock: float) -> bool:
     """Whether a queued job's place or estimated start changed enough to tell its client: a new
-    position, or a start estimate off by more than ETA_SLACK_S or a tenth of the wait."""
+    position, or a start estimate off by more than ETA_SLACK_S or a tenth of the wait (from
+    `clock`, Redis's time now)."""
     if now.position != shown.position:
         return True
     before, after = shown.estimated_start_at, now.estimated_start_at
     if before is None or after is None:
         return before != after
-    wait = max(0.0, after - time.time())
+    wait = max(0.0, after - clock)
     return abs(after - before) > max(ETA_SLACK_S, wait / 10)
 
 
