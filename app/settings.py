@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     drain_max_s: float = Field(
         600, ge=0, description="how long one trigger's run keeps taking jobs (0: one per trigger)"
     )
+    shutdown_grace_s: float = Field(
+        30,
+        ge=0,
+        description="on SIGTERM a worker finishes its job if it can within this; else it hands "
+        "the job back to the front of its queue, unbilled",
+    )
     ledger_claim_s: float = Field(
         30,
         gt=0,

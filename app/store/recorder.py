@@ -91,7 +91,7 @@ class JobRecorder:
         self._ttl = settings.job_ttl_s
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
-        self._scripts = Scripts(client, "start", "finish", "progress", "log")
+        self._scripts = Scripts(client, "start", "finish", "progress", "log", "requeue")
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job, or None."""
@@ -116,6 +116,12 @@ class JobRecorder:
         gpu = "" if gpu_id is None else str(gpu_id)
         args: list[str | int] = [job_id, token, worker, gpu, self._max_attempts, CHANNEL, self._ttl]
         return started_of(self._scripts.run("start", keys, args))
+
+    def handed_back(self, job_id: str, token: str) -> bool:
+        """Mark a running job PENDING again, its attempt given back, after its worker returned
+        the lease `token` to the queue (a shutdown); False when another run holds it already."""
+        keys = [job_key(job_id), events_key(job_id)]
+        return bool(self._scripts.run("requeue", keys, [job_id, token, CHANNEL, self._ttl, "1"]))
 
     def finish(self, job_id: str, token: str, status: Status, **end: Any) -> bool:
         """Record the run's end, and bill it once with `charge`, whatever the status (None: no

@@ -105,6 +105,11 @@ def main() -> None:
         ledger.close()
 
     signals.worker_shutdown.connect(shut_down, weak=False)
+    # SIGTERM (a warm shutdown): Celery takes no new job and waits for the current one; past
+    # SHUTDOWN_GRACE_S the runner stops it and hands it back to the queue.
+    signals.worker_shutting_down.connect(
+        lambda **_: runner.hand_back_after(settings.shutdown_grace_s), weak=False
+    )
     service.celery.worker_main(worker_argv(queues, name))
 
 

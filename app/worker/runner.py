@@ -131,6 +131,10 @@ class JobRunner:
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
         self.on_busy: Callable[[float | None], None] = lambda for_s: None
+        #: The run in progress (its job id and the event that asks it to stop), and whether it
+        #: is being handed back because the worker shuts down.
+        self._current: tuple[str, threading.Event] | None = None
+        self._handing_back: str | None = None
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run the job under the lease token, with a call of its own to start it and another to
@@ -157,14 +161,49 @@ class JobRunner:
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         self.on_busy(started.duration_s)
         heard = self.stops.watch(job_id)
+        self._current = (job_id, heard)
         try:
             ended = self._execute(kind, job_id, token, started, heard)
         finally:
+            self._current = None
             self.stops.unwatch(job_id)
             self.on_busy(None)
         log.info("job ended", extra={**who, "end": ended.end, "seconds": round(ended.seconds, 3)})
+        if ended.end == "cancelled" and self._handing_back == job_id:
+            return Ran(self._give_back(kind, job_id, token, who), None)
         outcome, end = self._end_of(kind, job_id, started, ended)
         return Ran(outcome, end, job_weight(ended.seconds))
+
+    def hand_back_after(self, grace_s: float) -> None:
+        """The worker is shutting down (Kubernetes', Compose's or an operator's SIGTERM): it
+        takes no new job, and a job still running grace_s from now is stopped and handed back,
+        its lease returned to the front of its account's line at once, so that another worker
+        runs it without waiting for the lease to lapse. The stopped run is not billed (the
+        operator stopped it) and is not counted as one of the job's attempts."""
+        timer = threading.Timer(grace_s, self._hand_back)
+        timer.daemon = True
+        timer.start()
+
+    def _hand_back(self) -> None:
+        current = self._current
+        if current is None:
+            return
+        job_id, heard = current
+        self._handing_back = job_id
+        log.warning("shutting down: handing the running job back", extra={"task_id": job_id})
+        heard.set()  # the run's stop check sees it; the job is stopped as a cancel stops it
+
+    def _give_back(self, kind: Kind, job_id: str, token: str, who: dict[str, str]) -> str:
+        """Return a stopped run's lease to the front of its queue and its job to PENDING."""
+        try:
+            released = self.queues[kind].release(job_id, token)
+            if released:
+                self.recorder.handed_back(job_id, token)
+        except UNREACHABLE:
+            log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
+            return "handed back: its lease will lapse"
+        log.info("job handed back", extra={**who, "released": released})
+        return "handed back"
 
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
