@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import redis
 from celery import Celery, Task
 
+from app import connections
 from app.artifacts import open_artifacts
 from app.auth import AccountBook
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
@@ -167,7 +168,7 @@ def build(settings: Settings, accounts: AccountBook) -> Service:
     """Wire the Celery app, the two queues, the job tasks and the artifact sweep; connects to
     nothing."""
     celery_app = create_celery(settings)
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connections.sync_client(settings)
     hooks = RunHooks(settings)
     queues = build_queues(client, celery_app, settings, accounts, hooks)
     tasks: dict[Kind, VTRRTask] = {}

@@ -22,6 +22,18 @@ class Settings(BaseSettings):
         Path("fixtures/users.json"),
         description="accounts and API keys that seed an empty account store",
     )
+    redis_sentinels: Annotated[list[str], NoDecode] = Field(
+        [],
+        description="host:port of each Redis Sentinel, comma-separated: when set, every process "
+        "uses the primary they elect in place of REDIS_URL's server (its database number and "
+        "password still apply)",
+    )
+    redis_sentinel_master: str = Field(
+        "fairgpu", min_length=1, description="the name the Sentinels monitor the primary under"
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        None, description="the Sentinels' own password (requirepass in sentinel.conf), if any"
+    )
     database_url: str | None = Field(
         None,
         description="SQL database of the accounts and the billing ledger (default: SQLite in "
@@ -147,7 +159,7 @@ class Settings(BaseSettings):
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
 
-    @field_validator("worker_queues", "job_modules", mode="before")
+    @field_validator("worker_queues", "job_modules", "redis_sentinels", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -161,6 +173,15 @@ class Settings(BaseSettings):
         if not names or unknown:
             raise ValueError(f"{names!r}: use short, long or short,long")
         return names
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _host_and_port(cls, addresses: list[str]) -> list[str]:
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{address!r}: a Sentinel is host:port")
+        return addresses
 
     @field_validator("price_short_per_s", "price_long_per_s")
     @classmethod
@@ -183,6 +204,12 @@ class Settings(BaseSettings):
         longest job, so a running drain's trigger is never handed on (the leases would fence a
         second run anyway)."""
         return self.drain_max_s + 2 * max(self.max_short_s, self.max_long_s)
+
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """REDIS_SENTINELS as (host, port) pairs; empty without Sentinel."""
+        pairs = [address.rpartition(":") for address in self.redis_sentinels]
+        return [(host, int(port)) for host, _, port in pairs]
 
     @property
     def database(self) -> str:

@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from app import connections
 from app.api.clock import RedisClock
 from app.api.collector import ServiceCollector, registry
 from app.api.limits import RateLimiter
@@ -72,20 +73,19 @@ class Runtime:
         # at the busiest moment (200 streams opened at once left 209): a bounded one that
         # waits makes calls queue instead, and costs no more CPU per request (docs/benchmarks.md).
         # Streams hold none of these while they wait: they share the hub's one connection.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url,
-            max_connections=settings.api_redis_connections,
-            timeout=POOL_WAIT_S,
+        client = connections.async_pooled(
+            settings,
+            settings.api_redis_connections,
+            POOL_WAIT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             health_check_interval=30,
             client_name=CLIENT_NAME,
         )
-        client = aioredis.Redis.from_pool(pool)
         # The hub's subscription waits for messages indefinitely: no read timeout on it. It
         # reconnects itself, so that it knows when it did: no retries inside redis-py.
-        hub_client = aioredis.Redis.from_url(
-            settings.redis_url,
+        hub_client = connections.async_client(
+            settings,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             client_name=HUB_CLIENT_NAME,
             retry=Retry(NoBackoff(), 0),
@@ -118,8 +118,8 @@ class Runtime:
             ledger,
             # Account changes are announced on a channel: a subscription of its own, which
             # waits for messages indefinitely (no read timeout).
-            aioredis.Redis.from_url(
-                settings.redis_url,
+            connections.async_client(
+                settings,
                 socket_connect_timeout=REDIS_TIMEOUT_S,
                 client_name=ACCOUNTS_CLIENT_NAME,
             ),

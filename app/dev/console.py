@@ -58,11 +58,16 @@ def run(port: int, workers: int) -> None:
 def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> None:
     """Where the stack is, a key to try it with, and a first command."""
     where = "embedded, stops with the stack" if stack.redis_server else "from REDIS_URL"
+    redis_is = f"{without_password(stack.redis_url)} ({where})"
+    sentinels = stack.settings.redis_sentinels
+    if sentinels:
+        master = stack.settings.redis_sentinel_master
+        redis_is = f"the primary '{master}' of the Sentinels at {', '.join(sentinels)}"
     out.print(f"[bold green]fairgpu is up[/] at [bold]{stack.url}[/]")
     out.print(f"Dashboard: [bold]{stack.url}/dashboard[/]  API docs: {stack.url}/docs")
     out.print(
-        f"Redis: {without_password(stack.redis_url)} ({where}); "
-        f"{stack.worker_count} CPU worker(s); logs in {stack.log_dir}"
+        f"Redis: {redis_is}; {stack.worker_count} CPU worker(s); logs in {stack.log_dir}",
+        markup=False,
     )
     out.print(webhook_line(stack), markup=False, highlight=False)
     demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)

@@ -51,8 +51,10 @@ class RedisServer:
         fsync: str = "everysec",
         new_session: bool = False,
         binary: str | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.directory = directory
+        self.extra = extra  # more of redis-server's options, e.g. ("--replicaof", host, port)
         self.binary = binary  # None: find_binary()
         self.new_session = new_session  # out of the terminal's reach: only its owner stops it
         self.port = port or free_port()
@@ -87,6 +89,7 @@ class RedisServer:
             self.fsync,
             "--logfile",
             str(self.log),
+            *self.extra,
         ]
         # --logfile takes the server's own log; what it prints before opening that goes there too.
         self.process = processes.spawn(args, os.environ, self.log, new_session=self.new_session)

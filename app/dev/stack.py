@@ -29,6 +29,7 @@ import redis
 from kombu.exceptions import OperationalError
 from pydantic import SecretStr
 
+from app import connections
 from app.auth import Accounts
 from app.dev import processes
 from app.dev.redis_server import RedisServer
@@ -42,7 +43,17 @@ START_TIMEOUT_S = 30.0
 
 def reachable(url: str) -> bool:
     """Whether a Redis answers PING at url within a second."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    return _answers(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1))
+
+
+def primary_reachable(settings: Settings) -> bool:
+    """Whether the settings' Redis (the Sentinels' primary, under Sentinel) answers PING within
+    a second."""
+    client = connections.sync_client(settings, socket_connect_timeout=1, socket_timeout=1)
+    return _answers(client)
+
+
+def _answers(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
     except (redis.RedisError, OSError):
@@ -93,8 +104,12 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Stack:
-        """Start everything and wait until the API answers /health."""
-        if self._given_redis and reachable(self._given_redis):
+        """Start everything and wait until the API answers /health. Under Sentinel
+        (REDIS_SENTINELS) the stack uses the primary the Sentinels elect, and never starts a
+        Redis of its own, nor one in place of a lost primary: the Sentinels replace it."""
+        if self.settings.redis_sentinels:
+            self.redis_url = self.settings.redis_url
+        elif self._given_redis and reachable(self._given_redis):
             self.redis_url = self._given_redis
         else:
             self.redis_server = RedisServer(
@@ -190,7 +205,7 @@ class Stack:
         return lambda: self.start_worker(name, self._queues[name])
 
     def _ping(self) -> bool:
-        return reachable(self.redis_url)
+        return primary_reachable(self.settings)
 
     def _wait_healthy(self) -> None:
         processes.wait_until(self._healthy, START_TIMEOUT_S, "the API's /health")

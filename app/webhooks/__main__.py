@@ -11,11 +11,10 @@ import signal
 import socket
 import sys
 
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from app import logs
+from app import connections, logs
 from app.settings import Settings, get_settings
 from app.webhooks.sender import Sender, http_client
 from app.webhooks.signing import signer
@@ -49,7 +48,7 @@ async def serve(settings: Settings, sign: Webhook | None) -> None:
         log.warning("WEBHOOK_SECRET is not set: this deployment sends no webhooks")
         await stopped.wait()
         return
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connections.async_client(settings)
     consumer = f"{socket.gethostname()}:{os.getpid()}"
     try:
         async with http_client() as http:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from celery import Celery
 
+from app import connections
 from app.models import KINDS, RECLAIM_QUEUE
 from app.settings import Settings
 
 
 def create_celery(settings: Settings) -> Celery:
-    """A Celery app on settings.redis_url (the broker is the same Redis as the state)."""
-    app = Celery("fairgpu", broker=settings.redis_url, set_as_current=False)
+    """A Celery app whose broker is the same Redis as the state (its Sentinels' primary under
+    Sentinel: app/connections.py)."""
+    url, transport = connections.broker(settings)
+    app = Celery("fairgpu", broker=url, set_as_current=False)
     app.conf.update(
         # One job at a time per worker, and a worker takes only the message it is about to run:
         # a short job never waits reserved behind a long one on a busy worker.
@@ -25,7 +28,10 @@ def create_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         # Longer than the longest job: a running job's trigger is never handed to a second
         # worker (see Settings.broker_visibility_s).
-        broker_transport_options={"visibility_timeout": settings.broker_visibility_s},
+        broker_transport_options={
+            "visibility_timeout": settings.broker_visibility_s,
+            **transport,
+        },
         # JSON only: a pickled message from anyone who can reach the broker would run code.
         task_serializer="json",
         accept_content=["json"],
