@@ -38,7 +38,9 @@ PROFILES = {
     "cpu": {"redis", "postgres", "api", "worker-cpu", "beat", "webhooks"},
     "gpu": {"redis", "postgres", "api", "worker-gpu0", "worker-gpu1", "beat", "webhooks"},
     "monitoring": {"redis", "flower", "prometheus"},
+    "ha": {"redis", "redis-replica-1", "redis-replica-2", "sentinel-1", "sentinel-2", "sentinel-3"},
 }
+SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
 GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
 APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
 #: The services that open the SQL database of accounts and bills.
@@ -195,6 +197,40 @@ def test_redis_is_healthy_when_it_answers_ping(services):
 def test_every_app_service_waits_for_a_healthy_redis(services):
     for name in APP_SERVICES:
         assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}, name
+
+
+# --- ha: replicas and Sentinels --------------------------------------------------------------
+
+
+def test_each_replica_replicates_the_primary_with_its_own_append_only_file(services):
+    for name in ("redis-replica-1", "redis-replica-2"):
+        args = command(services[name])
+        assert args[args.index("--replicaof") + 1 : args.index("--replicaof") + 3] == [
+            "redis",
+            "6379",
+        ]
+        assert args[args.index("--appendonly") + 1] == "yes"
+        assert args[args.index("--replica-announce-ip") + 1] == name
+        assert "ports" not in services[name]
+
+
+def test_three_sentinels_watch_the_primary_and_two_must_agree(services):
+    for name in SENTINELS:
+        sentinel = services[name]
+        assert sentinel["hostname"] == name and "ports" not in sentinel
+        script = " ".join(command(sentinel))
+        assert "'sentinel monitor fairgpu redis 6379 2'" in script  # quorum 2 of the 3
+        assert script.rstrip().endswith("exec redis-server /tmp/sentinel.conf --sentinel")
+        assert "'port 26379'" in script
+
+
+def test_the_app_services_find_the_sentinels_the_header_names(compose, services):
+    header = COMPOSE_FILE.read_text().split("services:", 1)[0]
+    named = re.search(r"FAIRGPU_SENTINELS=(\S+)", header)
+    assert named is not None
+    assert named.group(1).split(",") == [f"{name}:26379" for name in SENTINELS]
+    for name in APP_SERVICES:
+        assert environment(services[name])["REDIS_SENTINELS"] == "${FAIRGPU_SENTINELS:-}", name
 
 
 # --- postgres --------------------------------------------------------------------------------
