@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
-from app.vtrr.queue import Item, Shares, enqueue_args
+from app.vtrr.queue import Item, Shares, enqueue_args, share_of
 from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
 from app.vtrr.wire import (
     Admitted,
@@ -109,6 +109,11 @@ class AsyncFairQueue:
         return credit_of(
             await self._scripts.run("credit", *credit_args(task_id, token, used_weight))
         )
+
+    async def reshare(self, partition_key: str, share: float) -> int:
+        """Charge the partition's queued items again at a new share (FairQueue.reshare)."""
+        share = share_of({partition_key: share}, partition_key)
+        return int(await self._scripts.run("reshare", partition_key, repr(share)))
 
     async def cancel(self, task_id: str) -> bool:
         """Remove a queued item; False when it is not queued."""

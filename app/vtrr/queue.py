@@ -237,6 +237,15 @@ class FairQueue:
         """
         return credit_of(self._scripts.run("credit", *credit_args(task_id, token, used_weight)))
 
+    def reshare(self, partition_key: str, share: float) -> int:
+        """Charge the partition's queued items again at a new share, at once (its share changed:
+        the caller's `shares` gives the new one to items enqueued from now on). Its first fairly
+        placed item keeps its place; the others follow it at weight / share apart; items at the
+        front or in flight, and every other partition's items, do not move. Returns how many
+        items were charged again; ValueError for a share that is not positive and finite."""
+        share = share_of({partition_key: share}, partition_key)
+        return int(self._scripts.run("reshare", partition_key, repr(share)))
+
     def release(self, task_id: str, token: str) -> bool:
         """Give a leased item back to the front of the queue; False when the token is stale."""
         released, triggers = self._scripts.run("release", task_id, token, self._trigger_cap)

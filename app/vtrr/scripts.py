@@ -47,6 +47,7 @@ NAMES = (
     "drop",
     "credit",
     "step",
+    "reshare",
 )
 #: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
 QUEUE_KEYS = (

@@ -62,7 +62,7 @@ class QueueModel:
         reclaim_to_front: bool = False,
         reclaim_on_dequeue: bool = True,
     ) -> None:
-        self.shares: Mapping[str, float] = shares or {}
+        self.shares: dict[str, float] = dict(shares or {})
         self.reclaim_to_front = reclaim_to_front
         self.reclaim_on_dequeue = reclaim_on_dequeue
         self.cvt = 0.0
@@ -270,6 +270,25 @@ class QueueModel:
         self.stats["cancelled"] += 1
         self._reset_if_drained()
         return True
+
+    def reshare(self, partition: str, share: float) -> int:
+        """A new share: the partition's fairly placed queued items, in arrival order, charged
+        again from its first one's start; its virtual time follows the last; front-placed and
+        leased items keep theirs. Items enqueued later are charged at the new share."""
+        self.shares[partition] = share
+        fair = sorted(
+            (e for e in self.entries.values() if e.partition == partition and e.member[:1] == "1"),
+            key=lambda e: e.member,
+        )
+        if not fair:
+            return 0
+        start = fair[0].score
+        for entry in fair:
+            entry.cost = entry.weight / share
+            entry.score = start
+            start = start + entry.cost
+        self.pvt[partition] = start
+        return len(fair)
 
     def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other, at the lowest queued score; pvt unchanged."""

@@ -25,7 +25,7 @@ from app.vtrr import (
 )
 from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.step import Ending, step
-from tests.vtrr.test_engines import ENGINES, clients  # noqa: F401 (the fixture)
+from tests.vtrr.conftest import ENGINES
 from tests.worker.test_calls_per_job import scripting_calls
 
 LUA = """
@@ -64,7 +64,7 @@ class Recording:
 
 
 @pytest.fixture(params=[name for name, binary in ENGINES.items() if binary])
-def r(request: pytest.FixtureRequest, clients: dict[str, redis.Redis]) -> redis.Redis:  # noqa: F811
+def r(request: pytest.FixtureRequest, clients: dict[str, redis.Redis]) -> redis.Redis:
     client = clients[request.param]
     client.flushall()
     return client

@@ -105,11 +105,12 @@ class FairQueueMachine(RuleBasedStateMachine):
     def build_queue(self, config: Config, seeds: list[tuple[int, int]]) -> object:
         """Make the queue and its model, and queue a few items so that later rules have work."""
         self.partitions = PARTITIONS[: config.partitions]
+        self.shares = dict(config.shares or {})  # the queue's; reshare changes it
         self.queue = FairQueue(
             self.redis,
             "model",
             lease_seconds=LEASE_SECONDS,
-            shares=config.shares,
+            shares=self.shares,
             reclaim_to=config.reclaim_to,
             reclaim_on_dequeue=config.reclaim_on_dequeue,
         )
@@ -290,6 +291,14 @@ class FairQueueMachine(RuleBasedStateMachine):
     def promote(self, who: int | str) -> None:
         task_id = self.task_id(who)
         assert self.queue.promote(task_id) == self.model.promote(task_id)
+
+    @rule(partition=st.integers(0, 3), share=st.sampled_from(SHARES))
+    def reshare(self, partition: int, share: float) -> None:
+        """An account's share changes: its queued items are charged again at once, and its
+        later ones at the new share (the shares the queue was given say so from now on)."""
+        key = self.partitions[partition % len(self.partitions)]
+        self.shares[key] = share
+        assert self.queue.reshare(key, share) == self.model.reshare(key, share)
 
     @rule(who=someone)
     def position(self, who: int | str) -> None:

@@ -165,8 +165,8 @@ async def update_account(
 
 async def _reshare(runtime: Runtime, user_id: str, share: float) -> None:
     """Re-tag the account's queued jobs in both queues with its new share."""
-    for queue in runtime.service.queues.values():
-        await asyncio.to_thread(queue.reshare, user_id, share)
+    for queue in runtime.queues.values():
+        await queue.reshare(user_id, share)
 
 
 @router.get(
