@@ -58,7 +58,12 @@ def test_every_scenario_runs_on_both_systems_and_reports(tmp_path: Path) -> None
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(run.stdout)  # with --json, stdout holds only the JSON
     assert report["params"] == {"job_s": 0.02, "scale": 0.02, "workers": 2}
-    assert set(report["scenarios"]) == set(SCENARIOS)
+    assert set(report["scenarios"]) == {*SCENARIOS, "reshare"}
+    reshared = report["scenarios"].pop("reshare")  # fairgpu alone: a FIFO queue has no shares
+    assert reshared["jobs"] > 0 and 0 < reshared["changed_after"] < reshared["jobs"]
+    assert {"b_share_before", "b_share_after", "worst_jobs_off"} <= set(reshared)
+    assert (plots / "fairness-reshare.png").stat().st_size > 0
+    assert "reshare: " in run.stderr
     for name, scenario in report["scenarios"].items():
         for system in ("fairgpu", "fifo"):
             numbers = scenario[system]

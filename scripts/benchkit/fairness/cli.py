@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from scripts.benchkit.fairness import report
+from scripts.benchkit.fairness import report, reshare
 from scripts.benchkit.fairness.analysis import Result, analyse, verdicts
 from scripts.benchkit.fairness.runner import run_scenario, warm_up
 from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, Scenario
@@ -42,7 +42,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--scenario",
         required=True,
-        help=f"a scenario, a comma list, or all: {', '.join(SCENARIOS)}",
+        help=f"a scenario, a comma list, or all: {', '.join([*SCENARIOS, reshare.NAME])}",
     )
     p.add_argument("--scale", type=float, default=1.0, help="multiply job counts (default 1)")
     p.add_argument("--job-s", type=float, default=0.05, help="GPU-seconds per job (0.05)")
@@ -52,10 +52,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--plots", type=Path, help="write the PNG plots into this folder")
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     a = p.parse_args(argv)
-    names = list(SCENARIOS) if a.scenario == "all" else a.scenario.split(",")
-    unknown = [n for n in names if n not in SCENARIOS]
+    names = [*SCENARIOS, reshare.NAME] if a.scenario == "all" else a.scenario.split(",")
+    unknown = [n for n in names if n not in SCENARIOS and n != reshare.NAME]
     if unknown:
-        p.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)} or all")
+        every = ", ".join([*SCENARIOS, reshare.NAME])
+        p.error(f"unknown scenario(s) {unknown}; choose from {every} or all")
+    a.reshare = reshare.NAME in names
+    names = [n for n in names if n != reshare.NAME]
     if a.scale <= 0 or a.job_s <= 0 or a.workers < 1:
         p.error("--scale and --job-s must be positive, --workers at least 1")
     a.names = names
@@ -107,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenarios = [SCENARIOS[n](params) for n in a.names]
     load_before = os.getloadavg()
     began = time.monotonic()
-    results = measure(scenarios, a.workers)
+    results = measure(scenarios, a.workers) if scenarios else {}
     console = Console(stderr=a.json, width=140)
     run: dict[str, Any] = {
         "params": {"job_s": a.job_s, "scale": a.scale, "workers": a.workers},
@@ -130,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.plots is not None:
             for path in report.plot(scenario, res, a.plots):
                 log(f"wrote {path}")
+    if a.reshare:  # fairgpu alone (a FIFO queue has no shares), on a stack of its own
+        log("scenario reshare")
+        changed, _ = reshare.timed(params, a.plots)
+        console.print(reshare.summary(changed))
+        run["scenarios"][reshare.NAME] = changed.as_json()
+        md.append(f"**reshare**: {reshare.summary(changed).removeprefix('reshare: ')}.")
     if a.markdown is not None:
         a.markdown.write_text("\n\n".join(md) + "\n")
     if a.json:
