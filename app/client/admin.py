@@ -13,7 +13,7 @@ from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import about, out, queues_table, task_table
 from app.models import TaskStatus
 
-admin = typer.Typer(help="Admin actions on queues and jobs (admin accounts only).")
+admin = typer.Typer(help="Admin actions on queues, jobs, accounts and keys (admin accounts only).")
 
 
 def queues(

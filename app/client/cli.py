@@ -15,6 +15,7 @@ from app.client.commands import account, billing, cancel, status, submit, tasks,
 from app.client.errors import OneLineUsage
 from app.client.http import DEFAULT_URL
 from app.client.logs import logs
+from app.client.operators import register, usage
 from app.client.options import RootKeyOption, RootUrlOption
 
 cli = typer.Typer(
@@ -54,12 +55,14 @@ def _register(cli: typer.Typer) -> None:
         cancel,
         tasks,
         billing,
+        usage,
     ]
     for command in [*commands, account, types, queues]:
         cli.command(cls=OneLineUsage)(command)
     admin_commands: list[Callable[..., None]] = [promote, release, drop]
     for command in admin_commands:
         admin.command(cls=OneLineUsage)(command)
+    register(admin)
     cli.add_typer(admin, name="admin")
 
 

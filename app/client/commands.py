@@ -17,6 +17,7 @@ from app.client.render import (
     about,
     billing_table,
     fields_table,
+    money,
     out,
     span,
     task_table,
@@ -225,13 +226,24 @@ def tasks(
 
 def billing(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="most records to show")] = 100,
+    start: Annotated[
+        str | None, typer.Option("--from", help="billed from this time (ISO 8601 or Unix s)")
+    ] = None,
+    end: Annotated[str | None, typer.Option("--to", help="billed before this time")] = None,
+    before: Annotated[
+        str | None, typer.Option(help="older than this task's bill (the last one shown)")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="every record, page after page")] = False,
     url: UrlOption = DEFAULT_URL,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List what your account has been charged, newest first."""
     with session(url, key) as client:
-        bills = client.billing(limit)
+        if every:
+            bills = list(client.all_billing(start=start, end=end))
+        else:
+            bills = client.billing(limit, start=start, end=end, before=before)
         if as_json:
             typer.echo("[" + ",".join(b.model_dump_json() for b in bills) + "]")
         elif not bills:
@@ -255,6 +267,23 @@ def account(
         table.add_row("description", who.description)
         table.add_row("share", f"{who.share:g}")
         table.add_row("admin", "yes" if who.admin else "no")
+        table.add_row("max queued", f"{who.max_queued} per queue")
+        month = who.month
+        table.add_row(
+            f"billed in {month.month}",
+            f"{month.billed_seconds:g} GPU-s, {money(month.cost_micros)}",
+        )
+        if month.held_seconds:
+            held = round(month.held_cost * 1_000_000)
+            table.add_row("held", f"{month.held_seconds:g} GPU-s, {money(held)} (jobs not ended)")
+        if month.left_gpu_seconds is not None:
+            table.add_row(
+                "GPU-s budget",
+                f"{month.budget_gpu_seconds:g} a month, {max(month.left_gpu_seconds, 0):g} left",
+            )
+        if month.left_cost is not None and month.budget_cost is not None:
+            budget, left = (round(x * 1_000_000) for x in (month.budget_cost, month.left_cost))
+            table.add_row("cost budget", f"{money(budget)} a month, {money(max(left, 0))} left")
         out().print(table)
 
 

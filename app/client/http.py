@@ -20,12 +20,16 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.client.sse import SseEvent, server_gave_up, sse_events
 from app.models import (
+    AccountInfo,
     AccountView,
+    AuditEntry,
     BillingRecord,
     DropResult,
     EnqueueResponse,
     Health,
+    IssuedKey,
     JobTypeView,
+    KeyInfo,
     Kind,
     LogLine,
     Progress,
@@ -34,6 +38,7 @@ from app.models import (
     TaskLogs,
     TaskPage,
     TaskStatus,
+    UsageReport,
 )
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -41,6 +46,9 @@ STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a 
 ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
 M = TypeVar("M", bound=BaseModel)
 BILLS = TypeAdapter(list[BillingRecord])
+ACCOUNTS = TypeAdapter(list[AccountInfo])
+KEYS = TypeAdapter(list[KeyInfo])
+AUDIT = TypeAdapter(list[AuditEntry])
 JOB_TYPES = TypeAdapter(list[JobTypeView])
 
 
@@ -259,11 +267,90 @@ class Client:
             seen.add(page.next_cursor)
             cursor = page.next_cursor
 
-    def billing(self, limit: int = 100) -> list[BillingRecord]:
-        """GET /billing-records: the account's charges, newest first."""
-        reply = self._request("GET", "/billing-records", params={"limit": limit})
+    def billing(
+        self,
+        limit: int = 100,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        before: str | None = None,
+    ) -> list[BillingRecord]:
+        """GET /billing-records: the account's charges, newest first, billed in [start, end)
+        (ISO 8601 or Unix seconds) and older than the bill of task `before`."""
+        params: dict[str, str | int] = {"limit": limit}
+        params |= {k: v for k, v in (("from", start), ("to", end), ("before", before)) if v}
+        return self._list(BILLS, self._request("GET", "/billing-records", params=params))
+
+    def all_billing(
+        self, *, start: str | None = None, end: str | None = None, page_size: int = 1000
+    ) -> Iterator[BillingRecord]:
+        """Every charge in [start, end), newest first, a page at a time."""
+        before: str | None = None
+        while True:
+            page = self.billing(page_size, start=start, end=end, before=before)
+            yield from page
+            if len(page) < page_size:
+                return
+            before = page[-1].task_id
+
+    def usage(
+        self, *, start: str | None = None, end: str | None = None, group_by: str = "account"
+    ) -> UsageReport:
+        """GET /usage: GPU-seconds, jobs and cost in [start, end) per group (every account's
+        for an admin, the caller's own for anyone else)."""
+        params: dict[str, str | int] = {"group_by": group_by}
+        params |= {k: v for k, v in (("from", start), ("to", end)) if v}
+        return self._parse(UsageReport, self._request("GET", "/usage", params=params))
+
+    def accounts(self) -> list[AccountInfo]:
+        """GET /admin/accounts (admins only)."""
+        return self._list(ACCOUNTS, self._request("GET", "/admin/accounts", admin=True))
+
+    def account_info(self, user_id: str) -> AccountInfo:
+        """GET /admin/accounts/{id} (admins only)."""
+        path = f"/admin/accounts/{_segment(user_id)}"
+        return self._parse(AccountInfo, self._request("GET", path, admin=True))
+
+    def create_account(self, user_id: str, fields: dict[str, object]) -> AccountInfo:
+        """POST /admin/accounts (admins only)."""
+        body = {"user_id": user_id, **fields}
+        return self._parse(
+            AccountInfo, self._request("POST", "/admin/accounts", json=body, admin=True)
+        )
+
+    def update_account(self, user_id: str, changes: dict[str, object]) -> AccountInfo:
+        """PATCH /admin/accounts/{id} (admins only): the fields given change; None clears a
+        quota or a budget."""
+        path = f"/admin/accounts/{_segment(user_id)}"
+        return self._parse(AccountInfo, self._request("PATCH", path, json=changes, admin=True))
+
+    def keys(self, user_id: str) -> list[KeyInfo]:
+        """GET /admin/accounts/{id}/keys (admins only)."""
+        path = f"/admin/accounts/{_segment(user_id)}/keys"
+        return self._list(KEYS, self._request("GET", path, admin=True))
+
+    def issue_key(self, user_id: str, label: str = "") -> IssuedKey:
+        """POST /admin/accounts/{id}/keys (admins only): a new key, whose text is in this
+        answer only."""
+        path = f"/admin/accounts/{_segment(user_id)}/keys"
+        reply = self._request("POST", path, json={"label": label}, admin=True)
+        return self._parse(IssuedKey, reply)
+
+    def revoke_key(self, key_id: str) -> KeyInfo:
+        """DELETE /admin/keys/{id} (admins only)."""
+        path = f"/admin/keys/{_segment(key_id)}"
+        return self._parse(KeyInfo, self._request("DELETE", path, admin=True))
+
+    def audit(self, limit: int = 100, before: int | None = None) -> list[AuditEntry]:
+        """GET /admin/audit (admins only): changes of accounts and keys, newest first."""
+        params: dict[str, str | int] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        return self._list(AUDIT, self._request("GET", "/admin/audit", params=params, admin=True))
+
+    def _list(self, adapter: TypeAdapter[list[M]], reply: httpx.Response) -> list[M]:
         try:
-            return BILLS.validate_json(reply.content)
+            return adapter.validate_json(reply.content)
         except ValidationError:
             raise self._unexpected(reply) from None
 

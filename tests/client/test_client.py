@@ -246,7 +246,13 @@ def test_all_tasks_stops_on_a_repeated_cursor() -> None:
 
 
 def test_an_admin_404_from_a_server_without_the_admin_api_says_so() -> None:
-    account = {"user_id": "u1", "description": "", "share": 1, "admin": True}
+    month = {
+        "month": "2026-12", "billed_seconds": 0, "cost": 0, "cost_micros": 0, "held_seconds": 0,
+        "held_cost": 0, "budget_gpu_seconds": None, "budget_cost": None,
+        "left_gpu_seconds": None, "left_cost": None,
+    }  # fmt: skip
+    account = {"user_id": "u1", "description": "", "share": 1, "admin": True, "max_queued": 10,
+               "month": month}  # fmt: skip
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/account":

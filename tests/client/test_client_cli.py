@@ -376,16 +376,21 @@ def test_tasks_filters_by_status(url: str) -> None:
 
 
 def test_account_shows_who_the_key_is(url: str) -> None:
-    assert as_json(fairgpu(url, "account", "--json", key=OTHER)) == {
+    shown = as_json(fairgpu(url, "account", "--json", key=OTHER))
+    month = shown.pop("month")
+    assert shown == {
         "user_id": SECOND,
         "description": "Second demo account, to try ownership by hand",
         "share": 1,
         "admin": False,
+        "max_queued": 1000,
     }
+    assert (month["billed_seconds"], month["budget_gpu_seconds"]) == (0, None)
     table = ok(fairgpu(url, "account"))
     assert OWNER in table
     assert "admin" in table
     assert "yes" in table
+    assert f"billed in {month['month']}" in table and "0 GPU-s, 0.00" in table
 
 
 def test_queues_for_an_admin(url: str) -> None:

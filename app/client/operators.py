@@ -1,0 +1,420 @@
+"""The operators' account commands, under `fairgpu admin` (admin accounts only): `accounts`
+(list, show, create, update, disable, enable), `keys` (list, issue, revoke), `audit` and
+`usage` (every account's; `fairgpu usage` is anyone's own), with `--month 2026-11 --csv` for the
+month-end report.
+
+A quota or a budget is cleared with the word `none` (`--budget-cost none`): the option then
+goes to the server as null, and the default applies.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from app.client.errors import FAILED, OneLineUsage, fail, session
+from app.client.fit import Column, fitted_table
+from app.client.http import DEFAULT_URL
+from app.client.options import JsonOption, KeyOption, UrlOption
+from app.client.render import fields_table, money, out
+from app.models import AccountInfo, UsageReport
+
+accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")
+keys = typer.Typer(help="Issue, revoke and list API keys (admins).")
+NONE = "none"
+
+Description = Annotated[str | None, typer.Option(help="what the account is for")]
+Share = Annotated[float | None, typer.Option(help="its weight in the fair queues (1 = equal)")]
+MaxQueued = Annotated[
+    str | None, typer.Option(help="most jobs queued per queue, or none for the default")
+]
+BudgetSeconds = Annotated[
+    str | None, typer.Option(help="GPU-seconds it may be billed a month, or none")
+]
+BudgetCost = Annotated[str | None, typer.Option(help="what it may be billed a month, or none")]
+UserId = Annotated[str, typer.Argument(help="the account's id")]
+Month = Annotated[str | None, typer.Option(help="a calendar month, YYYY-MM (UTC)")]
+Since = Annotated[str | None, typer.Option("--from", help="from this time (ISO 8601 or Unix s)")]
+Until = Annotated[str | None, typer.Option("--to", help="until this time, excluded")]
+By = Annotated[str, typer.Option("--by", help="account, type, queue or day")]
+Csv = Annotated[bool, typer.Option("--csv", help="CSV on stdout: key,gpu_seconds,jobs,cost")]
+
+
+def _number(name: str, text: str | None, kind: type[float] | type[int]) -> float | int | None:
+    """An option that takes a number or `none`."""
+    if text is None or text.lower() == NONE:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        fail(f"--{name}: a number, or none", 2)
+
+
+def _changes(
+    description: str | None,
+    share: float | None,
+    max_queued: str | None,
+    budget_gpu_seconds: str | None,
+    budget_cost: str | None,
+) -> dict[str, object]:
+    """The fields given on the command line, as the API takes them."""
+    changes: dict[str, object] = {}
+    if description is not None:
+        changes["description"] = description
+    if share is not None:
+        changes["share"] = share
+    for name, text, kind in (
+        ("max_queued", max_queued, int),
+        ("budget_gpu_seconds", budget_gpu_seconds, float),
+        ("budget_cost", budget_cost, float),
+    ):
+        if text is not None:
+            changes[name] = _number(name.replace("_", "-"), text, kind)
+    return changes
+
+
+def _show(info: AccountInfo, as_json: bool) -> None:
+    if as_json:
+        typer.echo(info.model_dump_json())
+        return
+    table = fields_table()
+    table.add_row("account", info.user_id)
+    table.add_row("description", info.description)
+    table.add_row("share", f"{info.share:g}")
+    table.add_row("admin", "yes" if info.admin else "no")
+    table.add_row("disabled", "yes" if info.disabled else "no")
+    table.add_row("max queued", "default" if info.max_queued is None else str(info.max_queued))
+    table.add_row("budget", _budget(info))
+    table.add_row("live keys", str(info.keys))
+    out().print(table)
+
+
+def _budget(info: AccountInfo) -> str:
+    parts = []
+    if info.budget_gpu_seconds is not None:
+        parts.append(f"{info.budget_gpu_seconds:g} GPU-s")
+    if info.budget_cost is not None:
+        parts.append(money(round(info.budget_cost * 1_000_000)))
+    return " / ".join(parts) + " a month" if parts else "none"
+
+
+def list_accounts(
+    url: UrlOption = DEFAULT_URL, key: KeyOption = None, as_json: JsonOption = False
+) -> None:
+    """Every account, disabled ones too."""
+    with session(url, key) as client:
+        found = client.accounts()
+    if as_json:
+        typer.echo("[" + ",".join(a.model_dump_json() for a in found) + "]")
+        return
+    columns = [
+        Column("account"),
+        Column("share", justify="right"),
+        Column("admin"),
+        Column("state"),
+        Column("keys", justify="right"),
+        Column("budget", optional=True),
+        Column("description", optional=True),
+    ]
+    rows = [
+        [
+            a.user_id,
+            f"{a.share:g}",
+            "yes" if a.admin else "",
+            "disabled" if a.disabled else "active",
+            str(a.keys),
+            _budget(a),
+            a.description,
+        ]
+        for a in found
+    ]
+    console = out()
+    console.print(fitted_table(columns, rows, console.width))
+
+
+def show_account(
+    user_id: UserId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One account."""
+    with session(url, key) as client:
+        _show(client.account_info(user_id), as_json)
+
+
+def create_account(
+    user_id: UserId,
+    description: Description = None,
+    share: Share = None,
+    admin: Annotated[bool, typer.Option("--admin", help="may use the admin API")] = False,
+    max_queued: MaxQueued = None,
+    budget_gpu_seconds: BudgetSeconds = None,
+    budget_cost: BudgetCost = None,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Open an account (then issue it a key: fairgpu admin keys issue ID)."""
+    fields = _changes(description, share, max_queued, budget_gpu_seconds, budget_cost)
+    if admin:
+        fields["admin"] = True
+    with session(url, key) as client:
+        _show(client.create_account(user_id, fields), as_json)
+
+
+def update_account(
+    user_id: UserId,
+    description: Description = None,
+    share: Share = None,
+    admin: Annotated[
+        bool | None, typer.Option("--admin/--no-admin", help="may use the admin API")
+    ] = None,
+    max_queued: MaxQueued = None,
+    budget_gpu_seconds: BudgetSeconds = None,
+    budget_cost: BudgetCost = None,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change an account: what is given changes (a new share moves its queued jobs at once);
+    none clears a quota or a budget."""
+    changes = _changes(description, share, max_queued, budget_gpu_seconds, budget_cost)
+    if admin is not None:
+        changes["admin"] = admin
+    if not changes:
+        fail("nothing to change: give at least one option", 2)
+    with session(url, key) as client:
+        _show(client.update_account(user_id, changes), as_json)
+
+
+def disable_account(
+    user_id: UserId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Disable an account: its keys stop working at once (its queued jobs still run)."""
+    with session(url, key) as client:
+        _show(client.update_account(user_id, {"disabled": True}), as_json)
+
+
+def enable_account(
+    user_id: UserId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enable a disabled account again."""
+    with session(url, key) as client:
+        _show(client.update_account(user_id, {"disabled": False}), as_json)
+
+
+def list_keys(
+    user_id: UserId,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """An account's keys, revoked ones too (their ids: a key's text is never kept)."""
+    with session(url, key) as client:
+        found = client.keys(user_id)
+    if as_json:
+        typer.echo("[" + ",".join(k.model_dump_json() for k in found) + "]")
+        return
+    columns = [Column("id"), Column("state"), Column("made"), Column("label", optional=True)]
+    rows = [
+        [
+            k.id,
+            "live" if k.revoked_at is None else f"revoked {_day(k.revoked_at)}",
+            _day(k.created_at),
+            k.label,
+        ]
+        for k in found
+    ]
+    console = out()
+    console.print(fitted_table(columns, rows, console.width))
+
+
+def issue_key(
+    user_id: UserId,
+    label: Annotated[str, typer.Option(help="what the key is for")] = "",
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Issue a key for an account. It is printed once: only its digest is kept."""
+    with session(url, key) as client:
+        issued = client.issue_key(user_id, label)
+    if as_json:
+        typer.echo(issued.model_dump_json())
+        return
+    typer.echo(issued.key)
+    typer.echo(
+        f"A key for {issued.user_id} (id {issued.id}). It is shown this once and kept nowhere: "
+        "store it now.",
+        err=True,
+    )
+
+
+def revoke_key(
+    key_id: Annotated[str, typer.Argument(help="the key's id (8 hex digits or more)")],
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke a key: every API process refuses it within a second."""
+    with session(url, key) as client:
+        revoked = client.revoke_key(key_id)
+    if as_json:
+        typer.echo(revoked.model_dump_json())
+    else:
+        out().print(f"Revoked key {revoked.id} of {revoked.user_id}.")
+
+
+def audit(
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="most entries")] = 50,
+    before: Annotated[int | None, typer.Option(help="entries older than this id")] = None,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Changes of accounts and keys, newest first: who, what, when."""
+    with session(url, key) as client:
+        found = client.audit(limit, before)
+    if as_json:
+        typer.echo("[" + ",".join(e.model_dump_json() for e in found) + "]")
+        return
+    columns = [
+        Column("id", justify="right"),
+        Column("when"),
+        Column("who"),
+        Column("what"),
+        Column("account"),
+        Column("detail", optional=True),
+    ]
+    rows = [
+        [str(e.id), _moment(e.at), e.actor, e.action, e.target, _detail(e.detail)] for e in found
+    ]
+    console = out()
+    console.print(fitted_table(columns, rows, console.width))
+
+
+def _detail(detail: dict[str, object]) -> str:
+    after = detail.get("after")
+    shown = after if isinstance(after, dict) else detail
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
+def _moment(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _day(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
+
+
+def month_window(month: str) -> tuple[str, str]:
+    """A calendar month (YYYY-MM, UTC) as [its first instant, the next month's)."""
+    try:
+        first = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        fail(f"--month {month!r}: a month is YYYY-MM", 2)
+    after = first.replace(year=first.year + (first.month == 12), month=first.month % 12 + 1)
+    return first.isoformat(), after.isoformat()
+
+
+def _report(
+    month: str | None, start: str | None, end: str | None, group_by: str, url: str, key: str | None
+) -> UsageReport:
+    if month is not None:
+        if start or end:
+            fail("give --month or --from/--to, not both", 2)
+        start, end = month_window(month)
+    if group_by not in ("account", "type", "queue", "day"):
+        fail(f"--by {group_by!r}: account, type, queue or day", 2)
+    with session(url, key) as client:
+        return client.usage(start=start, end=end, group_by=group_by)
+
+
+def _print_usage(report: UsageReport, as_csv: bool, as_json: bool) -> None:
+    if as_json:
+        typer.echo(report.model_dump_json(by_alias=True))
+        return
+    if as_csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow([report.group_by, "gpu_seconds", "jobs", "cost"])
+        for row in [*report.rows, report.total]:
+            writer.writerow([row.key, f"{row.gpu_seconds:g}", row.jobs, money(row.cost_micros)])
+        return
+    columns = [
+        Column(report.group_by, footer="total"),
+        Column("GPU-s", justify="right", footer=f"{report.total.gpu_seconds:g}"),
+        Column("jobs", justify="right", footer=str(report.total.jobs)),
+        Column("cost", justify="right", footer=money(report.total.cost_micros)),
+    ]
+    rows = [[r.key, f"{r.gpu_seconds:g}", str(r.jobs), money(r.cost_micros)] for r in report.rows]
+    console = out()
+    console.print(fitted_table(columns, rows, console.width))
+
+
+def usage(
+    month: Month = None,
+    start: Since = None,
+    end: Until = None,
+    group_by: By = "account",
+    as_csv: Csv = False,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What was billed, summed per account, job type, queue or day: yours (an admin's key:
+    every account's)."""
+    _print_usage(_report(month, start, end, group_by, url, key), as_csv, as_json)
+
+
+def admin_usage(
+    month: Month = None,
+    start: Since = None,
+    end: Until = None,
+    group_by: By = "account",
+    as_csv: Csv = False,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every account's use (the month-end report: --month 2026-11 --csv)."""
+    with session(url, key) as client:
+        if not client.account().admin:
+            fail("usage of every account is for admins: fairgpu usage shows your own", FAILED)
+    _print_usage(_report(month, start, end, group_by, url, key), as_csv, as_json)
+
+
+def register(admin: typer.Typer) -> None:
+    """Add the groups and commands of this module to `fairgpu admin`."""
+    account_commands: list[tuple[str, Callable[..., None]]] = [
+        ("list", list_accounts),
+        ("show", show_account),
+        ("create", create_account),
+        ("update", update_account),
+        ("disable", disable_account),
+        ("enable", enable_account),
+    ]
+    for name, command in account_commands:
+        accounts.command(name, cls=OneLineUsage)(command)
+    key_commands: list[tuple[str, Callable[..., None]]] = [
+        ("list", list_keys),
+        ("issue", issue_key),
+        ("revoke", revoke_key),
+    ]
+    for name, command in key_commands:
+        keys.command(name, cls=OneLineUsage)(command)
+    admin.add_typer(accounts, name="accounts")
+    admin.add_typer(keys, name="keys")
+    admin.command("audit", cls=OneLineUsage)(audit)
+    admin.command("usage", cls=OneLineUsage)(admin_usage)
