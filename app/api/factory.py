@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from redis.exceptions import RedisError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
@@ -61,6 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RedisError, _redis_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OSError, _redis_error)
+    app.add_exception_handler(SQLAlchemyError, _database_error)
     routers = (jobs, stream, job_types, tasks, bills, health, metrics, admin, accounts, dashboard)
     for module in routers:
         app.include_router(module.router)
@@ -77,6 +79,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith(admin.router.prefix + "/"):
         return await admin.hide_wrong_methods(request, exc)
     return await json_error(request, exc)
+
+
+async def _database_error(request: Request, exc: Exception) -> OrjsonResponse:
+    """503 with Retry-After while the SQL database cannot be reached (accounts' changes, bills,
+    usage: submits and statuses need Redis only); any other database failure is a 500."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        log.warning("%s %s: database unavailable: %r", request.method, request.url.path, exc)
+        return OrjsonResponse(
+            {"detail": "the accounts and billing database is unavailable; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+    log.error("%s %s: the database failed", request.method, request.url.path, exc_info=exc)
+    return OrjsonResponse({"detail": "internal error"}, status_code=500)
 
 
 def _allowed(request: Request) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.auth import Account, Accounts
 
@@ -50,8 +51,13 @@ class LiveAccounts:
         return self.current.all()
 
     async def reload(self) -> None:
-        """Read a fresh snapshot (off the event loop: it is a database query)."""
-        self.current = await asyncio.to_thread(self._load)
+        """Read a fresh snapshot (off the event loop: it is a database query); while the
+        database cannot be read, the snapshot in hand stays (the next change or refresh reads
+        it again)."""
+        try:
+            self.current = await asyncio.to_thread(self._load)
+        except SQLAlchemyError as exc:
+            log.warning("accounts: the database is unavailable (%r); keeping those in hand", exc)
 
     async def follow(self, client: aioredis.Redis, refresh_s: float = REFRESH_S) -> None:
         """Reload at every announced change and every refresh_s; runs until cancelled, and

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import create_engine
 
 from app.ledger.outbox import LedgerWriter, unwritten
 from tests.api.conftest import Api
@@ -131,3 +132,24 @@ async def test_the_ledger_outlives_the_job_records(
     r.flushall()  # every record expired (and more)
     assert [b["task_id"] for b in await get(api, "/billing-records")] == ids[::-1]
     assert (await get(api, "/usage"))["total"]["jobs"] == 2
+
+
+async def test_while_the_database_is_away_bills_answer_503_and_submits_go_on(api: Api) -> None:
+    """The database cannot be reached (its engine now points at a port where nothing listens):
+    what needs it answers 503 with Retry-After, what needs Redis alone works, and the accounts
+    in hand keep authenticating."""
+    away = create_engine("postgresql+psycopg://fairgpu@127.0.0.1:1/fairgpu", pool_pre_ping=True)
+    api.runtime.ledger.db.sessions.configure(bind=away)
+    try:
+        for path in ("/billing-records", "/usage", "/admin/accounts", "/admin/audit"):
+            response = await api.client.get(path, headers=KEY)
+            assert response.status_code == 503, (path, response.text)
+            assert response.headers["retry-after"] == "5"
+            assert "database is unavailable" in response.json()["detail"]
+        await api.runtime.accounts.reload()  # a change heard now: the accounts in hand stay
+        submitted = await api.client.post(
+            "/enqueue-task", json={"kind": "short", "duration_s": 1}, headers=KEY
+        )
+        assert submitted.status_code == 200
+    finally:
+        away.dispose()
