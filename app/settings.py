@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     redis_sentinel_password: SecretStr | None = Field(
         None, description="the Sentinels' own password (requirepass in sentinel.conf), if any"
     )
+    redis_min_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="replicas a submit's write must reach before it is answered (Redis WAIT); "
+        "default 0, and 1 under Sentinel",
+    )
     database_url: str | None = Field(
         None,
         description="SQL database of the accounts and the billing ledger (default: SQLite in "
@@ -210,6 +216,13 @@ class Settings(BaseSettings):
         """REDIS_SENTINELS as (host, port) pairs; empty without Sentinel."""
         pairs = [address.rpartition(":") for address in self.redis_sentinels]
         return [(host, int(port)) for host, _, port in pairs]
+
+    @property
+    def min_replicas(self) -> int:
+        """REDIS_MIN_REPLICAS, or its default: 1 under Sentinel, else 0."""
+        if self.redis_min_replicas is not None:
+            return self.redis_min_replicas
+        return 1 if self.redis_sentinels else 0
 
     @property
     def database(self) -> str:

@@ -37,10 +37,11 @@ class SentinelSet:
         return [f"127.0.0.1:{port}" for port, _ in self.watchers]
 
     def start(self) -> SentinelSet:
-        primary = RedisServer(self.directory / "r0", appendonly=True).start()
+        quick = ("--repl-diskless-sync-delay", "0")  # replicas sync at once, not after 5 s
+        primary = RedisServer(self.directory / "r0", appendonly=True, extra=quick).start()
         self.servers.append(primary)
         for n in range(1, self.replicas + 1):
-            of = ("--replicaof", "127.0.0.1", str(primary.port))
+            of = ("--replicaof", "127.0.0.1", str(primary.port), *quick)  # each may be promoted
             self.servers.append(
                 RedisServer(self.directory / f"r{n}", appendonly=True, extra=of).start()
             )

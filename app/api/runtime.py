@@ -92,7 +92,8 @@ class Runtime:
         )
         service = build(settings, accounts)
         clock = RedisClock(client)
-        queues = {kind: q.aio(client) for kind, q in service.queues.items()}
+        replicas = settings.min_replicas
+        queues = {kind: q.aio(client, replicas) for kind, q in service.queues.items()}
         hub = EventHub(hub_client)
         collector = ServiceCollector(
             service.recorder.redis,

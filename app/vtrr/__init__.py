@@ -13,7 +13,13 @@ This package imports redis and celery only; nothing else of fairgpu.
 
 from app.vtrr.celery_queue import Policy, VTRRQueue, VTRRTask
 from app.vtrr.delivery import Delivery, Taken
-from app.vtrr.errors import DropRefusedError, DuplicateTaskError, QueueFullError, VTRRError
+from app.vtrr.errors import (
+    DropRefusedError,
+    DuplicateTaskError,
+    NotReplicatedError,
+    QueueFullError,
+    VTRRError,
+)
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.hooks import Hooks, end_with
@@ -34,6 +40,7 @@ __all__ = [
     "Hooks",
     "Item",
     "Lease",
+    "NotReplicatedError",
     "Policy",
     "QueueFullError",
     "RedisQueue",

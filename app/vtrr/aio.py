@@ -16,7 +16,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
-from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
+from app.vtrr.scripts import NO_HOOKS, AsyncScripts, Replicas, TriggerKeys
 from app.vtrr.wire import (
     Admitted,
     admitted_of,
@@ -27,6 +27,9 @@ from app.vtrr.wire import (
     ranks_of,
     stats_of,
 )
+
+#: How long an enqueue waits for its replicas before NotReplicatedError (milliseconds).
+REPLICA_WAIT_MS = 1000
 
 
 class AsyncFairQueue:
@@ -41,6 +44,8 @@ class AsyncFairQueue:
         trigger_cap: int = -1,
         trigger_keys: TriggerKeys | None = None,
         hooks_lua: str = NO_HOOKS,
+        replicas: int = 0,
+        replica_wait_ms: int = REPLICA_WAIT_MS,
     ) -> None:
         self.name = name
         self.keys = Keys.for_queue(name)
@@ -48,6 +53,9 @@ class AsyncFairQueue:
         self._shares = shares
         self._trigger_cap = trigger_cap
         self._scripts = AsyncScripts(redis_client, self.keys, trigger_keys, hooks_lua)
+        # With replicas, an enqueue returns only once that many replicas have it (WAIT), else
+        # raises NotReplicatedError: a failover cannot then lose an item its caller was told of.
+        self._replicas: Replicas | None = (replicas, replica_wait_ms) if replicas else None
 
     async def enqueue(
         self,
@@ -67,7 +75,15 @@ class AsyncFairQueue:
         placement = "front" if front else "fair"
         limit = -1 if max_queued is None else max_queued
         reply = await self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, 0, limit, 0, *args
+            "enqueue",
+            partition_key,
+            self._trigger_cap,
+            placement,
+            0,
+            limit,
+            0,
+            *args,
+            replicas=self._replicas,
         )
         return ids, int(reply[0])
 
@@ -101,6 +117,7 @@ class AsyncFairQueue:
             limit,
             *hooked_args(hook_args),
             *args,
+            replicas=self._replicas,
         )
         return admitted_of(ids, reply)
 

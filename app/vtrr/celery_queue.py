@@ -244,10 +244,10 @@ class VTRRQueue(FairQueue):
             raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to run its items")
         return self._function(task, *delivery.args, **delivery.kwargs)
 
-    def aio(self, redis_client: AsyncRedis) -> AsyncFairQueue:
+    def aio(self, redis_client: AsyncRedis, replicas: int = 0) -> AsyncFairQueue:
         """This queue on an asyncio client (same name, shares, trigger cap and hooks), for web
         handlers; send the triggers its enqueue asks for with publish_triggers, off the event
-        loop."""
+        loop. With replicas, an enqueue returns once that many replicas have it (WAIT)."""
         return AsyncFairQueue(
             redis_client,
             self.name,
@@ -255,6 +255,7 @@ class VTRRQueue(FairQueue):
             trigger_cap=self._trigger_cap,
             trigger_keys=self._trigger_keys,
             hooks_lua=self.hooks.lua,
+            replicas=replicas,
         )
 
     # -- triggers ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
     VTRRError
      ├── DuplicateTaskError   an id that is already queued or in flight (also a ValueError)
      ├── QueueFullError       a partition would go past its limit of queued items
+     ├── NotReplicatedError   a write that fewer replicas than asked acknowledged in time
      └── DropRefusedError     drop() without the queue's name as confirmation (also a ValueError)
 
 Arguments that are wrong in themselves (a weight that is not a positive integer, a Celery option
@@ -34,6 +35,15 @@ class QueueFullError(VTRRError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the partition may have at most {limit} items queued")
         self.limit = limit
+
+
+class NotReplicatedError(VTRRError):
+    """The call was made on the primary, but fewer replicas than asked for acknowledged it in
+    time (Redis WAIT): a failover now could lose it. Its effect may stand: retry idempotently."""
+
+    def __init__(self, acked: int, wanted: int) -> None:
+        super().__init__(f"{acked} of {wanted} replicas acknowledged the write in time")
+        self.acked, self.wanted = acked, wanted
 
 
 class DropRefusedError(VTRRError, ValueError):

@@ -27,7 +27,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from app.vtrr.errors import from_reply
+from app.vtrr.errors import NotReplicatedError, from_reply
 from app.vtrr.keys import Keys
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -73,6 +73,9 @@ MANY_QUEUES = "*queues"
 NO_HOOKS = "return {}"
 #: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2).
 HOOKED = frozenset({"enqueue", "step"})
+#: (replicas, milliseconds): a write is acknowledged once that many replicas have it, waiting
+#: at most that long (Redis WAIT).
+Replicas = tuple[int, int]
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
@@ -292,13 +295,19 @@ class AsyncScripts(_Bound):
         self._client = client
         self._scripts = {n: client.register_script(script_source(n, hooks)) for n in NAMES}
 
-    async def run(self, name: str, *args: str | int | float) -> Any:
-        """Run one operation with its keys; Lua error replies become our exceptions."""
+    async def run(
+        self, name: str, *args: str | int | float, replicas: Replicas | None = None
+    ) -> Any:
+        """Run one operation with its keys; Lua error replies become our exceptions. With
+        replicas = (n, timeout_ms), the call is followed on its own connection by WAIT, and
+        NotReplicatedError says when fewer than n replicas acknowledged it in time."""
         keys = self.keys(name)
         function = function_name(name, self.hooks)
         try:
             if self._functions is None:
                 self._functions = await self._load()
+            if replicas is not None and replicas[0] > 0:
+                return await self._replicated(name, function, keys, args, replicas)
             if not self._functions:
                 return await self._scripts[name](keys=keys, args=args)
             try:
@@ -310,6 +319,37 @@ class AsyncScripts(_Bound):
                 return await self._client.fcall(function, len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
+
+    async def _replicated(
+        self,
+        name: str,
+        function: str,
+        keys: list[str],
+        args: tuple[str | int | float, ...],
+        replicas: Replicas,
+    ) -> Any:
+        """The call and a WAIT in one pipeline, so that both go down one connection (WAIT
+        counts the replicas that have every write of its own connection)."""
+        wanted, timeout_ms = replicas
+        for attempt in (1, 2):
+            async with self._client.pipeline(transaction=False) as pipe:
+                if self._functions:
+                    pipe.fcall(function, len(keys), *keys, *args)
+                else:
+                    await self._scripts[name](keys=keys, args=args, client=pipe)
+                pipe.wait(wanted, timeout_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, ResponseError):
+                if attempt == 1 and self._functions and _FUNCTION_GONE in str(reply):
+                    await self._load()
+                    continue
+                raise reply
+            if isinstance(acked, Exception):
+                raise acked
+            if int(acked) < wanted:
+                raise NotReplicatedError(int(acked), wanted)
+            return reply
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _load(self) -> bool:
         """Install the function library; False when the server has no functions."""

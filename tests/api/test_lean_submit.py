@@ -162,3 +162,20 @@ async def test_without_a_rate_limit_a_submit_writes_no_counter(
     response = await unlimited_api.client.post("/enqueue-task", json=BODY, headers=KEY)
     assert response.status_code == 200, response.text
     assert r.keys("fairgpu:rate:*") == []
+
+
+async def test_a_submit_that_no_replica_acknowledges_is_a_503_that_says_to_send_it_again(
+    settings: Settings, r: redis.Redis
+) -> None:
+    """REDIS_MIN_REPLICAS=1 on a Redis without a replica: the submit's write reaches none, so it
+    is not answered 200 (a failover could lose it); a retry with the same Idempotency-Key gets
+    that same job, whatever was written."""
+    async with open_api(settings.model_copy(update={"redis_min_replicas": 1})) as api:
+        headers = {**KEY, "Idempotency-Key": "safe"}
+        first = await api.client.post("/enqueue-task", json=BODY, headers=headers)
+        assert first.status_code == 503
+        assert first.headers["retry-after"] == "1"
+        assert "send the request again with the same Idempotency-Key" in first.json()["detail"]
+        again = await api.client.post("/enqueue-task", json=BODY, headers=headers)
+        assert again.status_code == 503  # still no replica: still not safe
+        assert len(r.keys(job_key("*"))) == 1  # one job written, however often it is sent

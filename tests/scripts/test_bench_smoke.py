@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vtrr.test_engines import redis7_binary
+from tests.vtrr.conftest import redis7_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 

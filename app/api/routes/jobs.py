@@ -25,7 +25,7 @@ from app.models import (
     TaskStatus,
 )
 from app.store.submit import NewJob, OverBudgetError, RateLimitedError, hook_args, submitted
-from app.vtrr import QueueFullError
+from app.vtrr import NotReplicatedError, QueueFullError
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
@@ -40,6 +40,7 @@ IdempotencyKeyHeader = Annotated[
     ),
 ]
 QUEUE_FULL_RETRY_S = 30
+NOT_REPLICATED_RETRY_S = 1
 
 
 async def valid_job(body: EnqueueBody, request: Request) -> Submission:
@@ -139,6 +140,14 @@ async def submit(
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail="this Idempotency-Key was used with a different request",
+        ) from None
+    except NotReplicatedError as exc:
+        # Written on the primary, not yet on enough replicas: a failover now could lose it.
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail=f"the job is not yet safe from a failover ({exc}); send the request again "
+            "with the same Idempotency-Key",
+            headers={"Retry-After": str(NOT_REPLICATED_RETRY_S)},
         ) from None
     except QueueFullError:
         raise HTTPException(
