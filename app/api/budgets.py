@@ -28,8 +28,8 @@ def budget(
 ) -> Budget | None:
     """What the admit check needs of a budgeted account's job; None for an account without a
     budget (nothing is checked or held)."""
-    if not account.budgeted:
-        return None
+    if account.budget_gpu_seconds is None and account.budget_cost_micros is None:
+        return None  # the common case, on every submit: nothing to check or hold
     most = billing.price(settings, kind, duration_s, job_type=job_type)
     limit_s = account.budget_gpu_seconds
     return Budget(

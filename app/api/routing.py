@@ -144,14 +144,16 @@ class KeyedRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """Wrap FastAPI's handler with the key check and the strict request."""
         handle = super().get_route_handler()
+        # Decided once: a required body must be declared JSON; an optional one, when sent.
+        body = self.body_field
+        required = body is not None and body.field_info.is_required()
+        optional = body is not None and not required
 
         async def keyed(request: Request) -> Response:
             caller = authenticated(request)
             if caller is None or not self.admits(caller):
                 raise self.refusal()
-            if self.body_field is not None and (
-                self.body_field.field_info.is_required() or _has_body(request)
-            ):
+            if required or (optional and _has_body(request)):
                 require_json(request)
             request.state.caller = caller
             _visit.set((caller, request.app.state.runtime.limiter))
