@@ -18,18 +18,15 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from app.admin_models import AccountInfo, AuditEntry, IssuedKey, KeyInfo
 from app.client.sse import SseEvent, server_gave_up, sse_events
 from app.models import (
-    AccountInfo,
     AccountView,
-    AuditEntry,
     BillingRecord,
     DropResult,
     EnqueueResponse,
     Health,
-    IssuedKey,
     JobTypeView,
-    KeyInfo,
     Kind,
     LogLine,
     Progress,

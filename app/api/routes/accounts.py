@@ -18,6 +18,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
+from app.admin_models import (
+    USER_ID_PATTERN,
+    AccountCreate,
+    AccountInfo,
+    AccountUpdate,
+    AuditEntry,
+    IssuedKey,
+    KeyInfo,
+    KeyRequest,
+)
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.routes.admin import RESPONSES
 from app.api.routing import AdminRoute
@@ -26,17 +36,7 @@ from app.billing import MICROS
 from app.ledger.accounts import AccountError
 from app.ledger.live import announce
 from app.ledger.schema import AccountRow, KeyRow
-from app.models import (
-    USER_ID_PATTERN,
-    AccountCreate,
-    AccountInfo,
-    AccountUpdate,
-    AuditEntry,
-    ErrorBody,
-    IssuedKey,
-    KeyInfo,
-    KeyRequest,
-)
+from app.models import ErrorBody
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)

@@ -1,0 +1,109 @@
+"""Wire shapes of the admin API for accounts, keys and the audit log (app/api/routes/accounts.py),
+apart from app/models.py's: what admins send and get back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: An account's id: it names the account in bills, logs and URLs.
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
+
+
+class AccountFields(BaseModel):
+    """What an admin may set on an account. In an update, a field left out is kept, and null
+    clears a quota or a budget (the default applies: no budget, MAX_QUEUED_PER_ACCOUNT)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    description: str = Field("", max_length=500)
+    share: float = Field(
+        1.0, ge=0.001, le=1000, allow_inf_nan=False, description="its weight in the fair queues"
+    )
+    admin: bool = False
+    max_queued: int | None = Field(None, ge=1, description="null: MAX_QUEUED_PER_ACCOUNT")
+    budget_gpu_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=1e12,
+        allow_inf_nan=False,
+        description="GPU-seconds billed a month; null: none",
+    )
+    budget_cost: float | None = Field(
+        None,
+        ge=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="cost a month, kept to the micro-unit (rounded); null: none",
+    )
+
+    @field_validator("max_queued", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        # JSON has no integer type of its own: 5.0 is the integer 5 (and true is no number)
+        if isinstance(value, float) and not isinstance(value, bool) and value.is_integer():
+            return int(value)
+        return value
+
+
+class AccountCreate(AccountFields):
+    """POST /admin/accounts."""
+
+    user_id: str = Field(pattern=USER_ID_PATTERN)
+
+
+class AccountUpdate(AccountFields):
+    """PATCH /admin/accounts/{user_id}."""
+
+    disabled: bool = Field(False, description="a disabled account's keys stop working")
+
+
+class AccountInfo(BaseModel):
+    """An account as admins see it."""
+
+    user_id: str
+    description: str
+    share: float
+    admin: bool
+    disabled: bool
+    max_queued: int | None
+    budget_gpu_seconds: float | None
+    budget_cost: float | None
+    created_at: float
+    keys: int = Field(description="its keys that work (not revoked)")
+
+
+class KeyRequest(BaseModel):
+    """POST /admin/accounts/{user_id}/keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    label: str = Field("", max_length=128, description="what the key is for")
+
+
+class KeyInfo(BaseModel):
+    """An API key as it is kept: never its text."""
+
+    id: str = Field(description="the first 12 hex digits of its SHA-256 digest")
+    user_id: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+
+class IssuedKey(KeyInfo):
+    """A key just issued: its text is in this answer and nowhere else."""
+
+    key: str = Field(description="the key itself, shown once")
+
+
+class AuditEntry(BaseModel):
+    """One change of an account or a key."""
+
+    id: int
+    at: float
+    actor: str = Field(description="the admin who made it (or seed)")
+    action: str
+    target: str = Field(description="the account")
+    detail: dict[str, Any]
