@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
     unit = worker["unit_tier"] if worker is not None else _unit_tier(config)
     if unit:
         support.examples_share = support.UNIT_TIER_SHARE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's SQLite database (see test_database)."""
+    shutil.rmtree(test_database().parent, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
