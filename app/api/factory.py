@@ -84,15 +84,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _database_error(request: Request, exc: Exception) -> OrjsonResponse:
     """503 with Retry-After while the SQL database cannot be reached (accounts' changes, bills,
     usage: submits and statuses need Redis only); any other database failure is a 500."""
-    if isinstance(exc, OperationalError | InterfaceError):
-        log.warning("%s %s: database unavailable: %r", request.method, request.url.path, exc)
-        return OrjsonResponse(
-            {"detail": "the accounts and billing database is unavailable; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-    log.error("%s %s: the database failed", request.method, request.url.path, exc_info=exc)
-    return OrjsonResponse({"detail": "internal error"}, status_code=500)
+    away = isinstance(exc, OperationalError | InterfaceError)
+    detail = "the accounts and billing database is unavailable; retry shortly"
+    return _failed(request, exc, "the database", away, detail)
 
 
 def _allowed(request: Request) -> str:
@@ -125,12 +119,15 @@ def _field(loc: Sequence[str | int]) -> list[str | int]:
 async def _redis_error(request: Request, exc: Exception) -> OrjsonResponse:
     """503 with Retry-After while Redis is away or in a transient state (app/errors.py); any
     other failure of Redis (a bug in a script, a wrong type) is a 500, logged in full."""
-    if transient(exc):
-        log.warning("%s %s: Redis unavailable: %r", request.method, request.url.path, exc)
-        return OrjsonResponse(
-            {"detail": "the job store is unavailable; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-    log.error("%s %s: Redis failed", request.method, request.url.path, exc_info=exc)
+    detail = "the job store is unavailable; retry shortly"
+    return _failed(request, exc, "Redis", transient(exc), detail)
+
+
+def _failed(request: Request, exc: Exception, what: str, away: bool, detail: str) -> OrjsonResponse:
+    """The answer to a failure of a store: 503 with Retry-After while it is away (a warning),
+    else a 500 (logged in full)."""
+    if away:
+        log.warning("%s %s: %s unavailable: %r", request.method, request.url.path, what, exc)
+        return OrjsonResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
+    log.error("%s %s: %s failed", request.method, request.url.path, what, exc_info=exc)
     return OrjsonResponse({"detail": "internal error"}, status_code=500)

@@ -201,8 +201,7 @@ def disable_account(
     as_json: JsonOption = False,
 ) -> None:
     """Disable an account: its keys stop working at once (its queued jobs still run)."""
-    with session(url, key) as client:
-        _show(client.update_account(user_id, {"disabled": True}), as_json)
+    _set_disabled(user_id, True, url, key, as_json)
 
 
 def enable_account(
@@ -212,8 +211,12 @@ def enable_account(
     as_json: JsonOption = False,
 ) -> None:
     """Enable a disabled account again."""
+    _set_disabled(user_id, False, url, key, as_json)
+
+
+def _set_disabled(user_id: str, disabled: bool, url: str, key: str | None, as_json: bool) -> None:
     with session(url, key) as client:
-        _show(client.update_account(user_id, {"disabled": False}), as_json)
+        _show(client.update_account(user_id, {"disabled": disabled}), as_json)
 
 
 def list_keys(
