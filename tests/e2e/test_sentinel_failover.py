@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.dev.sentinels import sentinel_set
 from app.dev.stack import Stack
 from tests.e2e.test_jobs import status
-from tests.sentinels import sentinel_set
 from tests.support import DEMO_KEY, fast_settings, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -1,5 +1,6 @@
 """The soak's chaos: a thread that SIGKILLs a random live worker every so often and starts a
-fresh one under a new name after a pause, as a process manager would."""
+fresh one under a new name after a pause, as a process manager would; and, under Sentinel, one
+that SIGKILLs the Redis primary once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import threading
 import time
 
+from app.dev.sentinels import SentinelSet
 from app.dev.stack import Stack
 
 
@@ -52,3 +54,27 @@ class Chaos(threading.Thread):
         self.join()
         while len(self.stack.workers) < workers:
             self.start_one()
+
+
+class PrimaryChaos(threading.Thread):
+    """Under Sentinel: SIGKILLs the Redis primary once, `after` seconds in, and starts that
+    server again `back_after` seconds later (the Sentinels make it a replica of the new one)."""
+
+    def __init__(self, ha: SentinelSet, after: float, back_after: float) -> None:
+        super().__init__(name="primary-chaos", daemon=True)
+        self.ha, self.after, self.back_after = ha, after, back_after
+        self.killed_at: float | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        if self._halt.wait(self.after):
+            return
+        victim = self.ha.primary()
+        self.killed_at = time.time()
+        victim.kill()
+        self._halt.wait(self.back_after)
+        victim.start()
+
+    def finish(self) -> None:
+        self._halt.set()
+        self.join()

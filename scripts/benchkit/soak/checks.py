@@ -34,6 +34,8 @@ class Findings:
     accepted: int = 0
     refused: int = 0
     kills: int = 0
+    primary_kills: int = 0
+    min_replicas: int = 0
     success: int = 0
     failed_after_attempts: int = 0
     lost: list[str] = field(default_factory=list)

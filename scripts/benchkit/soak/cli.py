@@ -21,6 +21,7 @@ of a worker to the restart of the job it was running. Exit status 0 when all che
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -28,15 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import redis
-
+from app import connections
 from app.dev.redis_server import free_port
+from app.dev.sentinels import SentinelSet, sentinel_set
 from app.dev.stack import Stack
 from app.ledger.database import Database
 from app.settings import Settings
 from scripts.benchkit.host import ROOT
 from scripts.benchkit.soak import traffic
-from scripts.benchkit.soak.chaos import Chaos
+from scripts.benchkit.soak.chaos import Chaos, PrimaryChaos
 from scripts.benchkit.soak.checks import Findings, check
 
 
@@ -60,19 +61,40 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workdir", type=Path, help="keep Redis and the logs here")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
+    p.add_argument(
+        "--sentinel",
+        action="store_true",
+        help="run on 1 primary, 2 replicas and 3 Sentinels, and SIGKILL the primary once, a third "
+        "of the way through the submits (restarted 2 s later)",
+    )
+    p.add_argument(
+        "--min-replicas", type=int, default=None, help="REDIS_MIN_REPLICAS (default: its own)"
+    )
     return p.parse_args(argv)
 
 
-def run_on(stack: Stack, args: argparse.Namespace, rng: random.Random, found: Findings) -> None:
+def run_on(
+    stack: Stack,
+    args: argparse.Namespace,
+    rng: random.Random,
+    found: Findings,
+    ha: SentinelSet | None = None,
+) -> None:
     """Submit under chaos, wait for the jobs to drain, and check what became of them."""
-    r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    r = connections.sync_client(stack.settings, decode_responses=True)
     chaos = Chaos(stack, rng, tuple(args.kill_every), tuple(args.restart_after))
+    primary = None if ha is None else PrimaryChaos(ha, args.jobs / args.rate / 3, 2.0)
     chaos.start()
+    if primary is not None:
+        primary.start()
     submitting = time.monotonic()
     try:
         accepted = traffic.submit_all(stack.url, args, rng, found)
     finally:
         chaos.finish(args.workers)
+        if primary is not None:
+            primary.finish()
+            found.primary_kills = int(primary.killed_at is not None)
     found.submit_s = round(time.monotonic() - submitting, 1)
     found.accepted, found.kills = len(accepted), len(chaos.kills)
     draining = time.monotonic()
@@ -100,12 +122,22 @@ def soak(args: argparse.Namespace) -> Findings:
         heartbeat_seconds=args.heartbeat,
         reclaim_interval_s=args.reclaim,
     )
+    if args.min_replicas is not None:
+        settings = settings.model_copy(update={"redis_min_replicas": args.min_replicas})
     with tempfile.TemporaryDirectory(prefix="fairgpu-soak-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
-        with Stack(settings, use_given_redis=False, workers=args.workers, workdir=workdir) as stack:
-            run_on(stack, args, rng, found)
+        with contextlib.ExitStack() as held:
+            ha = None
+            if args.sentinel:
+                ha = held.enter_context(sentinel_set(workdir / "redis"))
+                update = {"redis_sentinels": ha.addresses, "redis_url": "redis://127.0.0.1/0"}
+                settings = settings.model_copy(update=update)
+            found.min_replicas = settings.min_replicas
+            stack = Stack(settings, use_given_redis=False, workers=args.workers, workdir=workdir)
+            held.enter_context(stack)
+            run_on(stack, args, rng, found, ha)
         found.wall_s = round(time.monotonic() - began, 1)
     return found
 

@@ -1,6 +1,6 @@
 """A Redis that survives losing its primary, on loopback: one primary, two replicas and three
-Sentinels, each a real redis-server process (the same binary as the suite's Redis, the
-Sentinels with --sentinel), for the tests that fail a primary over."""
+Sentinels, each a real redis-server process (the Sentinels with --sentinel), for the failover
+tests and `scripts/soak.py --sentinel`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -69,8 +70,8 @@ class SentinelSet:
         for port, _ in self.watchers:
             with contextlib.closing(redis.Redis(port=port, socket_timeout=1)) as sentinel:
                 try:
-                    replicas = sentinel.execute_command("SENTINEL", "REPLICAS", MASTER)
-                    others = sentinel.execute_command("SENTINEL", "SENTINELS", MASTER)
+                    replicas: Any = sentinel.sentinel_slaves(MASTER)
+                    others: Any = sentinel.sentinel_sentinels(MASTER)
                 except redis.RedisError:
                     return False
                 if len(replicas) < self.replicas or len(others) < self.sentinels - 1:
@@ -81,9 +82,8 @@ class SentinelSet:
         """The server the Sentinels call the primary now."""
         port, _ = self.watchers[0]
         with contextlib.closing(redis.Redis(port=port, socket_timeout=1)) as sentinel:
-            _, primary_port = sentinel.execute_command(
-                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER
-            )
+            found: Any = sentinel.sentinel_get_master_addr_by_name(MASTER)
+        _, primary_port = found
         return next(s for s in self.servers if s.port == int(primary_port))
 
     def stop(self) -> None:
