@@ -104,8 +104,8 @@ def enqueue_args(
 
 
 class FairQueue:
-    """One fair queue: enqueue, dequeue (lease), ack, extend, release, credit, reclaim, and
-    inspection."""
+    """One fair queue: enqueue, dequeue (lease), ack, extend, release, credit, reshare, reclaim,
+    and inspection."""
 
     def __init__(
         self,
@@ -239,10 +239,14 @@ class FairQueue:
 
     def reshare(self, partition_key: str, share: float) -> int:
         """Charge the partition's queued items again at a new share, at once (its share changed:
-        the caller's `shares` gives the new one to items enqueued from now on). Its first fairly
-        placed item keeps its place; the others follow it at weight / share apart; items at the
-        front or in flight, and every other partition's items, do not move. Returns how many
-        items were charged again; ValueError for a share that is not positive and finite."""
+        the caller's `shares` must give the new one to items enqueued from now on).
+
+        Its first fairly placed item keeps its start; the others follow it at weight / share
+        apart, and its virtual time follows the last; items at the front or in flight, and
+        every other partition's items, do not move. One call, O(n log N) for its n items
+        queued. Returns how many items were charged again (0: none, and nothing changed);
+        ValueError for a share that is not positive and finite, before Redis is touched.
+        """
         share = share_of({partition_key: share}, partition_key)
         return int(self._scripts.run("reshare", partition_key, repr(share)))
 

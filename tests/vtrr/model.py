@@ -273,8 +273,9 @@ class QueueModel:
 
     def reshare(self, partition: str, share: float) -> int:
         """A new share: the partition's fairly placed queued items, in arrival order, charged
-        again from its first one's start; its virtual time follows the last; front-placed and
-        leased items keep theirs. Items enqueued later are charged at the new share."""
+        again from its first one's start, each at that start plus the weight ahead of it over
+        the share; its virtual time follows the last; front-placed and leased items keep
+        theirs. Items enqueued later are charged at the new share."""
         self.shares[partition] = share
         fair = sorted(
             (e for e in self.entries.values() if e.partition == partition and e.member[:1] == "1"),
@@ -282,12 +283,12 @@ class QueueModel:
         )
         if not fair:
             return 0
-        start = fair[0].score
+        first, before = fair[0].score, 0
         for entry in fair:
             entry.cost = entry.weight / share
-            entry.score = start
-            start = start + entry.cost
-        self.pvt[partition] = start
+            entry.score = first + before / share
+            before += entry.weight
+        self.pvt[partition] = first + before / share
         return len(fair)
 
     def promote(self, task_id: str) -> bool:

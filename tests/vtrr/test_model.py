@@ -407,3 +407,28 @@ def test_a_credit_that_moves_an_accounts_queued_items_ahead_of_anothers(redis_ur
         machine.redis_state_matches()
     finally:
         client.close()
+
+
+def test_a_reshare_mid_backlog_agrees_with_the_model(redis_url: str) -> None:
+    """The machine's rules again, written out: bob's share goes from 1 to 3 while one of his
+    items runs and another sits at the front; his queued ones are then a third as far apart,
+    and the one that runs is credited from what it was charged before."""
+    client = redis.Redis.from_url(redis_url, single_connection_client=True)
+    try:
+        machine = FairQueueMachine(client)
+        machine.build_queue(Config(2, None, "fair", True), seeds=[])
+        machine.enqueue(0, [Item(f"a{i}", id=f"a{i}", weight=3) for i in range(3)], front=False)
+        machine.enqueue(1, [Item(f"b{i}", id=f"b{i}", weight=3) for i in range(5)], front=False)
+        machine.dequeue(from_rear=False)  # a0
+        machine.dequeue(from_rear=False)  # b0
+        machine.promote("b4")
+        machine.reshare(partition=1, share=3)  # b1 keeps 3 (a tie: a1 came first); b2, b3 4, 5
+        assert machine.model.order() == ["b4", "a1", "b1", "b2", "b3", "a2"]
+        machine.enqueue(1, [Item("b5", id="b5", weight=3)], front=False)
+        machine.credit(ago=0, used=1)  # b0, charged 3 before: 3 x 2/3 = 2 back
+        # b1, b2 move to 1, 2, ahead of b4, which stays at the front's score then (3)
+        assert machine.model.order() == ["b1", "b2", "b4", "a1", "b3", "b5", "a2"]
+        machine.counts_match()
+        machine.redis_state_matches()
+    finally:
+        client.close()

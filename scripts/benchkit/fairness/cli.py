@@ -139,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(reshare.summary(changed))
         run["scenarios"][reshare.NAME] = changed.as_json()
         md.append(f"**reshare**: {reshare.summary(changed).removeprefix('reshare: ')}.")
+    # the whole command's, the reshare scenario's stack too
+    run["machine"].update(load_after=os.getloadavg(), seconds=time.monotonic() - began)
     if a.markdown is not None:
         a.markdown.write_text("\n\n".join(md) + "\n")
     if a.json:

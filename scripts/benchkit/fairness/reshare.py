@@ -3,10 +3,12 @@ have a deep backlog, and its service rate follows the new share from the next jo
 
 Two accounts, `reshare-a` and `reshare-b`, share 1 each, queue N jobs each (interleaved); once a
 third of them have started, an admin raises b's share to 3 (`PATCH /admin/accounts/reshare-b`).
-Each job's start (Redis's clock) gives the order the workers took them in. The report says b's
-share of the starts before and after the change, and how far from the new share (3/4) the
-starts after it ever were, counted in jobs: |b's starts among the first n - 3n/4|, at its
-worst while both accounts still had jobs queued. fairgpu only: a FIFO queue has no shares.
+Each job's start (Redis's clock) gives the order the workers took them in. The report says, over
+the starts while both accounts still had jobs queued: b's share of the starts before and after
+the change, and in the first WINDOW starts after it; how far from the new share (3/4) the starts
+after it ever were, counted in jobs (|b's starts among the first n - 3n/4|, at its worst); and
+how many jobs started after the change before that distance stayed within one job for good.
+fairgpu only: a FIFO queue has no shares.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ BEFORE, AFTER = 1.0, 3.0
 ADMIN = "reshare-admin"
 ACCOUNTS = ("reshare-a", "reshare-b")
 JOBS = 150  # each account's, at scale 1
+WINDOW = 20  # starts right after the change whose share is reported on its own
+OWED_AFTER = AFTER / (AFTER + BEFORE)  # b's share of the starts once the change holds
 
 
 def key(account: str) -> str:
@@ -53,6 +57,8 @@ class Outcome:
     b_share_before: float
     b_share_after: float
     worst_jobs_off: float  # the worst |b's starts - 3/4 of the starts| after the change
+    b_share_window: float  # b's share of the first WINDOW starts after the change
+    settled_after: int  # starts after the change before b stayed within one job of 3/4
     owners: list[str]  # who each start was for, in start order
     change_index: int  # the first start after the change
 
@@ -136,32 +142,50 @@ def _started_at(http: httpx.Client, task_id: str, account: str) -> float:
 
 
 def _outcome(owners: list[str], change: int) -> Outcome:
-    b = ACCOUNTS[1]
     before, after = owners[:change], owners[change:]
-    # Only while both accounts still have jobs: once a's (or b's) run out, the other runs alone.
-    both = len(after)
-    for end in range(len(after), 0, -1):
-        if set(after[end - 1 :]) == set(ACCOUNTS):
-            both = end
-            break
-    worst, count = 0.0, 0
-    for i, owner in enumerate(after[:both], 1):
-        count += owner == b
-        worst = max(worst, abs(count - i * AFTER / (AFTER + BEFORE)))
-    share_after = sum(o == b for o in after[:both]) / both if both else 0.0
+    after = after[: _both_queued(after)]
+    offs = _jobs_off(after)
+    late = [i for i, off in enumerate(offs, 1) if off > 1]
+    window = after[:WINDOW]
     return Outcome(
         jobs=len(owners),
         changed_after=change,
-        b_share_before=sum(o == b for o in before) / len(before) if before else 0.0,
-        b_share_after=share_after,
-        worst_jobs_off=round(worst, 2),
+        b_share_before=_share(before),
+        b_share_after=_share(after),
+        worst_jobs_off=round(max(offs, default=0.0), 2),
+        b_share_window=_share(window),
+        settled_after=max(late, default=0),
         owners=owners,
         change_index=change,
     )
 
 
+def _share(owners: list[str]) -> float:
+    """b's part of these starts (0 for none)."""
+    return sum(o == ACCOUNTS[1] for o in owners) / len(owners) if owners else 0.0
+
+
+def _both_queued(after: list[str]) -> int:
+    """How many of the starts after the change came while both accounts still had jobs: up to
+    the last job of the one that ran out first (after it, the other runs alone)."""
+    for end in range(len(after), 0, -1):
+        if set(after[end - 1 :]) == set(ACCOUNTS):
+            return end
+    return len(after)
+
+
+def _jobs_off(after: list[str]) -> list[float]:
+    """After each start since the change: |b's starts so far - the 3/4 it is owed|, in jobs."""
+    offs, count = [], 0
+    for i, owner in enumerate(after, 1):
+        count += owner == ACCOUNTS[1]
+        offs.append(abs(count - i * OWED_AFTER))
+    return offs
+
+
 def plot(outcome: Outcome, out_dir: Path) -> Path:
-    """fairness-reshare.png: b's share of the starts so far, against the share it is owed."""
+    """fairness-reshare.png: b's starts so far against what it is owed (above), and how many
+    jobs it is ahead of or behind that, counted from the change once it is made (below)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,38 +193,54 @@ def plot(outcome: Outcome, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "fairness-reshare.png"
-    b = ACCOUNTS[1]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    xs, ys = [], []
-    seen = 0
-    for i, owner in enumerate(outcome.owners, 1):
-        seen += owner == b
-        xs.append(i)
-        ys.append(seen)
-    ax.plot(xs, ys, label="reshare-b's starts (measured)")
-    c = outcome.change_index
-    owed = [i * 0.5 if i <= c else c * 0.5 + (i - c) * AFTER / (AFTER + BEFORE) for i in xs]
-    owed = [min(o, seen) for o in owed]  # until b has no job left
-    ax.plot(xs, owed, "--", label="owed: 1/2, then 3/4 of the starts")
-    ax.axvline(c, color="grey", linestyle=":", label="share 1 -> 3")
-    ax.set(
-        title="reshare: an account's share raised mid-backlog",
-        xlabel="jobs started (both accounts)",
-        ylabel="of which reshare-b's",
-    )
-    ax.legend(loc="upper left")
+    fig, (total, off) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
+    owners, c = outcome.owners, outcome.change_index
+    xs = list(range(1, len(owners) + 1))
+    seen = _running_count(owners)
+    owed = [min(_owed(i, c), seen[-1]) for i in xs]  # capped once b has no job left
+    total.plot(xs, seen, label="reshare-b's starts (measured)")
+    total.plot(xs, owed, "--", label="owed: 1/2, then 3/4 of the starts")
+    total.set(title="reshare: an account's share raised mid-backlog", ylabel="of which b's")
+    # below: while both accounts have jobs queued, before the change and after it
+    both = c + _both_queued(owners[c:])
+    before = [seen[i - 1] - i / 2 for i in xs[:c]]
+    base = seen[c - 1] if c else 0  # b's starts before the change
+    after = [seen[i - 1] - base - (i - c) * OWED_AFTER for i in xs[c:both]]
+    off.plot(xs[:both], before + after, label="b's starts - owed, in jobs (from the change on)")
+    off.axhspan(-1, 1, color="green", alpha=0.1, label="within one job")
+    off.set(xlabel="jobs started (both accounts)", ylabel="jobs ahead (+) / behind (-)")
+    off.set_ylim(-2, 2)
+    for ax in (total, off):
+        ax.axvline(c, color="grey", linestyle=":", label="share 1 -> 3")
+        ax.legend(loc="upper left" if ax is total else "lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def _running_count(owners: list[str]) -> list[int]:
+    """b's starts among the first 1, 2, ... starts."""
+    counts, seen = [], 0
+    for owner in owners:
+        seen += owner == ACCOUNTS[1]
+        counts.append(seen)
+    return counts
+
+
+def _owed(i: int, change: int) -> float:
+    """b's starts owed among the first i: half of them, then 3/4 of those after the change."""
+    return min(i, change) * 0.5 + max(0, i - change) * OWED_AFTER
+
+
 def summary(outcome: Outcome) -> str:
     """One line for the console."""
     return (
         f"reshare: {outcome.jobs} jobs; b's share of the starts {outcome.b_share_before:.2f} "
-        f"before the change (owed 0.50), {outcome.b_share_after:.2f} after it (owed 0.75); "
-        f"at worst {outcome.worst_jobs_off:g} jobs off the new share after the change"
+        f"before the change (owed 0.50), {outcome.b_share_after:.2f} after it (owed 0.75), "
+        f"{outcome.b_share_window:.2f} in the first {WINDOW} after it; at worst "
+        f"{outcome.worst_jobs_off:g} jobs off the new share after the change, and within one "
+        f"job of it for good after {outcome.settled_after} jobs"
     )
 
 
