@@ -101,7 +101,9 @@ class Service:
             return ran.outcome
 
         def recorded(done: Any) -> None:
-            if not done and ran.end is not None and ran.end.status is not Status.REVOKED:
+            if done:
+                self.recorder.announce(job_id)  # under replicas: once they have the end
+            elif ran.end is not None and ran.end.status is not Status.REVOKED:
                 log.warning("refused: another run owns the job", extra={"task_id": job_id})
 
         args = self.recorder.end_args(ran.end)
@@ -159,6 +161,7 @@ def build_queues(
             shares=accounts.share,
             drain_max_s=settings.drain_max_s,
             hooks=hooks,
+            replicas=settings.min_replicas,
         )
         for kind in KINDS
     }

@@ -3,17 +3,22 @@
 Nothing here runs Docker. The compose file is parsed with PyYAML (anchors and `<<:` merge keys
 resolve as Compose resolves them); the Dockerfile is split into its instructions. Where the
 meaning of a value depends on our own code (which device a worker picks), the test asks that
-code rather than restating it.
+code rather than restating it. A host with N GPUs runs the base file merged with the override
+that scripts/compose_gpus.py writes (app/deploy_compose.py): the GPU workers are checked in that
+merged model, for several N.
 """
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import importlib.util
+import json
 import re
 import shlex
 import stat
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,10 +28,12 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
+from app import deploy_compose
 from app.models import RECLAIM_QUEUE
 from app.settings import Settings
 from app.webhooks.signing import signer
 from app.worker import gpu
+from scripts import compose_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -36,12 +43,16 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 
 PROFILES = {
     "cpu": {"redis", "postgres", "api", "worker-cpu", "beat", "webhooks"},
-    "gpu": {"redis", "postgres", "api", "worker-gpu0", "worker-gpu1", "beat", "webhooks"},
+    "gpu": {"redis", "postgres", "api", "worker-gpu0", "beat", "webhooks"},
     "monitoring": {"redis", "flower", "prometheus"},
     "ha": {"redis", "redis-replica-1", "redis-replica-2", "sentinel-1", "sentinel-2", "sentinel-3"},
 }
 SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
-GPU_WORKERS = ("worker-gpu0", "worker-gpu1")
+#: The base file's GPU workers: card 0's only; the override adds the others (HOST_GPUS).
+GPU_WORKERS = ("worker-gpu0",)
+#: The host sizes whose merged base file and override are checked.
+HOST_GPUS = (1, 2, 4, 8)
+TEMPLATE = deploy_compose.TEMPLATE
 APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
 #: The services that open the SQL database of accounts and bills.
 DATABASE_SERVICES = ("api", "worker-cpu", *GPU_WORKERS)
@@ -142,6 +153,36 @@ def stage_of(instructions: list[tuple[int, str, str]], name: str) -> int:
         if keyword == "FROM" and args.lower().endswith(f" as {name}"):
             return stage
     raise AssertionError(f"no stage {name!r} in the Dockerfile")
+
+
+def compose_merge(base: Any, override: Any, path: tuple[str, ...] = ()) -> Any:
+    """`override` merged into `base` by Compose's rules: mappings merge key by key, sequences
+    are appended to (but `command`, `entrypoint` and `healthcheck.test` are replaced), and any
+    other value is replaced. (Compose also merges `ports` and `volumes` entries by their target,
+    which no override here needs: it adds services and changes none.)"""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = compose_merge(base[key], value, (*path, key)) if key in base else value
+        return copy.deepcopy(merged)
+    replaced = path[-1:] in (("command",), ("entrypoint",)) or path[-2:] == ("healthcheck", "test")
+    if isinstance(base, list) and isinstance(override, list) and not replaced:
+        return [*base, *override]
+    return copy.deepcopy(override)
+
+
+def gpu_workers(services: dict[str, dict[str, Any]]) -> list[str]:
+    """The GPU workers that the gpu profile starts, by card."""
+    names = [n for n in profile_services(services, "gpu") if deploy_compose.is_gpu_worker(n)]
+    return sorted(names, key=lambda name: int(card_of(name)))
+
+
+@pytest.fixture(scope="module", params=HOST_GPUS, ids=lambda n: f"{n}-gpus")
+def gpu_host(request, compose) -> dict[str, dict[str, Any]]:
+    """The services of a host with `request.param` GPUs: the base file merged with the override
+    that the generator writes, read back as Compose would read it."""
+    text = deploy_compose.render(deploy_compose.gpu_override(compose, request.param))
+    return compose_merge(compose, yaml.safe_load(text))["services"]
 
 
 # --- profiles --------------------------------------------------------------------------------
@@ -290,40 +331,63 @@ def test_api_is_healthy_when_its_health_endpoint_answers(services):
 # --- workers ---------------------------------------------------------------------------------
 
 
-def test_each_gpu_worker_reserves_exactly_its_own_card(services):
-    for name in GPU_WORKERS:
-        devices = reserved_devices(services[name])
+def test_a_host_with_n_gpus_runs_exactly_n_gpu_workers(gpu_host, request):
+    n = request.node.callspec.params["gpu_host"]
+    assert gpu_workers(gpu_host) == [f"worker-gpu{card}" for card in range(n)]
+    # and the rest of the profile as the base file has it
+    assert profile_services(gpu_host, "gpu") - set(gpu_workers(gpu_host)) == PROFILES["gpu"] - {
+        "worker-gpu0"
+    }
+
+
+def test_each_gpu_worker_reserves_exactly_its_own_card(gpu_host):
+    for name in gpu_workers(gpu_host):
+        devices = reserved_devices(gpu_host[name])
         assert devices == [
             {"driver": "nvidia", "device_ids": [card_of(name)], "capabilities": ["gpu"]}
         ], name
 
 
-def test_no_two_gpu_workers_share_a_card(services):
-    cards = [
-        d for name in GPU_WORKERS for r in reserved_devices(services[name]) for d in r["device_ids"]
-    ]
-    assert len(cards) == len(set(cards)) == len(GPU_WORKERS)
+def test_no_two_gpu_workers_share_a_card(gpu_host):
+    names = gpu_workers(gpu_host)
+    cards = [d for name in names for r in reserved_devices(gpu_host[name]) for d in r["device_ids"]]
+    assert sorted(cards, key=int) == [str(card) for card in range(len(names))]
 
 
-def test_each_gpu_worker_drives_the_one_card_its_container_sees(services):
-    for name in GPU_WORKERS:
-        svc = services[name]
+def test_each_gpu_worker_drives_the_one_card_its_container_sees(gpu_host):
+    for name in gpu_workers(gpu_host):
+        svc = gpu_host[name]
         env = environment(svc)
-        assert gpu.visible_devices(env) is not None, f"{name}: set CUDA_VISIBLE_DEVICES"
+        # the reserved card, as the NVIDIA runtime numbers it in the container
+        assert env["CUDA_VISIBLE_DEVICES"] == "0", name
         assert cards_cuda_sees(svc) == 1, f"{name}: CUDA_VISIBLE_DEVICES selects no reserved card"
         device = gpu.choose_device(env, lambda svc=svc: cards_cuda_sees(svc))
         assert device.gpu_id is not None, name
 
 
-def test_each_gpu_worker_is_named_after_its_card(services):
-    for name in GPU_WORKERS:
-        svc = services[name]
-        assert environment(svc)["WORKER_NAME"] == f"gpu{card_of(name)}@{svc['hostname']}"
+def test_each_gpu_worker_is_named_after_its_card(gpu_host):
+    for name in gpu_workers(gpu_host):
+        svc = gpu_host[name]
+        env = environment(svc)
+        assert svc["hostname"] == name
+        assert env["WORKER_NAME"] == f"gpu{card_of(name)}@{name}"
+        assert env["HOST_GPU_ID"] == card_of(name)  # results report the host's index
 
 
-def test_gpu_workers_get_torch_and_the_cpu_services_do_not(services):
-    for name in GPU_WORKERS:
-        assert "torch" in build_extras(services[name]), name
+def test_every_gpu_worker_is_the_base_files_but_for_its_card(gpu_host, services):
+    template = services["worker-gpu0"]
+    per_card = {"WORKER_NAME", "HOST_GPU_ID"}
+    for name in gpu_workers(gpu_host):
+        svc = gpu_host[name]
+        assert svc["stop_grace_period"] == template["stop_grace_period"], name
+        env = {k: v for k, v in environment(svc).items() if k not in per_card}
+        assert env == {k: v for k, v in environment(template).items() if k not in per_card}, name
+        assert deploy_compose.gpu_worker(svc, 0) == template, name  # nothing else differs
+
+
+def test_gpu_workers_get_torch_and_the_cpu_services_do_not(services, gpu_host):
+    for name in gpu_workers(gpu_host):
+        assert "torch" in build_extras(gpu_host[name]), name
     for name in set(APP_SERVICES) - set(GPU_WORKERS):
         assert "torch" not in build_extras(services[name]), name
 
@@ -335,17 +399,17 @@ def test_services_that_need_no_gpu_hide_every_gpu(services):
         assert not reserved_devices(services[name]), name
 
 
-def test_workers_take_jobs_from_both_queues_one_at_a_time(services):
-    for name in ("worker-cpu", *GPU_WORKERS):
-        svc = services[name]
+def test_workers_take_jobs_from_both_queues_one_at_a_time(gpu_host):
+    for name in ("worker-cpu", *gpu_workers(gpu_host)):
+        svc = gpu_host[name]
         assert command(svc) == ["python", "worker.py"], name
         assert environment(svc)["WORKER_QUEUES"] == "short,long", name
 
 
-def test_no_two_workers_share_a_celery_name(services):
-    beat = command(services["beat"])
-    names = [environment(services[n])["WORKER_NAME"] for n in GPU_WORKERS]
-    names.append(beat[beat.index("-n") + 1].replace("%h", services["beat"]["hostname"]))
+def test_no_two_workers_share_a_celery_name(gpu_host):
+    beat = command(gpu_host["beat"])
+    names = [environment(gpu_host[n])["WORKER_NAME"] for n in gpu_workers(gpu_host)]
+    names.append(beat[beat.index("-n") + 1].replace("%h", gpu_host["beat"]["hostname"]))
     assert len(names) == len(set(names))
 
 
@@ -617,3 +681,165 @@ def test_deployment_files_hold_no_absolute_path_of_this_machine(path):
     local = {str(ROOT), str(ROOT.parent), str(Path.home())} - {"/", *IMAGE_PATHS}
     for prefix in local:
         assert not re.search(re.escape(prefix) + r"(/|\b)", text), f"{path.name} names {prefix}"
+
+
+# --- a host with N GPUs: the generated override ----------------------------------------------
+
+
+@pytest.mark.parametrize("n", HOST_GPUS)
+def test_the_override_only_adds_services(compose, n):
+    # Compose cannot remove a base service and appends to its lists: the override names none.
+    override = deploy_compose.gpu_override(compose, n)
+    assert set(override) == {"services"}
+    assert set(override["services"]) == {f"worker-gpu{card}" for card in range(1, n)}
+    assert not set(override["services"]) & set(compose["services"])
+
+
+def test_the_merged_file_keeps_the_base_files_rules(gpu_host):
+    for name, svc in gpu_host.items():
+        assert svc.get("restart") == "unless-stopped", name
+        assert svc.get("profiles"), name
+        for dependency in svc.get("depends_on", {}):
+            assert not set(svc["profiles"]) - set(gpu_host[dependency]["profiles"]), name
+    builds: dict[str, Any] = {}
+    for name, svc in gpu_host.items():
+        if "build" in svc:
+            assert builds.setdefault(svc["image"], svc["build"]) == svc["build"], name
+
+
+def test_explicit_device_ids_give_each_named_card_its_worker(compose):
+    override = deploy_compose.gpu_override(compose, device_ids=[5, 0, 2])
+    merged = compose_merge(compose, override)["services"]
+    assert gpu_workers(merged) == ["worker-gpu0", "worker-gpu2", "worker-gpu5"]
+    for name in gpu_workers(merged):
+        assert reserved_devices(merged[name])[0]["device_ids"] == [card_of(name)]
+        assert environment(merged[name])["HOST_GPU_ID"] == card_of(name)
+        assert environment(merged[name])["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "device_ids"),
+    [(0, None), (-1, None), (None, None), (None, []), (None, [1, 2]), (None, [0, 0]), (3, [0, 1])],
+)
+def test_impossible_cards_are_refused(compose, gpus, device_ids):
+    with pytest.raises(deploy_compose.ComposeError):
+        deploy_compose.gpu_override(compose, gpus, device_ids)
+
+
+def test_the_template_must_be_card_0s_only_gpu_worker(compose):
+    def altered(change) -> dict[str, Any]:
+        base = copy.deepcopy(compose)
+        change(base["services"])
+        return base
+
+    second = altered(lambda s: s.update({"worker-gpu1": deploy_compose.gpu_worker(s[TEMPLATE], 1)}))
+    on_card_1 = altered(lambda s: s.update({TEMPLATE: deploy_compose.gpu_worker(s[TEMPLATE], 1)}))
+    two_devices = altered(lambda s: reserved_devices(s[TEMPLATE]).append({"device_ids": ["1"]}))
+    missing = altered(lambda s: s.pop(TEMPLATE))
+    for base in (second, on_card_1, two_devices, missing):
+        with pytest.raises(deploy_compose.ComposeError):
+            deploy_compose.gpu_override(base, 2)
+
+
+def test_the_generator_module_does_not_import_yaml():
+    # PyYAML is a development dependency: the service must import app.deploy_compose without it.
+    probe = "import sys, app.deploy_compose; assert 'yaml' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+NVIDIA_SMI_LIST = """\
+GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)
+GPU 1: NVIDIA H200 (UUID: GPU-11111111-1111-1111-1111-111111111111)
+  MIG 3g.71gb     Device  0: (UUID: MIG-22222222-2222-2222-2222-222222222222)
+GPU 2: NVIDIA H200 (UUID: GPU-33333333-3333-3333-3333-333333333333)
+"""
+
+
+def test_nvidia_smi_cards_are_counted_without_their_mig_devices():
+    assert deploy_compose.count_gpus(NVIDIA_SMI_LIST) == 3
+    assert deploy_compose.count_gpus("") == 0
+
+
+def fake_nvidia_smi(folder: Path, stdout: str, code: int = 0, stderr: str = "") -> Path:
+    """A stand-in `nvidia-smi` in `folder` that prints `stdout` (and `stderr`) and exits `code`."""
+    (folder / "listing").write_text(stdout)
+    fake = folder / "nvidia-smi"
+    fake.write_text(
+        f'#!/bin/sh\n[ "$1" = -L ] || exit 64\n'
+        f'while IFS= read -r line; do printf "%s\\n" "$line"; done < "{folder}/listing"\n'
+        f"printf '%s' {shlex.quote(stderr)} >&2\nexit {code}\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return folder
+
+
+def run_cli(*args: str) -> int:
+    return compose_gpus.main(["--base", str(COMPOSE_FILE), *args])
+
+
+@pytest.mark.parametrize("n", HOST_GPUS)
+def test_the_command_writes_an_override_that_parses(compose, tmp_path, capsys, n):
+    output = tmp_path / deploy_compose.OVERRIDE_FILE
+    assert run_cli("--gpus", str(n), "--output", str(output)) == 0
+    text = output.read_text()
+    assert text.startswith("#")
+    override = yaml.safe_load(text)
+    assert override == deploy_compose.gpu_override(compose, n)
+    # below its comment the file is JSON, which reads the same in any YAML parser
+    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    assert json.loads(body) == override
+    merged = compose_merge(compose, override)["services"]
+    assert len(gpu_workers(merged)) == n
+    assert "--profile gpu up" in capsys.readouterr().out
+
+
+def test_without_gpus_the_command_counts_the_cards_with_nvidia_smi(compose, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, NVIDIA_SMI_LIST)))
+    output = tmp_path / "out.yml"
+    assert run_cli("--output", str(output)) == 0
+    assert yaml.safe_load(output.read_text()) == deploy_compose.gpu_override(compose, 3)
+
+
+def test_explicit_device_ids_need_no_nvidia_smi(compose, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    output = tmp_path / "out.yml"
+    assert run_cli("--device-ids", "0,3", "--output", str(output)) == 0
+    assert set(yaml.safe_load(output.read_text())["services"]) == {"worker-gpu3"}
+
+
+def test_without_nvidia_smi_the_command_says_to_pass_gpus(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on it
+    output = tmp_path / "out.yml"
+    assert run_cli("--output", str(output)) != 0
+    message = capsys.readouterr().err
+    assert "nvidia-smi not found" in message
+    assert "--gpus N" in message
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("stdout", "code", "stderr", "said"),
+    [
+        ("", 9, "NVIDIA-SMI has failed because it couldn't communicate with the driver", "driver"),
+        ("No devices were found\n", 0, "", "lists no GPU"),
+    ],
+)
+def test_a_failing_nvidia_smi_is_reported(
+    tmp_path, monkeypatch, capsys, stdout, code, stderr, said
+):
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, stdout, code, stderr)))
+    output = tmp_path / "out.yml"
+    assert run_cli("--output", str(output)) != 0
+    message = capsys.readouterr().err
+    assert said in message
+    assert "--gpus N" in message
+    assert not output.exists()
+
+
+def test_the_generated_override_names_no_host_url_or_path_of_this_machine(compose):
+    text = deploy_compose.render(deploy_compose.gpu_override(compose, 8)).lower()
+    assert not PUBLIC_HOST.search(text), PUBLIC_HOST.findall(text)
+    assert not re.search(r"https?://", text)
+    local = {str(ROOT), str(ROOT.parent), str(Path.home())} - {"/", *IMAGE_PATHS}
+    assert not any(prefix.lower() in text for prefix in local)

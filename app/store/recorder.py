@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import redis
@@ -21,12 +22,16 @@ from app.store.keys import (
     billed_key,
     events_key,
     input_key,
+    job_channel,
     job_key,
     logs_key,
     usage_key,
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
+from app.vtrr.aio import REPLICA_WAIT_MS
+from app.vtrr.drain import STEP_PATIENCE_S
+from app.vtrr.scripts import until_replicated
 from app.vtrr.wire import as_text
 
 LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several
@@ -92,6 +97,9 @@ class JobRecorder:
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
         self._scripts = Scripts(client, "start", "finish", "progress", "log", "requeue")
+        #: Replicas that must have a run's end before the API processes hear of it (WAIT).
+        self._replicas = settings.min_replicas
+        self.patience_s = STEP_PATIENCE_S  # how long a short count is tried again
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job, or None."""
@@ -135,7 +143,21 @@ class JobRecorder:
         args = self.end_args(end)[1:]  # without the owner, whose bills the keys name
         keys = [job_key(job_id), events_key(job_id), usage_key(end.owner), billed_key(job_id)]
         keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS, LEDGER]
-        return bool(self._scripts.run("finish", keys, [job_id, token, *args]))
+        if not self._replicas:
+            return bool(self._scripts.run("finish", keys, [job_id, token, *args]))
+        # A repeat of the finish is refused, so the first reply says whether this run ended it.
+        finish = partial(self._scripts.run_replicated, "finish", keys, [job_id, token, *args])
+        wait = partial(finish, METRICS, (self._replicas, REPLICA_WAIT_MS))
+        recorded = bool(until_replicated(wait, self._replicas, self.patience_s))
+        if recorded:
+            self.announce(job_id)
+        return recorded
+
+    def announce(self, job_id: str) -> None:
+        """Tell the API processes that follow the job that it changed; the scripts do so
+        themselves unless replicas must have the change first (then the worker does, after)."""
+        if self._replicas:
+            self.redis.publish(job_channel(job_id), job_id)
 
     def end_args(self, end: RunEnd) -> list[str | int]:
         """The owner, then finish.lua's ARGV from its third (after the job id and token): what
@@ -145,7 +167,9 @@ class JobRecorder:
             ms = round(end.charge.billed_seconds * MS)
             bill = [end.charge.micros, end.charge.description, repr(end.charge.gpu_seconds), ms]
         args: list[str | int] = [end.owner, end.status.value, end.error, _text(end.tflops), *bill]
-        args += [CHANNEL, self._ttl, end.error_kind or "", end.output or ""]
+        # Under replicas the end is announced after WAIT, not by the script (announce).
+        channel = "" if self._replicas else CHANNEL
+        args += [channel, self._ttl, end.error_kind or "", end.output or ""]
         args += [_text(end.peak_gpu_memory_bytes), _text(end.peak_rss_bytes), end.artifacts or ""]
         return args
 

@@ -30,6 +30,7 @@ class Scripts:
     """Some of the store's scripts, on a blocking client."""
 
     def __init__(self, client: Redis, *names: str) -> None:
+        self._client = client
         self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in names}
 
     def run(self, name: str, keys: list[str], args: Args) -> Any:
@@ -38,6 +39,23 @@ class Scripts:
             return self._scripts[name](keys=keys, args=args)
         except ResponseError as exc:
             raise from_reply(exc) from None
+
+    def run_replicated(
+        self, name: str, keys: list[str], args: Args, probe: str, replicas: tuple[int, int]
+    ) -> tuple[Any, int]:
+        """Run one script, then on the same connection a write of one counter in the hash
+        `probe` (so that WAIT covers this call even when the script wrote nothing) and WAIT
+        (replicas, milliseconds); returns the script's reply and the replicas that have it."""
+        with self._client.pipeline(transaction=False) as pipe:
+            self._scripts[name](keys=keys, args=args, client=pipe)
+            pipe.hincrby(probe, "replicated_calls", 1)
+            pipe.wait(*replicas)
+            reply, _, acked = pipe.execute(raise_on_error=False)
+        if isinstance(reply, ResponseError):
+            raise from_reply(reply)
+        if isinstance(acked, Exception):
+            raise acked
+        return reply, int(acked)
 
 
 class AsyncScripts:

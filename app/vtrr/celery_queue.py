@@ -128,12 +128,15 @@ class VTRRQueue(FairQueue):
         push_triggers: bool | None = None,
         drain_max_s: float = DRAIN_MAX_S,
         hooks: Hooks | None = None,
+        replicas: int = 0,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        super().__init__(redis_client, name, lease_seconds=lease_seconds, shares=shares)
+        super().__init__(
+            redis_client, name, lease_seconds=lease_seconds, shares=shares, replicas=replicas
+        )
         self.celery_app = celery_app
         self.celery_queue = celery_queue
         self.max_concurrency = max_concurrency

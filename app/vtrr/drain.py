@@ -20,7 +20,8 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -30,9 +31,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
+from app.vtrr.aio import REPLICA_WAIT_MS
 from app.vtrr.delivery import Taken, delivery_of
 from app.vtrr.held import LEASE_KWARG
 from app.vtrr.hooks import ending
+from app.vtrr.scripts import until_replicated
 from app.vtrr.step import Ending, Stepped, step
 
 if TYPE_CHECKING:
@@ -117,9 +120,24 @@ def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:
     end = ending(task)
     queue, delivery = taken
     ended = Ending(queue, delivery.task_id, delivery.token, end.args, end.used_weight)
-    lease_from = None if more else 0
+    if vtrr.replicas:
+        stepped = _replicated_end(vtrr, ended)
+    else:
+        stepped = _patiently(
+            partial(step, vtrr._order(), ending=ended, lease_from=None if more else 0)
+        )
+    vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, kwargs={})
+    if end.then is not None:
+        end.then(stepped.done)
+    if more and vtrr.replicas:  # the end is on the replicas: now the next
+        stepped = _patiently(partial(step, vtrr._order()))
+    return _leased(vtrr, stepped) if more else None
+
+
+def _patiently(call: Callable[[], Stepped]) -> Stepped:
+    """A step, tried again for STEP_PATIENCE_S while Redis is unreachable."""
     try:
-        stepped = step(vtrr._order(), ending=ended, lease_from=lease_from)
+        return call()
     except UNREACHABLE:
         patiently = Retrying(
             retry=retry_if_exception_type(UNREACHABLE),
@@ -127,11 +145,26 @@ def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:
             stop=stop_before_delay(STEP_PATIENCE_S),
             reraise=True,
         )
-        stepped = patiently(step, vtrr._order(), ending=ended, lease_from=lease_from)
-    vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, kwargs={})
-    if end.then is not None:
-        end.then(stepped.done)
-    return _leased(vtrr, stepped) if more else None
+        return patiently(call)
+
+
+def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
+    """The step that ends an item and leases nothing, followed by WAIT until vtrr.replicas
+    replicas have it, so that a failover cannot take back an end the worker went on from (and
+    `then`, which may tell the world, hears it only then). A short count repeats the step (the
+    item is ended once: a repeat on the same primary ends nothing, and one on a new primary
+    that lost the end records it there), for STEP_PATIENCE_S; after that NotReplicatedError
+    goes up and the end is not reported. The first step's reply stands."""
+    replicas = (vtrr.replicas, REPLICA_WAIT_MS)
+
+    def ended_once() -> tuple[Stepped, int]:
+        stepped = _patiently(
+            partial(step, vtrr._order(), ending=ended, lease_from=0, replicas=replicas)
+        )
+        return stepped, stepped.replicated or 0
+
+    stepped: Stepped = until_replicated(ended_once, vtrr.replicas, STEP_PATIENCE_S)
+    return stepped
 
 
 def _leased(vtrr: VTRRQueue, stepped: Stepped) -> Taken | None:

@@ -117,6 +117,7 @@ class FairQueue:
         reclaim_to: Placement = "fair",
         reclaim_on_dequeue: bool = True,
         wake_on_enqueue: bool = False,
+        replicas: int = 0,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
@@ -128,6 +129,8 @@ class FairQueue:
         self._reclaim_to: Placement = reclaim_to
         self._reclaim_limit = RECLAIM_BATCH if reclaim_on_dequeue else 0
         self._wake = wake_on_enqueue
+        #: Replicas that must have an item's end before a worker's drain leases the next (WAIT).
+        self.replicas = replicas
         self._scripts = Scripts(redis_client, self.keys)
 
     # -- hooks for the Celery layer -------------------------------------------------------------

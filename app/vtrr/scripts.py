@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -235,6 +236,23 @@ class _Bound:
         raise exc
 
 
+def until_replicated(call: Callable[[], tuple[Any, int]], wanted: int, patience_s: float) -> Any:
+    """Make a call whose write is followed by WAIT (it returns its reply and the replicas that
+    acknowledged it) until `wanted` replicas have it, repeating it while fewer do for at most
+    patience_s; returns the first call's reply, or raises NotReplicatedError. The call must be
+    safe to repeat and write something each time (so that its WAIT covers the first call's
+    write: Redis counts, per connection, the replicas that have its latest write)."""
+    deadline = time.monotonic() + patience_s
+    first: tuple[Any, int] | None = None
+    while True:
+        made = call()
+        first = first or made
+        if made[1] >= wanted:
+            return first[0]
+        if time.monotonic() >= deadline:
+            raise NotReplicatedError(made[1], wanted)
+
+
 class Scripts(_Bound):
     """The operations of one queue, bound to its client, its keys and its hooks."""
 
@@ -270,6 +288,34 @@ class Scripts(_Bound):
                 return self._client.fcall(function, len(keys), *keys, *args)
         except ResponseError as exc:
             raise from_reply(exc) from None
+
+    def run_replicated(
+        self, name: str, keys: list[str], args: Sequence[str | int | float], replicas: Replicas
+    ) -> tuple[Any, int]:
+        """Run one operation, then on the same connection a write of one counter (so that what
+        WAIT covers includes this call even when the operation itself wrote nothing: a repeat of
+        one already done) and WAIT; returns its reply and how many replicas acknowledged it."""
+        wanted, timeout_ms = replicas
+        if self._functions is None:
+            self._functions = self._load()
+        for attempt in (1, 2):
+            with self._client.pipeline(transaction=False) as pipe:
+                if self._functions:
+                    pipe.fcall(function_name(name, self.hooks), len(keys), *keys, *args)
+                else:
+                    self._scripts[name](keys=keys, args=args, client=pipe)
+                pipe.hincrby(self._queue_keys["stats"], "replicated_calls", 1)
+                pipe.wait(wanted, timeout_ms)
+                reply, _, acked = pipe.execute(raise_on_error=False)
+            if isinstance(reply, ResponseError):
+                if attempt == 1 and self._functions and _FUNCTION_GONE in str(reply):
+                    self._load()
+                    continue
+                raise from_reply(reply)
+            if isinstance(acked, Exception):
+                raise acked
+            return reply, int(acked)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _load(self) -> bool:
         """Install the function library; False when the server has no functions."""

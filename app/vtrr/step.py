@@ -11,6 +11,7 @@ from typing import Any
 
 from app.vtrr.hooks import Arg
 from app.vtrr.queue import FairQueue, Lease
+from app.vtrr.scripts import Replicas
 from app.vtrr.wire import CREDIT_MOVES, as_text, credit_of, micros, seconds_of
 
 _HEAD = 9  # the reply's fields before each queue's (triggers to publish, items queued)
@@ -30,8 +31,8 @@ class Ending:
 @dataclass(frozen=True)
 class Stepped:
     """What a step did: acked (None: it ended nothing), the virtual time credited, `done`'s
-    reply, the lease it took and its queue, `lease`'s reply, and how many items each queue
-    (by name) has queued."""
+    reply, the lease it took and its queue, `lease`'s reply, how many items each queue (by
+    name) has queued, and how many replicas acknowledged the step (None: none were asked)."""
 
     acked: bool | None
     credited: float
@@ -40,6 +41,7 @@ class Stepped:
     lease: Lease | None
     hooked: Any
     queued: dict[str, int]
+    replicated: int | None = None
 
 
 def step(
@@ -48,9 +50,12 @@ def step(
     ending: Ending | None = None,
     consumes: FairQueue | None = None,
     lease_from: int | None = None,
+    replicas: Replicas | None = None,
 ) -> Stepped:
     """End `ending` (if any), count one trigger of `consumes` as run (if any), then lease from
     the first of queues[:lease_from] (all when None; 0: lease nothing) with an item queued.
+    With replicas = (n, timeout_ms), the step is followed by Redis WAIT on its connection, and
+    Stepped.replicated says how many replicas have it.
 
     Every queue must share the hooks of the first, whose scripts run the call; the queues of
     `ending` and `consumes` are added to the call's queues when missing (leasing from none)."""
@@ -75,7 +80,11 @@ def step(
     args += [runner._reclaim_to, *(q._trigger_cap for q in order)]
     done_args = list(ending.args) if ending else []
     args += [len(done_args), *done_args, *runner.hooks.lease_args()]
-    reply = runner._scripts.run_over("step", keys, *args)
+    replicated = None
+    if replicas is None:
+        reply = runner._scripts.run_over("step", keys, *args)
+    else:
+        reply, replicated = runner._scripts.run_replicated("step", keys, args, replicas)
 
     queued: dict[str, int] = {}
     for n, queue in enumerate(order):
@@ -87,4 +96,5 @@ def step(
         source = order[int(reply[3]) - 1]
         task_id, payload, timeouts, expiry = (as_text(x) for x in reply[4:8])
         lease = Lease(task_id, token, payload, int(timeouts), seconds_of(expiry))
-    return Stepped(acked, credit_of(reply[1]), reply[2], source, lease, reply[8], queued)
+    stepped = (acked, credit_of(reply[1]), reply[2], source, lease, reply[8], queued)
+    return Stepped(*stepped, replicated)

@@ -1,11 +1,13 @@
-"""An enqueue that must reach replicas (AsyncFairQueue(replicas=n)): it returns once n replicas
+"""Writes that must reach replicas: an enqueue (AsyncFairQueue(replicas=n)) returns once n replicas
 have the write (Redis WAIT on the call's own connection), and raises NotReplicatedError when
-fewer acknowledged it in time; on both engines, with real replicas."""
+fewer acknowledged it in time; a worker's step says how many replicas have the end it made; on
+both engines, with real replicas."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ from app.dev.processes import wait_until
 from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item, NotReplicatedError
 from app.vtrr.aio import AsyncFairQueue
+from app.vtrr.scripts import until_replicated
+from app.vtrr.step import Ending, Stepped, step
 from tests.vtrr.conftest import ENGINES
 
 
@@ -52,15 +56,63 @@ def test_an_enqueue_waits_for_its_replicas_or_says_it_could_not(
     check = redis.Redis.from_url(primary.url)
     assert FairQueue(check, "replicated").has("alone")  # written all the same: retry idempotently
 
+    with replica_of(primary, tmp_path) as mirror:
+        assert enqueue(primary.url, 1, ["copied"]) == ["copied"]
+        assert FairQueue(mirror, "replicated").has("copied")  # on the replica when answered
+        with pytest.raises(NotReplicatedError, match="1 of 2 replicas"):
+            enqueue(primary.url, 2, ["short"])
+
+
+def test_a_step_says_how_many_replicas_have_the_end_it_made(
+    primary: RedisServer, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(primary.url)
+    q = FairQueue(client, "stepped", replicas=1)
+
+    def ended(task_id: str) -> Stepped:
+        q.enqueue("ann", [Item("x", id=task_id)])
+        lease = q.dequeue()
+        assert lease is not None
+        ending = Ending(q, lease.task_id, lease.token)
+        return step([q], ending=ending, lease_from=0, replicas=(1, 50))
+
+    alone = ended("alone")
+    assert (alone.acked, alone.replicated) == (True, 0)  # ended on the primary, on no replica
+    with replica_of(primary, tmp_path) as mirror:
+        copied = ended("copied")
+        assert (copied.acked, copied.replicated) == (True, 1)
+        on_replica = FairQueue(mirror, "stepped")
+        assert not on_replica.has("copied")  # its end is there: neither queued nor in flight
+        # a repeat of the same step ends nothing, yet its WAIT still counts the replica
+        lease = Ending(q, "copied", "no-longer-held")
+        again = step([q], ending=lease, lease_from=0, replicas=(1, 50))
+        assert (again.acked, again.replicated) == (False, 1)
+
+
+def test_until_replicated_repeats_a_short_call_then_gives_up() -> None:
+    counts = iter([0, 0, 1])
+    made: list[int] = []
+
+    def call() -> tuple[str, int]:
+        made.append(1)
+        return f"reply {len(made)}", next(counts)
+
+    assert until_replicated(call, 1, patience_s=30) == "reply 1"  # the first reply stands
+    assert len(made) == 3
+    with pytest.raises(NotReplicatedError, match="0 of 2 replicas"):
+        until_replicated(lambda: ("x", 0), 2, patience_s=0)
+
+
+@contextmanager
+def replica_of(primary: RedisServer, tmp_path: Path) -> Iterator[redis.Redis]:
+    """A replica of the primary, synced, and a client on it."""
     of = ("--replicaof", "127.0.0.1", str(primary.port))
     replica = RedisServer(tmp_path / "replica", binary=primary.binary, extra=of).start()
     try:
         mirror = redis.Redis(port=replica.port)
         linked = lambda: mirror.info("replication").get("master_link_status") == "up"  # noqa: E731
         wait_until(linked, 30, "the replica to have synced")
-        assert enqueue(primary.url, 1, ["copied"]) == ["copied"]
-        assert FairQueue(mirror, "replicated").has("copied")  # on the replica when answered
-        with pytest.raises(NotReplicatedError, match="1 of 2 replicas"):
-            enqueue(primary.url, 2, ["short"])
+        yield mirror
+        mirror.close()
     finally:
         replica.stop()
