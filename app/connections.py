@@ -74,8 +74,11 @@ def async_pooled(
 
 
 def broker(settings: Settings) -> tuple[str, dict[str, Any]]:
-    """Celery's broker URL and the transport options it needs: Kombu's Redis transport on
-    REDIS_URL, or its Sentinel transport on every Sentinel."""
+    """Celery's broker URL and the transport options it needs: CELERY_BROKER_URL where set
+    (RabbitMQ), else Kombu's Redis transport on REDIS_URL, or its Sentinel transport on every
+    Sentinel."""
+    if settings.celery_broker_url:
+        return settings.celery_broker_url, {}
     if not settings.redis_sentinels:
         return settings.redis_url, {}
     db, password = _primary(settings)

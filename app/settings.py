@@ -40,6 +40,17 @@ class Settings(BaseSettings):
         description="replicas a submit's write must reach before it is answered (Redis WAIT); "
         "default 0, and 1 under Sentinel",
     )
+    celery_broker_url: str | None = Field(
+        None,
+        description="Celery's broker when it is not the state's Redis: amqp://user:password@host"
+        ":5672/vhost for RabbitMQ (the fair queues stay in Redis; docs/rabbitmq.md)",
+    )
+    broker_consumer_timeout_s: float = Field(
+        1800,
+        gt=0,
+        description="RabbitMQ's consumer_timeout, as set on the broker (its default, 30 min): "
+        "a worker warns at start when a trigger may be held longer (docs/rabbitmq.md)",
+    )
     database_url: str | None = Field(
         None,
         description="SQL database of the accounts and the billing ledger (default: SQLite in "
@@ -210,6 +221,20 @@ class Settings(BaseSettings):
         longest job, so a running drain's trigger is never handed on (the leases would fence a
         second run anyway)."""
         return self.drain_max_s + 2 * max(self.max_short_s, self.max_long_s)
+
+    @property
+    def longest_trigger_hold_s(self) -> float:
+        """The longest a worker holds a trigger unacked: a drain, then the job it started last
+        (stopped by the timeout at its longest duration plus TIMEOUT_GRACE_S, then killed after
+        CANCEL_GRACE_S)."""
+        longest_job = max(self.max_short_s, self.max_long_s)
+        return self.drain_max_s + longest_job + self.timeout_grace_s + self.cancel_grace_s
+
+    @property
+    def amqp_broker(self) -> bool:
+        """Whether Celery's broker is RabbitMQ (CELERY_BROKER_URL amqp:// or amqps://)."""
+        url = self.celery_broker_url or ""
+        return url.split("://", 1)[0] in ("amqp", "amqps", "pyamqp")
 
     @property
     def sentinels(self) -> list[tuple[str, int]]:

@@ -46,6 +46,16 @@ def create_celery(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         task_routes={f"vtrr_queue.reclaim.{kind}": {"queue": RECLAIM_QUEUE} for kind in KINDS},
     )
+    if settings.amqp_broker:
+        app.conf.update(
+            # A job runs in the worker's main thread (the solo pool), which then sends no AMQP
+            # heartbeats: with them on, RabbitMQ would close the connection of every worker
+            # whose job runs past two heartbeats, and hand its trigger to another. Off; TCP
+            # keepalive still finds a dead peer.
+            broker_heartbeat=0,
+            # A message RabbitMQ has taken is on disk: a broker restart loses no trigger.
+            broker_transport_options={"confirm_publish": True},
+        )
     return app
 
 

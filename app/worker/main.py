@@ -11,6 +11,7 @@ The module also exposes the Celery app as `app` for `celery -A worker beat` and 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from functools import cache
@@ -26,10 +27,13 @@ from app.ledger.stores import Ledger, open_ledger
 from app.service import Service
 from app.settings import Settings, get_settings
 from app.worker import gpu
+from app.worker.broker_check import consumer_timeout_problem
 from app.worker.calls import ChildStartError
 from app.worker.celery_app import worker_argv
 from app.worker.presence import Presence
 from app.worker.runner import JobRunner, build_worker, worker_name
+
+log = logging.getLogger(__name__)
 
 
 def _settings() -> Settings:
@@ -80,6 +84,8 @@ def main() -> None:
     settings, device, service, runner = _worker()
     ledger = _ledger(settings)
     logs.configure(settings.log_format, settings.log_level)
+    if problem := consumer_timeout_problem(settings):
+        log.error(problem)
     queues = settings.worker_queues
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)

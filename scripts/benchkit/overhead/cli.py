@@ -25,6 +25,7 @@ def run_jobs(args: argparse.Namespace) -> list[Report]:
         jobs=args.jobs or (20 if args.quick else 2000),
         idle=3 if args.quick else 100,
         workers=args.workers,
+        broker=args.broker,
     )
     samples = jobs.measure(plan)
     wanted = set(args.only)
@@ -91,6 +92,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="alternating rounds per variant")
     parser.add_argument("--jobs", type=int, help="jobs per throughput round")
     parser.add_argument("--workers", type=int, default=1, help="workers (throughput, gap)")
+    parser.add_argument(
+        "--broker", help="Celery's broker for throughput and gap (amqp://...: RabbitMQ)"
+    )
     parser.add_argument("--streams", type=int, help="open streams per SSE round")
     parser.add_argument("--ops", type=int, help="jobs measured per scaling point")
     parser.add_argument("--save", type=Path, help="also write the results as JSON to this file")

@@ -32,6 +32,7 @@ from app.vtrr import VTRRQueue, VTRRTask
 from app.worker.celery_app import create_celery
 
 URL_ENV = "BENCH_REDIS_URL"
+BROKER_ENV = "BENCH_BROKER_URL"  # Celery's broker when it is not that Redis (RabbitMQ)
 DONE_KEY = "bench:done"
 PLAIN_QUEUE, FAIR_QUEUE, PUBLISHED_QUEUE = "plain", "fair", "fair_published"
 QUEUES = (PLAIN_QUEUE, FAIR_QUEUE, PUBLISHED_QUEUE)  # the one set of workers serves all three
@@ -67,9 +68,11 @@ class BenchApp:
     client: redis.Redis
 
 
-def build(url: str) -> BenchApp:
-    """The benchmark's Celery app on the Redis at url; connects to nothing yet."""
-    celery_app = create_celery(Settings(redis_url=url))
+def build(url: str, broker: str | None = None) -> BenchApp:
+    """The benchmark's Celery app on the Redis at url (and the broker at `broker`, when it is
+    not that Redis: then no script can push a trigger, and Kombu publishes them all); connects
+    to nothing yet."""
+    celery_app = create_celery(Settings(redis_url=url, celery_broker_url=broker or None))
     client = redis.Redis.from_url(url)
     recorder = Recorder(client)
     queue = VTRRQueue(
@@ -108,5 +111,5 @@ def build(url: str) -> BenchApp:
     return BenchApp(celery_app, plain, noop, noop_published, queue, client)
 
 
-bench = build(os.environ.get(URL_ENV, "redis://127.0.0.1:1/0"))
+bench = build(os.environ.get(URL_ENV, "redis://127.0.0.1:1/0"), os.environ.get(BROKER_ENV))
 app = bench.celery
