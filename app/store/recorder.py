@@ -29,9 +29,8 @@ from app.store.keys import (
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
-from app.vtrr.aio import REPLICA_WAIT_MS
 from app.vtrr.drain import STEP_PATIENCE_S
-from app.vtrr.scripts import until_replicated
+from app.vtrr.replicated import REPLICA_WAIT_MS, until_replicated
 from app.vtrr.wire import as_text
 
 LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several

@@ -16,7 +16,8 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
-from app.vtrr.scripts import NO_HOOKS, AsyncScripts, Replicas, TriggerKeys
+from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
+from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
 from app.vtrr.wire import (
     Admitted,
     admitted_of,
@@ -27,9 +28,6 @@ from app.vtrr.wire import (
     ranks_of,
     stats_of,
 )
-
-#: How long an enqueue waits for its replicas before NotReplicatedError (milliseconds).
-REPLICA_WAIT_MS = 1000
 
 
 class AsyncFairQueue:

@@ -31,11 +31,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
-from app.vtrr.aio import REPLICA_WAIT_MS
 from app.vtrr.delivery import Taken, delivery_of
 from app.vtrr.held import LEASE_KWARG
 from app.vtrr.hooks import ending
-from app.vtrr.scripts import until_replicated
+from app.vtrr.replicated import REPLICA_WAIT_MS, until_replicated
 from app.vtrr.step import Ending, Stepped, step
 
 if TYPE_CHECKING:

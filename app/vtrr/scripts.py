@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -30,6 +29,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from app.vtrr.errors import NotReplicatedError, from_reply
 from app.vtrr.keys import Keys
+from app.vtrr.replicated import Replicas
 
 LUA_DIR = Path(__file__).with_name("lua")
 NAMES = (
@@ -74,9 +74,6 @@ MANY_QUEUES = "*queues"
 NO_HOOKS = "return {}"
 #: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2).
 HOOKED = frozenset({"enqueue", "step"})
-#: (replicas, milliseconds): a write is acknowledged once that many replicas have it, waiting
-#: at most that long (Redis WAIT).
-Replicas = tuple[int, int]
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
@@ -234,23 +231,6 @@ class _Bound:
         if text.startswith(_NO_FUNCTIONS) or isinstance(exc, NoPermissionError):
             return False
         raise exc
-
-
-def until_replicated(call: Callable[[], tuple[Any, int]], wanted: int, patience_s: float) -> Any:
-    """Make a call whose write is followed by WAIT (it returns its reply and the replicas that
-    acknowledged it) until `wanted` replicas have it, repeating it while fewer do for at most
-    patience_s; returns the first call's reply, or raises NotReplicatedError. The call must be
-    safe to repeat and write something each time (so that its WAIT covers the first call's
-    write: Redis counts, per connection, the replicas that have its latest write)."""
-    deadline = time.monotonic() + patience_s
-    first: tuple[Any, int] | None = None
-    while True:
-        made = call()
-        first = first or made
-        if made[1] >= wanted:
-            return first[0]
-        if time.monotonic() >= deadline:
-            raise NotReplicatedError(made[1], wanted)
 
 
 class Scripts(_Bound):

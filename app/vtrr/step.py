@@ -11,7 +11,7 @@ from typing import Any
 
 from app.vtrr.hooks import Arg
 from app.vtrr.queue import FairQueue, Lease
-from app.vtrr.scripts import Replicas
+from app.vtrr.replicated import Replicas
 from app.vtrr.wire import CREDIT_MOVES, as_text, credit_of, micros, seconds_of
 
 _HEAD = 9  # the reply's fields before each queue's (triggers to publish, items queued)

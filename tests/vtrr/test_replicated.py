@@ -18,7 +18,7 @@ from app.dev.processes import wait_until
 from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item, NotReplicatedError
 from app.vtrr.aio import AsyncFairQueue
-from app.vtrr.scripts import until_replicated
+from app.vtrr.replicated import until_replicated
 from app.vtrr.step import Ending, Stepped, step
 from tests.vtrr.conftest import ENGINES
 
