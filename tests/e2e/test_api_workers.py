@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.dev.stack import Stack
@@ -83,3 +85,43 @@ def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) 
     # The default ACCESS_LOG=false holds in every API process, not only in a single one.
     log = (stack.log_dir / "api.log").read_text()
     assert "POST /enqueue-task" not in log
+
+
+def test_a_key_revoked_through_one_api_process_is_refused_by_every_one(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack, _, pids = two_api_processes(make_stack)
+    admin = {"X-API-Key": DEMO_KEY}  # the demo account is an admin
+    made = httpx.post(f"{stack.url}/admin/accounts", headers=admin, json={"user_id": "fay"})
+    assert made.status_code == 201, made.text
+    issued = httpx.post(f"{stack.url}/admin/accounts/fay/keys", headers=admin)
+    assert issued.status_code == 201, issued.text
+    key = issued.json()["key"]
+
+    def answers_in_each(code: int) -> dict[int, float]:
+        """Per API process: the seconds until it answers `code` to the key."""
+        seen: dict[int, float] = {}
+        began = time.monotonic()
+        for serving in sorted(pids):
+            (other,) = pids - {serving}
+            os.kill(other, signal.SIGSTOP)  # every new connection now goes to `serving`
+            try:
+                wait_for(lambda: account_status(stack, key) == code, what=f"{code} from {serving}")
+                seen[serving] = time.monotonic() - began
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(other, signal.SIGCONT)
+        return seen
+
+    answers_in_each(200)  # both processes know the new key
+    key_id = httpx.get(f"{stack.url}/admin/accounts/fay/keys", headers=admin).json()[0]["id"]
+    assert httpx.delete(f"{stack.url}/admin/keys/{key_id}", headers=admin).status_code == 200
+    refused = answers_in_each(401)
+    # Reported, not asserted (timing on a shared machine): the issue asks for within a second.
+    print("revoked key refused after " + ", ".join(f"{s:.2f} s" for s in refused.values()))
+
+
+def account_status(stack: Stack, key: str) -> int:
+    """GET /account with the key, on a fresh connection (so that either process may take it)."""
+    with httpx.Client(base_url=stack.url, headers={"X-API-Key": key}) as client:
+        return client.get("/account", timeout=10).status_code
