@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from app.client.errors import FAILED, fail, session
-from app.client.http import DEFAULT_URL
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import about, out, queues_table, task_table
+from app.client.transport import DEFAULT_URL
 from app.models import TaskStatus
 
 admin = typer.Typer(help="Admin actions on queues, jobs, accounts and keys (admin accounts only).")

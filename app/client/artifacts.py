@@ -18,9 +18,10 @@ from typing import Annotated
 import typer
 
 from app.client.errors import FAILED, session
-from app.client.http import DEFAULT_URL, Client, FairgpuError, one_line
+from app.client.http import Client
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import artifacts_table, clean, out, size
+from app.client.transport import DEFAULT_URL, FairgpuError, one_line
 from app.models import Artifact, Status, TaskStatus
 
 #: The artifacts a download saved, each with the path it was saved to.

@@ -11,7 +11,7 @@ import typer
 
 from app.client.errors import USAGE, fail, session
 from app.client.follow import bill, watch_to_end
-from app.client.http import DEFAULT_URL, Client, FairgpuError
+from app.client.http import Client
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import (
     about,
@@ -24,6 +24,7 @@ from app.client.render import (
     tasks_table,
     types_table,
 )
+from app.client.transport import DEFAULT_URL, FairgpuError
 from app.models import EnqueueResponse, Kind, Status, TaskPage, TaskStatus
 
 

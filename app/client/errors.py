@@ -16,7 +16,8 @@ from typer._click import Context as ClickContext
 from typer._click.exceptions import NoSuchOption, UsageError
 from typer.core import TyperCommand
 
-from app.client.http import Client, FairgpuError, one_line
+from app.client.http import Client
+from app.client.transport import FairgpuError, one_line
 
 USAGE = 2  # exit code of a command given wrong arguments, as click uses
 FAILED = 1  # exit code when the server refuses or cannot be reached

@@ -14,7 +14,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from app.client.errors import INTERRUPTED, JOB_DID_NOT_SUCCEED, fail
-from app.client.http import Client, FairgpuError, JobEvent, LogBatch
+from app.client.http import Client, JobEvent, LogBatch
 from app.client.render import (
     clock,
     live_line,
@@ -24,6 +24,7 @@ from app.client.render import (
     progress_text,
     task_table,
 )
+from app.client.transport import FairgpuError
 from app.models import BillingRecord, Progress, Status, TaskStatus
 
 

@@ -4,33 +4,28 @@ scripts. Every failure is one FairgpuError whose message is a one-line explanati
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import re
-import ssl
 import time
 from collections.abc import Generator, Iterator
-from types import TracebackType
-from typing import Any, BinaryIO, NamedTuple, TypeVar
+from typing import BinaryIO, NamedTuple
 from urllib.parse import quote
 
 import httpx
 from httpx_sse import SSEError, connect_sse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from app.admin_models import AccountInfo, AuditEntry, IssuedKey, KeyInfo
+from app.client.admin_calls import AdminCalls
 from app.client.sse import SseEvent, server_gave_up, sse_events
+from app.client.transport import FairgpuError, one_line, reason, segment
 from app.models import (
     AccountView,
     BillingRecord,
-    DropResult,
     EnqueueResponse,
     Health,
     JobTypeView,
     Kind,
     LogLine,
     Progress,
-    QueuesView,
     Status,
     TaskLogs,
     TaskPage,
@@ -38,23 +33,9 @@ from app.models import (
     UsageReport,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a silence is a fault
-ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
-M = TypeVar("M", bound=BaseModel)
 BILLS = TypeAdapter(list[BillingRecord])
-ACCOUNTS = TypeAdapter(list[AccountInfo])
-KEYS = TypeAdapter(list[KeyInfo])
-AUDIT = TypeAdapter(list[AuditEntry])
 JOB_TYPES = TypeAdapter(list[JobTypeView])
-
-
-class FairgpuError(Exception):
-    """A request that did not succeed; str() is a one-line explanation fit for a terminal."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status  # the HTTP status, or None when no answer came
 
 
 class LogBatch(BaseModel):
@@ -91,72 +72,8 @@ class Cancelled(NamedTuple):
     stopping: bool
 
 
-def one_line(text: str) -> str:
-    """Text with every run of whitespace, newlines included, as one space."""
-    return " ".join(text.split())
-
-
-def describe_detail(detail: Any) -> str:
-    """An error body's `detail` as one line: a string as it is, a validation list as
-    `field: message; ...`."""
-    if isinstance(detail, str):
-        return one_line(detail)
-    if isinstance(detail, list):
-        parts = []
-        for item in detail:
-            if isinstance(item, dict):
-                loc = [str(p) for p in item.get("loc", []) if p != "body"]
-                msg = str(item.get("msg", item))
-                parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
-            else:
-                parts.append(str(item))
-        return one_line("; ".join(parts))
-    return one_line(str(detail))
-
-
-class Client:
-    """The fairgpu API at `url`, spoken to with the API key `key`."""
-
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        key: str | None = None,
-        *,
-        timeout_s: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-        reconnects: int = 5,
-        reconnect_delay_s: float = 0.5,
-    ) -> None:
-        self.url = check_url(url)
-        if key is not None and not (key.isascii() and key.isprintable()):
-            # httpx would fail later with an encoding error that names no header.
-            raise ValueError("the API key must be printable ASCII")
-        self.timeout_s = timeout_s
-        self.reconnects = reconnects
-        self.reconnect_delay_s = reconnect_delay_s
-        headers = {"X-API-Key": key} if key else {}
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout_s,
-            transport=transport,
-            verify=_tls_context(),
-        )
-
-    def close(self) -> None:
-        """Close the connections."""
-        self._http.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+class Client(AdminCalls):
+    """The fairgpu API at `url`, spoken to with the API key `key` (Transport's arguments)."""
 
     # -- endpoints --------------------------------------------------------------------------------
     def health(self) -> Health:
@@ -205,18 +122,18 @@ class Client:
 
     def status(self, task_id: str) -> TaskStatus:
         """GET /task-status/{id}."""
-        return self._parse(TaskStatus, self._request("GET", f"/task-status/{_segment(task_id)}"))
+        return self._parse(TaskStatus, self._request("GET", f"/task-status/{segment(task_id)}"))
 
     def logs(self, task_id: str, tail: int | None = None) -> list[LogLine]:
         """GET /tasks/{id}/logs: the job's kept log lines (only the last `tail`), oldest first."""
         params: dict[str, str | int] = {} if tail is None else {"tail": tail}
-        reply = self._request("GET", f"/tasks/{_segment(task_id)}/logs", params=params)
+        reply = self._request("GET", f"/tasks/{segment(task_id)}/logs", params=params)
         return self._parse(TaskLogs, reply).lines
 
     def download(self, task_id: str, name: str, sink: BinaryIO) -> Downloaded:
         """GET /tasks/{id}/artifacts/{name}, written to `sink` as it comes; what was received.
         The caller compares it with the listed size and SHA-256."""
-        path = f"/tasks/{_segment(task_id)}/artifacts/{quote(name, safe='/')}"
+        path = f"/tasks/{segment(task_id)}/artifacts/{quote(name, safe='/')}"
         digest, size = hashlib.sha256(), 0
         try:
             with self._http.stream("GET", path) as reply:
@@ -230,12 +147,12 @@ class Client:
         except httpx.TransportError as exc:
             if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 raise self._unreachable(exc) from None
-            raise FairgpuError(f"the download of {name!r} broke: {_reason(exc)}") from None
+            raise FairgpuError(f"the download of {name!r} broke: {reason(exc)}") from None
         return Downloaded(size, digest.hexdigest())
 
     def cancel(self, task_id: str) -> Cancelled:
         """DELETE /tasks/{id}: revoke a queued job, or ask a running one to stop."""
-        reply = self._request("DELETE", f"/tasks/{_segment(task_id)}")
+        reply = self._request("DELETE", f"/tasks/{segment(task_id)}")
         return Cancelled(self._parse(TaskStatus, reply), reply.status_code == 202)
 
     def tasks(
@@ -299,81 +216,9 @@ class Client:
         params |= {k: v for k, v in (("from", start), ("to", end)) if v}
         return self._parse(UsageReport, self._request("GET", "/usage", params=params))
 
-    def accounts(self) -> list[AccountInfo]:
-        """GET /admin/accounts (admins only)."""
-        return self._list(ACCOUNTS, self._request("GET", "/admin/accounts", admin=True))
-
-    def account_info(self, user_id: str) -> AccountInfo:
-        """GET /admin/accounts/{id} (admins only)."""
-        path = f"/admin/accounts/{_segment(user_id)}"
-        return self._parse(AccountInfo, self._request("GET", path, admin=True))
-
-    def create_account(self, user_id: str, fields: dict[str, object]) -> AccountInfo:
-        """POST /admin/accounts (admins only)."""
-        body = {"user_id": user_id, **fields}
-        return self._parse(
-            AccountInfo, self._request("POST", "/admin/accounts", json=body, admin=True)
-        )
-
-    def update_account(self, user_id: str, changes: dict[str, object]) -> AccountInfo:
-        """PATCH /admin/accounts/{id} (admins only): the fields given change; None clears a
-        quota or a budget."""
-        path = f"/admin/accounts/{_segment(user_id)}"
-        return self._parse(AccountInfo, self._request("PATCH", path, json=changes, admin=True))
-
-    def keys(self, user_id: str) -> list[KeyInfo]:
-        """GET /admin/accounts/{id}/keys (admins only)."""
-        path = f"/admin/accounts/{_segment(user_id)}/keys"
-        return self._list(KEYS, self._request("GET", path, admin=True))
-
-    def issue_key(self, user_id: str, label: str = "") -> IssuedKey:
-        """POST /admin/accounts/{id}/keys (admins only): a new key, whose text is in this
-        answer only."""
-        path = f"/admin/accounts/{_segment(user_id)}/keys"
-        reply = self._request("POST", path, json={"label": label}, admin=True)
-        return self._parse(IssuedKey, reply)
-
-    def revoke_key(self, key_id: str) -> KeyInfo:
-        """DELETE /admin/keys/{id} (admins only)."""
-        path = f"/admin/keys/{_segment(key_id)}"
-        return self._parse(KeyInfo, self._request("DELETE", path, admin=True))
-
-    def audit(self, limit: int = 100, before: int | None = None) -> list[AuditEntry]:
-        """GET /admin/audit (admins only): changes of accounts and keys, newest first."""
-        params: dict[str, str | int] = {"limit": limit}
-        if before is not None:
-            params["before"] = before
-        return self._list(AUDIT, self._request("GET", "/admin/audit", params=params, admin=True))
-
-    def _list(self, adapter: TypeAdapter[list[M]], reply: httpx.Response) -> list[M]:
-        try:
-            return adapter.validate_json(reply.content)
-        except ValidationError:
-            raise self._unexpected(reply) from None
-
     def cost_of(self, task_id: str, among: int = 100) -> BillingRecord | None:
         """The bill of one job, if it is among the account's `among` newest ones."""
         return next((b for b in self.billing(among) if b.task_id == task_id), None)
-
-    def queues(self) -> QueuesView:
-        """GET /admin/queues (admins only)."""
-        return self._parse(QueuesView, self._request("GET", "/admin/queues", admin=True))
-
-    def promote(self, task_id: str) -> TaskStatus:
-        """POST /admin/tasks/{id}/promote (admins only)."""
-        path = f"/admin/tasks/{_segment(task_id)}/promote"
-        return self._parse(TaskStatus, self._request("POST", path, admin=True))
-
-    def release(self, task_id: str) -> TaskStatus:
-        """POST /admin/tasks/{id}/release (admins only)."""
-        path = f"/admin/tasks/{_segment(task_id)}/release"
-        return self._parse(TaskStatus, self._request("POST", path, admin=True))
-
-    def drop(self, queue: str) -> DropResult:
-        """POST /admin/queues/{name}/drop (admins only): revoke every job queued in it."""
-        path = f"/admin/queues/{_segment(queue)}/drop"
-        reply = self._request("POST", path, json={"confirm": queue}, admin=True)
-        return self._parse(DropResult, reply)
 
     def watch(self, task_id: str) -> Iterator[TaskStatus]:
         """The job's statuses as the server streams them, the last one terminal (see events)."""
@@ -386,7 +231,7 @@ class Client:
         between them its progress and log lines. A connection that drops mid-stream is opened
         again with Last-Event-ID, at most `reconnects` times in a row; a server that cannot be
         reached at the start is an error at once."""
-        path = f"/task-status/stream/{_segment(task_id)}"
+        path = f"/task-status/stream/{segment(task_id)}"
         last_id: str | None = None
         failures = 0
         while True:
@@ -445,7 +290,7 @@ class Client:
         except httpx.TransportError as exc:
             if not resuming and isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 raise self._unreachable(exc) from None
-            raise _StreamDroppedError(_reason(exc)) from None
+            raise _StreamDroppedError(reason(exc)) from None
         raise _StreamDroppedError("the server closed it before the job ended")
 
     def _event(self, event: SseEvent) -> JobEvent | None:
@@ -460,67 +305,6 @@ class Client:
                 f"unexpected event from {self.url}: {one_line(event.data)[:120]}"
             ) from None
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: object = None,
-        params: dict[str, str | int] | None = None,
-        headers: dict[str, str] | None = None,
-        admin: bool = False,
-    ) -> httpx.Response:
-        try:
-            reply = self._http.request(method, path, json=json, params=params, headers=headers)
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
-        if admin and reply.status_code == 404 and _detail(reply) == "Not Found":
-            raise self._refused(reply)
-        if not reply.is_success:
-            raise self._failure(reply)
-        return reply
-
-    def _parse(self, model: type[M], reply: httpx.Response) -> M:
-        try:
-            return model.model_validate_json(reply.content)
-        except ValidationError:
-            raise self._unexpected(reply) from None
-
-    def _unexpected(self, reply: httpx.Response) -> FairgpuError:
-        """A success whose body is not what the API answers: likely not a fairgpu server."""
-        where = _where(reply)
-        return FairgpuError(
-            f"unexpected answer from {where} (is {self.url} a fairgpu server?)",
-            status=reply.status_code,
-        )
-
-    def _refused(self, reply: httpx.Response) -> FairgpuError:
-        """Why the admin API answered 404 as for a path that does not exist: it hides itself
-        from a bad key and from non-admins alike, so ask GET /account which it is."""
-        where = _where(reply)
-        try:
-            who = self.account()
-        except FairgpuError as exc:
-            if exc.status == 401:
-                return exc  # the key itself is wrong: say that
-            return FairgpuError(f"404 at {where}: not an admin, or no admin API here", status=404)
-        if who.admin:
-            return FairgpuError(f"404 at {where}: this server has no admin API", status=404)
-        return FairgpuError(f"404 at {where}: account {who.user_id} is not an admin", status=404)
-
-    def _failure(self, reply: httpx.Response) -> FairgpuError:
-        """One line for an error answer: status, the server's detail, where, when to retry."""
-        message = f"{reply.status_code} {_detail(reply)} at {_where(reply)}"
-        retry_after = reply.headers.get("Retry-After")
-        if retry_after is not None:
-            message += f"; retry after {one_line(retry_after)} s"
-        return FairgpuError(message, status=reply.status_code)
-
-    def _unreachable(self, exc: httpx.TransportError) -> FairgpuError:
-        if isinstance(exc, httpx.TimeoutException):
-            return FairgpuError(f"no answer from {self.url} within {self.timeout_s:g} s")
-        return FairgpuError(f"cannot reach {self.url}: {_reason(exc)}")
-
 
 class _StreamDroppedError(Exception):
     """The event stream broke or ended before a terminal status (retry_ms: the server's
@@ -533,49 +317,3 @@ class _StreamDroppedError(Exception):
 
 class _StreamEndedError(Exception):
     """The server answered 204: the job ended and its last event was seen already."""
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default context (system CAs, verified), made once per process: each made anew
-    loads the CA bundle, ~18 ms a client. A context is safe to share between clients."""
-    return httpx.create_ssl_context()
-
-
-def check_url(url: str) -> str:
-    """The base URL without a trailing slash; ValueError unless it is http(s)://host[:port]."""
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ValueError(f"invalid server URL {url!r}: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError(f"invalid server URL {url!r}: expected http://host:port")
-    return str(parsed).rstrip("/")
-
-
-def _segment(text: str) -> str:
-    """Text made safe as one path segment, so an id can never reach another endpoint."""
-    return quote(text, safe="")
-
-
-def _where(reply: httpx.Response) -> str:
-    url = reply.request.url
-    return str(url.copy_with(query=None))
-
-
-def _detail(reply: httpx.Response) -> str:
-    try:
-        body = reply.json()
-    except ValueError:
-        return reply.reason_phrase or "error"
-    if isinstance(body, dict) and "detail" in body:
-        return describe_detail(body["detail"])
-    return reply.reason_phrase or "error"
-
-
-def _reason(exc: httpx.TransportError) -> str:
-    """What went wrong with a connection, in words: "connection refused", not "[Errno 111] ..."."""
-    text = ERRNO_PREFIX.sub("", one_line(str(exc)))
-    if not text:
-        return type(exc).__name__
-    return text[0].lower() + text[1:]

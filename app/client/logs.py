@@ -20,9 +20,10 @@ from rich.console import Console
 
 from app.client.errors import INTERRUPTED, JOB_DID_NOT_SUCCEED, fail, session
 from app.client.follow import dropped_note
-from app.client.http import DEFAULT_URL, Client, FairgpuError, LogBatch
+from app.client.http import Client, LogBatch
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import log_text, out
+from app.client.transport import DEFAULT_URL, FairgpuError
 from app.models import LogLine, Status, TaskStatus
 
 Key = tuple[float, str, str]

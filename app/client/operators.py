@@ -20,9 +20,9 @@ import typer
 from app.admin_models import AccountInfo
 from app.client.errors import FAILED, OneLineUsage, fail, session
 from app.client.fit import Column, fitted_table
-from app.client.http import DEFAULT_URL
 from app.client.options import JsonOption, KeyOption, UrlOption
 from app.client.render import fields_table, money, out
+from app.client.transport import DEFAULT_URL
 from app.models import UsageReport
 
 accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.client.fit import GAP, Cell, Column, fitted_table
-from app.client.http import one_line
+from app.client.transport import one_line
 from app.models import (
     Artifact,
     BillingRecord,

@@ -11,8 +11,9 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from app.client.http import Client, FairgpuError, LogBatch, check_url, describe_detail
+from app.client.http import Client, LogBatch
 from app.client.sse import SseEvent, sse_events
+from app.client.transport import FairgpuError, check_url, describe_detail
 from app.models import LogLine, Progress, Status, TaskStatus
 
 TASK = "0b7d2f6e-0000-4000-8000-000000000001"
