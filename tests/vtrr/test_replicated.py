@@ -35,11 +35,16 @@ def primary(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisSer
     server.stop()
 
 
-def enqueue(url: str, replicas: int, ids: list[str]) -> list[str]:
+#: How long a WAIT that should succeed may take: it returns as soon as the replicas have the
+#: write, so a loaded machine costs nothing here (one that must fail waits SHORT_MS).
+ENOUGH_MS, SHORT_MS = 10_000, 100
+
+
+def enqueue(url: str, replicas: int, ids: list[str], wait_ms: int = SHORT_MS) -> list[str]:
     async def call() -> list[str]:
         client = AsyncRedis.from_url(url)
         try:
-            q = AsyncFairQueue(client, "replicated", replicas=replicas, replica_wait_ms=100)
+            q = AsyncFairQueue(client, "replicated", replicas=replicas, replica_wait_ms=wait_ms)
             found, _ = await q.enqueue("ann", [Item("x", id=i) for i in ids])
             return found
         finally:
@@ -57,7 +62,7 @@ def test_an_enqueue_waits_for_its_replicas_or_says_it_could_not(
     assert FairQueue(check, "replicated").has("alone")  # written all the same: retry idempotently
 
     with replica_of(primary, tmp_path) as mirror:
-        assert enqueue(primary.url, 1, ["copied"]) == ["copied"]
+        assert enqueue(primary.url, 1, ["copied"], ENOUGH_MS) == ["copied"]
         assert FairQueue(mirror, "replicated").has("copied")  # on the replica when answered
         with pytest.raises(NotReplicatedError, match="1 of 2 replicas"):
             enqueue(primary.url, 2, ["short"])
@@ -69,23 +74,23 @@ def test_a_step_says_how_many_replicas_have_the_end_it_made(
     client = redis.Redis.from_url(primary.url)
     q = FairQueue(client, "stepped", replicas=1)
 
-    def ended(task_id: str) -> Stepped:
+    def ended(task_id: str, wait_ms: int = SHORT_MS) -> Stepped:
         q.enqueue("ann", [Item("x", id=task_id)])
         lease = q.dequeue()
         assert lease is not None
         ending = Ending(q, lease.task_id, lease.token)
-        return step([q], ending=ending, lease_from=0, replicas=(1, 50))
+        return step([q], ending=ending, lease_from=0, replicas=(1, wait_ms))
 
     alone = ended("alone")
     assert (alone.acked, alone.replicated) == (True, 0)  # ended on the primary, on no replica
     with replica_of(primary, tmp_path) as mirror:
-        copied = ended("copied")
+        copied = ended("copied", ENOUGH_MS)
         assert (copied.acked, copied.replicated) == (True, 1)
         on_replica = FairQueue(mirror, "stepped")
         assert not on_replica.has("copied")  # its end is there: neither queued nor in flight
         # a repeat of the same step ends nothing, yet its WAIT still counts the replica
         lease = Ending(q, "copied", "no-longer-held")
-        again = step([q], ending=lease, lease_from=0, replicas=(1, 50))
+        again = step([q], ending=lease, lease_from=0, replicas=(1, ENOUGH_MS))
         assert (again.acked, again.replicated) == (False, 1)
 
 
