@@ -29,8 +29,7 @@ from app.store.keys import (
 )
 from app.store.record import JobRecord
 from app.store.scripts import Scripts
-from app.vtrr.drain import STEP_PATIENCE_S
-from app.vtrr.replicated import REPLICA_WAIT_MS, until_replicated
+from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.wire import as_text
 
 LINES_PER_WRITE = 500  # log lines per script call: a flood of lines goes in several
@@ -98,7 +97,7 @@ class JobRecorder:
         self._scripts = Scripts(client, "start", "finish", "progress", "log", "requeue")
         #: Replicas that must have a run's end before the API processes hear of it (WAIT).
         self._replicas = settings.min_replicas
-        self.patience_s = STEP_PATIENCE_S  # how long a short count is tried again
+        self.patience_s = REPLICA_PATIENCE_S  # how long a short count is tried again
 
     def get(self, job_id: str) -> JobRecord | None:
         """The job, or None."""

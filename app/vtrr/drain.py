@@ -34,7 +34,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_
 from app.vtrr.delivery import Taken, delivery_of
 from app.vtrr.held import LEASE_KWARG
 from app.vtrr.hooks import ending
-from app.vtrr.replicated import REPLICA_WAIT_MS, until_replicated
+from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.step import Ending, Stepped, step
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
     replicas have it, so that a failover cannot take back an end the worker went on from (and
     `then`, which may tell the world, hears it only then). A short count repeats the step (the
     item is ended once: a repeat on the same primary ends nothing, and one on a new primary
-    that lost the end records it there), for STEP_PATIENCE_S; after that NotReplicatedError
+    that lost the end records it there), for REPLICA_PATIENCE_S; then NotReplicatedError
     goes up and the end is not reported. The first step's reply stands."""
     replicas = (vtrr.replicas, REPLICA_WAIT_MS)
 
@@ -162,7 +162,7 @@ def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
         )
         return stepped, stepped.replicated or 0
 
-    stepped: Stepped = until_replicated(ended_once, vtrr.replicas, STEP_PATIENCE_S)
+    stepped: Stepped = until_replicated(ended_once, vtrr.replicas, REPLICA_PATIENCE_S)
     return stepped
 
 

@@ -17,6 +17,8 @@ from app.vtrr.errors import NotReplicatedError
 Replicas = tuple[int, int]
 #: How long one WAIT waits for its replicas (milliseconds).
 REPLICA_WAIT_MS = 1000
+#: How long a short-counted write is repeated before NotReplicatedError (seconds).
+REPLICA_PATIENCE_S = 30.0
 
 
 def until_replicated(call: Callable[[], tuple[Any, int]], wanted: int, patience_s: float) -> Any:
