@@ -96,7 +96,7 @@ def test_frozen_worker_s_late_completion_is_refused_by_the_lease_token(
     make_faults: Callable[..., Faults],
 ) -> None:
     faults = make_faults(workers=2, worker_module=FAULT_WORKER)
-    # A stubborn run ignores the stop flag, so the stale run really reaches finish() on waking.
+    # A stubborn run never sees the stop flag, so the stale run always reaches finish() on waking.
     task_id = faults.submit(DEMO_KEY, duration_s=STUBBORN_S)
     first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
     victim = short_name(first["result"]["worker"])

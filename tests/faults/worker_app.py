@@ -5,8 +5,9 @@ in its own process (InlineExecutor, so that a job can take the worker down) with
 type that records every run in Redis and misbehaves on request, chosen by the job's duration:
 
     POISON_S    the run SIGKILLs its own worker process, every time (a job that crashes its host)
-    STUBBORN_S  the run sleeps its whole duration and ignores the stop flag (a kernel that
-                cannot be interrupted), so a run that lost its lease still reaches finish()
+    STUBBORN_S  the run sleeps its whole duration and never sees the stop flag (a kernel that
+                cannot be interrupted, on a host whose heartbeat is stuck with it), so a run
+                that lost its lease always reaches finish() and meets the lease token there
     anything else: the normal CPU burn (a sleep), which stops when its lease is lost
 
 Every run first appends "<job id> <worker>" to the list RUNS_KEY, so a test counts real runs,
@@ -20,6 +21,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -29,8 +31,10 @@ from app.jobs.builtin.burn import BurnIn, BurnOut
 from app.jobs.builtin.burn import burn as builtin_burn
 from app.settings import Settings, get_settings
 from app.worker import gpu
+from app.worker.calls import Call, Ended
 from app.worker.celery_app import worker_argv
 from app.worker.inline import InlineExecutor
+from app.worker.live import NO_EVENTS, JobEvents
 from app.worker.runner import build_worker, worker_name
 
 POISON_S = 7.77
@@ -59,12 +63,30 @@ def fault_burn(settings: Settings, device: gpu.Device) -> JobType:
     return burn
 
 
+class StubbornExecutor(InlineExecutor):
+    """An InlineExecutor that hides the stop flag from a STUBBORN_S run. Without this, the
+    heartbeat thread of a thawed worker could see the lost lease before the run returns, and
+    the run would end as stopped (never reaching finish()) or not, as the two threads raced."""
+
+    def run(
+        self, call: Call, should_stop: Callable[[], bool], events: JobEvents = NO_EVENTS
+    ) -> Ended:
+        if abs(call.budget_s - STUBBORN_S) < TELL_APART_S:
+            should_stop = never
+        return super().run(call, should_stop, events)
+
+
+def never() -> bool:
+    """A stop flag that is never raised."""
+    return False
+
+
 def main() -> None:
     """Run a CPU worker with the fault workload and the worker command line of app/worker.py."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     device = gpu.CPU
-    executor = InlineExecutor(Registry([fault_burn(settings, device)]))
+    executor = StubbornExecutor(Registry([fault_burn(settings, device)]))
     service, _ = build_worker(settings, Accounts.load(settings.users_file), device, executor)
     service.celery.worker_main(worker_argv(settings.worker_queues, worker_name(settings, device)))
 
