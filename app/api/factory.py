@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from app.api import schema
+from app.api.fast_submit import SubmitFastPath
 from app.api.limits import BodyLimit
 from app.api.responses import OrjsonResponse, json_error
 from app.api.routes import (
@@ -37,8 +38,9 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The API for these settings; Redis is reached when the first request needs it."""
+def create_app(settings: Settings, *, submit_fast_path: bool = True) -> FastAPI:
+    """The API for these settings; Redis is reached when the first request needs it. Without
+    submit_fast_path, every submit goes through its FastAPI route (app/api/fast_submit.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,6 +60,8 @@ def create_app(settings: Settings) -> FastAPI:
         default_response_class=OrjsonResponse,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if submit_fast_path:
+        app.add_middleware(SubmitFastPath, api=app, max_bytes=settings.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RedisError, _redis_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

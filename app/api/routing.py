@@ -68,14 +68,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def declares_json(content_type: str) -> bool:
+    """Whether a Content-Type names JSON: application/json or application/<anything>+json."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
 def require_json(request: Request) -> None:
     """A body that is not declared JSON is a 422 that says so, rather than FastAPI's "Input
     should be a valid dictionary" about a body it never parsed."""
     given = request.headers.get("content-type", "")
-    media = given.split(";", 1)[0].strip().lower()
-    if media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    ):
+    if declares_json(given):
         return
     said = f"got {given!r}" if given else "none was given"
     raise RequestValidationError(
@@ -101,14 +106,19 @@ class StrictJSONRequest(Request):
     async def json(self) -> Any:
         """The body as strict JSON; json.JSONDecodeError (FastAPI's 422) for anything else."""
         if not hasattr(self, "_json"):
-            body = await self.body()
-            try:
-                self._json = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)
-            except json.JSONDecodeError:
-                raise
-            except (ValueError, RecursionError) as exc:  # bad UTF-8, BOM, too deep, too long
-                raise json.JSONDecodeError(str(exc) or type(exc).__name__, "", 0) from None
+            self._json = strict_json(await self.body())
         return self._json
+
+
+def strict_json(body: bytes) -> Any:
+    """The body parsed as strict JSON (UTF-8 only, no duplicate keys); json.JSONDecodeError for
+    anything else, the error FastAPI answers with its 422 for malformed JSON."""
+    try:
+        return json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, BOM, too deep, too long
+        raise json.JSONDecodeError(str(exc) or type(exc).__name__, "", 0) from None
 
 
 @dataclass(frozen=True)
