@@ -13,7 +13,7 @@ One answer, one place: the fast path never writes a refusal of the request itsel
 does not accept (an unknown key, a header given twice, a body over the limit or sent in chunks,
 JSON it cannot read, a body or job the model refuses) goes on, body and all, to the FastAPI
 route, which answers it as it answers every request. Only what happens once the request was
-accepted (the submit's own 402, 409, 422, 429 and 503, Redis away) is answered here, by the
+accepted (the submit's own 402, 422, 429 and 503, Redis away) is answered here, by the
 app's own exception handlers. tests/api/test_fast_submit.py sends the same requests with the
 fast path and without it and compares the answers.
 """
