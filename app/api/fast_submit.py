@@ -1,10 +1,11 @@
 """SubmitFastPath: POST /enqueue-task without FastAPI's per-request machinery, for a request that
 is valid in every respect; any other request goes on to the FastAPI route, which answers it.
 
-A submit is the API's hot path, and most of its cost was FastAPI's, not the job's: the
-middleware layers, the route match, solving the dependencies (the key, the body, the job, the
-Idempotency-Key header) and wrapping the endpoint (docs/benchmarks.md, "The submit's cost"). This
-ASGI middleware takes the request before all that and does only what the route would: it checks
+A submit is the API's hot path, and most of its cost was FastAPI's, not the job's: the layers
+around the router, the route match, solving the dependencies (the key, the body, the job, the
+Idempotency-Key header) and wrapping the endpoint (docs/benchmarks.md, "A fast path and
+hiredis's packer"). This ASGI middleware, the outermost of the app's own, takes the request
+before all that and does only what the route would: it checks
 the key, the Content-Type, the Idempotency-Key and the body by the route's own rules (the same
 functions and the same pydantic model), then submits as the route does (routes/jobs.py submit)
 and answers its 200 byte for byte.
