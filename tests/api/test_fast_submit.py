@@ -147,18 +147,36 @@ def fast_path(app: FastAPI) -> SubmitFastPath:
     return layer
 
 
-async def answers(
-    settings: Settings, fast: bool, cases: dict[str, list[Sent]], r: redis.Redis | None
-) -> tuple[dict[str, list[Answer]], list[bytes], int]:
-    """Each case's answers from a fresh app on an empty database, the jobs queued (their
-    records' fields, ids aside), and how many requests the fast path answered itself."""
-    if r is not None:
-        r.flushall()
-    async with serving(settings, fast) as (app, client):
-        found = {name: [await send(client, sent) for sent in case] for name, case in cases.items()}
-        answered = fast_path(app).answered if fast else 0
-    jobs = [] if r is None else queued_jobs(r)
-    return found, jobs, answered
+@dataclass(frozen=True)
+class Compared:
+    """The answers of the app with the fast path (the same as without it), the jobs it
+    queued (the same too), and how many requests the fast path answered itself."""
+
+    answers: dict[str, list[Answer]]
+    jobs: list[bytes]
+    answered: int
+
+    def statuses(self) -> dict[str, list[int]]:
+        return {name: [a.status for a in case] for name, case in self.answers.items()}
+
+
+async def compared(
+    settings: Settings, cases: dict[str, list[Sent]], r: redis.Redis | None
+) -> Compared:
+    """Each case sent to an app with the fast path, then to one without it, each fresh on an
+    empty database (r None: a Redis that is not there); their answers and jobs must agree."""
+    runs = []
+    for fast in (True, False):
+        if r is not None:
+            r.flushall()
+        async with serving(settings, fast) as (app, client):
+            found = {n: [await send(client, sent) for sent in case] for n, case in cases.items()}
+            answered = fast_path(app).answered if fast else 0
+        runs.append(Compared(found, [] if r is None else queued_jobs(r), answered))
+    with_it, without = runs
+    assert with_it.answers == without.answers
+    assert with_it.jobs == without.jobs
+    return with_it
 
 
 def queued_jobs(r: redis.Redis) -> list[bytes]:
@@ -181,56 +199,42 @@ def typed(settings: Settings) -> Settings:
 async def test_what_the_fast_path_takes_is_answered_as_the_route_answers(
     typed: Settings, r: redis.Redis
 ) -> None:
-    fast, fast_jobs, answered = await answers(typed, True, TAKEN, r)
-    route, route_jobs, _ = await answers(typed, False, TAKEN, r)
+    got = await compared(typed, TAKEN, r)
 
-    assert fast == route
-    assert fast_jobs == route_jobs
-    assert len(fast_jobs) == 10  # every case queues one job (a replay queues none)
-    assert answered == sum(len(case) for case in TAKEN.values())
-    assert fast["idempotent-other-body"][1].status == 422  # answered by the submit itself
+    assert len(got.jobs) == 10  # every case queues one job (a replay queues none)
+    assert got.answered == sum(len(case) for case in TAKEN.values())
+    assert got.statuses()["idempotent-other-body"] == [200, 422]  # the submit's own 422
 
 
 async def test_what_the_fast_path_hands_on_is_answered_by_the_route(
     typed: Settings, r: redis.Redis
 ) -> None:
-    fast, fast_jobs, answered = await answers(typed, True, HANDED_ON, r)
-    route, route_jobs, _ = await answers(typed, False, HANDED_ON, r)
+    got = await compared(typed, HANDED_ON, r)
 
-    assert fast == route
-    assert answered == 0
-    assert fast_jobs == route_jobs
-    statuses = {name: [a.status for a in case] for name, case in fast.items()}
+    assert got.answered == 0
+    statuses = got.statuses()
     # Valid, but in a shape that the fast path leaves to the route: a header that comes twice
     # (the route's reading of it counts), a body whose length is not known before it is read.
     valid = {"key-twice", "content-type-twice", "idempotency-key-twice", "chunked"}
-    assert {name for name, got in statuses.items() if got == [200]} == valid
-    assert len(fast_jobs) == len(valid)
+    assert {name for name, case in statuses.items() if case == [200]} == valid
+    assert len(got.jobs) == len(valid)
     assert statuses["no-key"] == statuses["wrong-key"] == [401]
     assert statuses["over-64-kib"] == [413]
-    assert {s for name, got in statuses.items() for s in got if name not in valid} <= {
-        401,
-        413,
-        422,
-    }
+    refused = {s for name, case in statuses.items() for s in case if name not in valid}
+    assert refused == {401, 413, 422}
 
 
 async def test_a_full_queue_is_the_same_429(settings: Settings, r: redis.Redis) -> None:
     capped = settings.model_copy(update={"max_queued_per_account": 1})
-    fast, _, answered = await answers(capped, True, CAPPED, r)
-    route, _, _ = await answers(capped, False, CAPPED, r)
+    got = await compared(capped, CAPPED, r)
 
-    assert fast == route
-    assert [a.status for a in fast["queue-full"]] == [200, 200, 429]
-    assert answered == 3
+    assert got.statuses()["queue-full"] == [200, 200, 429]
+    assert got.answered == 3
 
 
 async def test_redis_away_is_the_same_503(settings: Settings) -> None:
     away = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
-    cases = {"burn": [Sent()]}
-    fast, _, answered = await answers(away, True, cases, None)
-    route, _, _ = await answers(away, False, cases, None)
+    got = await compared(away, {"burn": [Sent()]}, None)
 
-    assert fast == route
-    assert fast["burn"][0].status == 503
-    assert answered == 1
+    assert got.statuses()["burn"] == [503]
+    assert got.answered == 1
