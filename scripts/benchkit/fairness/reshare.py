@@ -1,7 +1,8 @@
 """The reshare scenario of `scripts/load.py`: an account's share changes while both accounts
 have a deep backlog, and its service rate follows the new share from the next job on.
 
-Two accounts, `reshare-a` and `reshare-b`, share 1 each, queue N jobs each (interleaved); once a
+Two accounts, `reshare-a` and `reshare-b`, share 1 each, queue N jobs each (interleaved; at
+least MIN_JOBS of at least MIN_JOB_S, whatever the scale); once a
 third of them have started, an admin raises b's share to 3 (`PATCH /admin/accounts/reshare-b`).
 Each job's start (Redis's clock) gives the order the workers took them in. The report says, over
 the starts while both accounts still had jobs queued: b's share of the starts before and after
@@ -33,6 +34,9 @@ BEFORE, AFTER = 1.0, 3.0
 ADMIN = "reshare-admin"
 ACCOUNTS = ("reshare-a", "reshare-b")
 JOBS = 150  # each account's, at scale 1
+#: Whatever the scale, at least this many jobs each, of at least this long: a smaller backlog
+#: (6 jobs of 20 ms at the smoke test's scale) could all have started before the change landed.
+MIN_JOBS, MIN_JOB_S = 12, 0.05
 WINDOW = 20  # starts right after the change whose share is reported on its own
 OWED_AFTER = AFTER / (AFTER + BEFORE)  # b's share of the starts once the change holds
 
@@ -91,11 +95,11 @@ def run(params: Params, plots: Path | None = None) -> Outcome:
 
 
 def _scenario(http: httpx.Client, params: Params) -> Outcome:
-    n = params.count(JOBS)
+    n = max(params.count(JOBS), MIN_JOBS)
     ids: dict[str, str] = {}
     for _ in range(n):
         for account in ACCOUNTS:
-            body = {"kind": "short", "duration_s": params.job_s}
+            body = {"kind": "short", "duration_s": max(params.job_s, MIN_JOB_S)}
             reply = http.post("/enqueue-task", json=body, headers={"X-API-Key": key(account)})
             reply.raise_for_status()
             ids[reply.json()["task_id"]] = account
