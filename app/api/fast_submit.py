@@ -90,11 +90,11 @@ class SubmitFastPath:
             job = await checked_submission(
                 _BODY.validate_python(strict_json(body)), runtime.job_types, runtime.settings
             )
-        except Exception:
-            return False
+        except Exception:  # a refused body or job, or anything else: the route will say what
+            return False  # (these checks write nothing, so it may make them again)
         try:
             job_id = await submit(runtime, Caller(account, digest(key or "")), job, idempotency_key)
-        except Exception as exc:
+        except Exception as exc:  # once submit() has run, never again: it may have written
             response = await self._handled(scope, exc)
         else:
             response = accepted(job_id)
