@@ -76,7 +76,7 @@ def async_pooled(
 
 class _HiredisPacking:
     """Commands written by hiredis's packer, as redis-py's blocking client writes them; its
-    asyncio client writes them in Python: some 40 µs for a submit's call of 45 arguments,
+    asyncio client writes them in Python: some 40 µs for a submit's call of 42 arguments,
     against 4 (docs/benchmarks.md). A float is written as repr() writes it, as redis-py's own
     encoder does (hiredis would write 0.1 + 0.2 with another last digit)."""
 
@@ -94,9 +94,12 @@ _PACKING: dict[type[Any], type[Any]] = {}
 
 
 def hiredis_packed(client: aioredis.Redis) -> aioredis.Redis:
-    """The client, its pool's new connections packing commands with hiredis."""
+    """The client, its pool's new connections packing commands with hiredis (unless it encodes
+    text other than as UTF-8, hiredis's only way)."""
     pool = client.connection_pool
     plain = pool.connection_class
+    if pool.connection_kwargs.get("encoding", "utf-8").lower() not in ("utf-8", "utf8"):
+        return client
     if plain not in _PACKING:
         _PACKING[plain] = type(plain.__name__, (_HiredisPacking, plain), {})
     pool.connection_class = _PACKING[plain]

@@ -71,3 +71,11 @@ async def test_the_app_s_clients_talk_to_a_real_server(redis_url: str) -> None:
                 got, score = await pipe.execute()
             assert got == "wert ☃".encode()
             assert score == 0.1 + 0.2  # the exact double went through and came back
+
+
+def test_a_client_with_another_encoding_keeps_redis_py_s_packer() -> None:
+    client = hiredis_packed(aioredis.Redis(encoding="latin-1"))
+    connection = client.connection_pool.make_connection()
+    assert b"".join(connection.pack_command("SET", "k", "é")) == b"".join(
+        Connection(encoding="latin-1").pack_command("SET", "k", "é")
+    )

@@ -5,10 +5,10 @@ A submit is the API's hot path, and most of its cost was FastAPI's, not the job'
 around the router, the route match, solving the dependencies (the key, the body, the job, the
 Idempotency-Key header) and wrapping the endpoint (docs/benchmarks.md, "A fast path and
 hiredis's packer"). This ASGI middleware, the outermost of the app's own, takes the request
-before all that and does only what the route would: it checks
-the key, the Content-Type, the Idempotency-Key and the body by the route's own rules (the same
-functions and the same pydantic model), then submits as the route does (routes/jobs.py submit)
-and answers its 200 byte for byte.
+before all that and does only what the route would: it checks the key, the Content-Type, the
+Idempotency-Key and the body by the route's own rules (the same functions and the same pydantic
+model), then submits as the route does (routes/jobs.py submit) and answers its 200 byte for
+byte.
 
 One answer, one place: the fast path never writes a refusal of the request itself. Whatever it
 does not accept (an unknown key, a header given twice, a body over the limit or sent in chunks,
