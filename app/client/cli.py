@@ -14,9 +14,10 @@ from app.client.artifacts import artifacts
 from app.client.commands import account, billing, cancel, status, submit, tasks, types, watch
 from app.client.errors import OneLineUsage
 from app.client.logs import logs
-from app.client.operators import register, usage
+from app.client.operators import register
 from app.client.options import RootKeyOption, RootUrlOption
 from app.client.transport import DEFAULT_URL
+from app.client.usage import usage
 
 cli = typer.Typer(
     help="fairgpu: fair GPU job scheduling. --url and --key go before or after the command.",
