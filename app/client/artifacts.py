@@ -20,8 +20,9 @@ import typer
 from app.client.errors import FAILED, session
 from app.client.http import Client
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
-from app.client.render import artifacts_table, clean, out, size
+from app.client.render import artifacts_table, out
 from app.client.transport import DEFAULT_URL, FairgpuError, one_line
+from app.client.words import clean, size
 from app.models import Artifact, Status, TaskStatus
 
 #: The artifacts a download saved, each with the path it was saved to.

@@ -17,14 +17,13 @@ from app.client.render import (
     about,
     billing_table,
     fields_table,
-    money,
     out,
-    span,
     task_table,
     tasks_table,
     types_table,
 )
 from app.client.transport import DEFAULT_URL, FairgpuError
+from app.client.words import money, span
 from app.models import EnqueueResponse, Kind, Status, TaskPage, TaskStatus
 
 

@@ -15,16 +15,9 @@ from rich.text import Text
 
 from app.client.errors import INTERRUPTED, JOB_DID_NOT_SUCCEED, fail
 from app.client.http import Client, JobEvent, LogBatch
-from app.client.render import (
-    clock,
-    live_line,
-    log_text,
-    out,
-    progress_bar,
-    progress_text,
-    task_table,
-)
+from app.client.render import live_line, log_text, out, progress_bar, progress_text, task_table
 from app.client.transport import FairgpuError
+from app.client.words import clock
 from app.models import BillingRecord, Progress, Status, TaskStatus
 
 

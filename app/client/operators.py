@@ -18,9 +18,10 @@ from app.admin_models import AccountInfo
 from app.client.errors import OneLineUsage, fail, session
 from app.client.fit import Column, fitted_table
 from app.client.options import JsonOption, KeyOption, UrlOption
-from app.client.render import fields_table, money, out
+from app.client.render import fields_table, out
 from app.client.transport import DEFAULT_URL
 from app.client.usage import admin_usage
+from app.client.words import money
 
 accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")
 keys = typer.Typer(help="Issue, revoke and list API keys (admins).")

@@ -16,8 +16,9 @@ import typer
 from app.client.errors import FAILED, fail, session
 from app.client.fit import Column, fitted_table
 from app.client.options import JsonOption, KeyOption, UrlOption
-from app.client.render import money, out
+from app.client.render import out
 from app.client.transport import DEFAULT_URL
+from app.client.words import money
 from app.models import UsageReport
 
 Month = Annotated[str | None, typer.Option(help="a calendar month, YYYY-MM (UTC)")]

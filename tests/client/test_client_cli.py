@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from typer.testing import CliRunner, Result
 
 from app.client.cli import cli
-from app.client.render import eta, place, span
+from app.client.words import eta, place, span
 from app.dev.processes import wait_until
 from app.dev.redis_server import free_port
 from app.settings import Settings

@@ -9,7 +9,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from app.client.render import billing_table, money, queues_table
+from app.client.render import billing_table, queues_table
+from app.client.words import money
 from app.models import AccountQueued, BillingRecord, QueuesView, QueueView
 
 TASKS = [f"0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c{i:02d}" for i in range(3)]
