@@ -11,6 +11,7 @@ every REFRESH_S, and at every reconnection.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable
 
@@ -32,7 +33,20 @@ class LiveAccounts:
 
     def __init__(self, load: Callable[[], Accounts]) -> None:
         self._load = load
+        # Each read takes a ticket when it begins; the snapshot in hand is the one of the
+        # latest-begun read that has ended. A read that began before it (a slow reread heard of
+        # an earlier change) is dropped when it ends, instead of putting older accounts back.
+        self._tickets = itertools.count(1)
+        self._held = 0
         self.current = load()
+
+    def put(self, snapshot: Accounts) -> None:
+        """Hold this snapshot, read just now, in place of any read begun before it."""
+        self._hold(next(self._tickets), snapshot)
+
+    def _hold(self, ticket: int, snapshot: Accounts) -> None:
+        if ticket > self._held:
+            self._held, self.current = ticket, snapshot
 
     def authenticate(self, key: str | None) -> Account | None:
         """The enabled account that owns this live key, or None."""
@@ -51,13 +65,16 @@ class LiveAccounts:
         return self.current.all()
 
     async def reload(self) -> None:
-        """Read a fresh snapshot (off the event loop: it is a database query); while the
-        database cannot be read, the snapshot in hand stays (the next change or refresh reads
-        it again)."""
+        """Read a fresh snapshot (off the event loop: it is a database query) and hold it, unless
+        a read begun after this one has ended first; while the database cannot be read, the
+        snapshot in hand stays (the next change or refresh reads it again)."""
+        ticket = next(self._tickets)
         try:
-            self.current = await asyncio.to_thread(self._load)
+            snapshot = await asyncio.to_thread(self._load)
         except SQLAlchemyError as exc:
             log.warning("accounts: the database is unavailable (%r); keeping those in hand", exc)
+            return
+        self._hold(ticket, snapshot)
 
     async def follow(self, client: aioredis.Redis, refresh_s: float = REFRESH_S) -> None:
         """Reload at every announced change and every refresh_s; runs until cancelled, and

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
+from app.auth import Accounts
 from app.ledger.accounts import AccountStore
 from app.ledger.database import Database
 from app.ledger.live import LiveAccounts, announce
@@ -82,3 +83,42 @@ def test_a_missed_announcement_is_made_good_by_the_periodic_reread(
 
 def key_digest(store: AccountStore, user_id: str) -> str:
     return store.keys(user_id)[0].digest
+
+
+def test_a_reread_begun_before_a_newer_snapshot_does_not_put_older_accounts_back(
+    db: Database,
+) -> None:
+    """A slow reread (heard of an earlier change) that ends after a newer snapshot was put in
+    hand is dropped; a reread begun after that snapshot is held."""
+    store = AccountStore(db)
+    store.create("admin", "team-c")
+    key = store.issue_key("admin", "team-c").key
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        reading, release = asyncio.Event(), asyncio.Event()
+        slow = False
+
+        def load() -> Accounts:
+            snapshot = store.snapshot()
+            if slow:  # read: now wait, as a read held up in its thread would
+                loop.call_soon_threadsafe(reading.set)
+                asyncio.run_coroutine_threadsafe(release.wait(), loop).result(DEADLINE_S)
+            return snapshot
+
+        live = LiveAccounts(load)
+        slow = True
+        stale = asyncio.create_task(live.reload())
+        await asyncio.wait_for(reading.wait(), DEADLINE_S)  # it has read: the key is live
+        store.revoke_key("admin", key_digest(store, "team-c"))
+        live.put(store.snapshot())
+        assert live.authenticate(key) is None
+        release.set()
+        await stale
+        assert live.authenticate(key) is None  # the older read was dropped
+        slow = False
+        store.update("admin", "team-c", share=2.0)
+        await live.reload()
+        assert live.share("team-c") == 2.0  # a read begun later is held
+
+    asyncio.run(scenario())
