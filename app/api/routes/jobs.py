@@ -29,13 +29,17 @@ from app.vtrr import NotReplicatedError, QueueFullError
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
+#: An Idempotency-Key's rules: 1 to IDEMPOTENCY_KEY_MAX printable ASCII characters (the submit's
+#: fast path, app/api/fast_submit.py, applies the same).
+IDEMPOTENCY_KEY_MAX = 255
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]+$"
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
         min_length=1,
-        max_length=255,
-        pattern=r"^[!-~]+$",
+        max_length=IDEMPOTENCY_KEY_MAX,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
         description="any printable ASCII text up to 255 characters, chosen by the client",
     ),
 ]
