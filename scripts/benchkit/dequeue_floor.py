@@ -1,16 +1,26 @@
-"""How far the library's dequeue+ack is from the least any leased dequeue+ack can cost: the
-pair of `FairQueue.dequeue()` then `ack()` (default options) against a floor of two functions
-that do only what every leased queue must (pop the head, record the lease and its expiry; check
-the token, forget the lease and the item: seven commands), side by side in alternating rounds on
-one Redis with functions, each pair's Redis time read from INFO commandstats (usec per FCALL).
+"""How far the library's dequeue+ack is from the least any leased dequeue+ack can cost, and
+how much of the gap is the fair queue's bookkeeping rather than the shape of its code. Three
+variants, side by side in alternating rounds on one Redis with functions, each pair's Redis time
+read from INFO commandstats (usec per FCALL):
 
-    uv run python scripts/bench_dequeue_floor.py --redis-server /usr/bin/redis-server
+- library: `FairQueue.dequeue()` then `ack()`, default options;
+- flat: the same commands on the same keys in the same order, written as one flat function
+  with its keys in locals (no shared helpers, no key table, only the keys it touches): what the
+  library's Lua could cost if it were written for this one path (FLAT_DEQUEUE);
+- floor: two functions that do only what every leased queue must (pop the head, record the
+  lease and its expiry, read the payload; check the token, forget the lease and the item).
+
+Every partition keeps one item queued to the end of a round: the library then takes its
+steady path (no partition goes idle, no lease expires), the only one the flat function models.
+
+    uv run python scripts/bench_dequeue_floor.py --redis-server <a Redis 7 redis-server>
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +29,8 @@ import redis
 
 from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
+from app.vtrr.keys import Keys
+from app.vtrr.wire import micros
 from scripts.benchkit.stats import alternate, median, ratio
 
 FLOOR = """#!lua name=floor
@@ -37,7 +49,40 @@ redis.register_function('floor_ack', function(KEYS, ARGV)
   return 1
 end)
 """
+#: The library's dequeue (lua/_lib.lua's lease_next) on its steady path, flat: the reclaim
+#: check, the pop, the virtual clock, the item, the credit index, the partition's count, the
+#: queued weight, the lease, its expiry, the queue's length. Where the library would take
+#: another path (a lease to reclaim, a partition left with none queued) it stops the benchmark
+#: with an error instead. Its ack is floor_ack: the library's ack runs those three commands.
+#: KEYS: queue, item prefix, inflight, cvt, pqueued, queued_weight, items.
+#: ARGV: lease microseconds, lease token, most leases to reclaim.
+FLAT_DEQUEUE = """
+redis.register_function('flat_dequeue', function(KEYS, ARGV)
+  local t = redis.call('TIME')
+  t = t[1] .. string.sub('00000' .. t[2], -6)
+  if redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', t, 'LIMIT', '0', ARGV[3])[1] then
+    return redis.error_reply('flat_dequeue: a lease expired, which it does not model')
+  end
+  local head = redis.call('ZPOPMIN', KEYS[1])
+  if not head[1] then return false end
+  local id = string.sub(head[1], 18)
+  redis.call('SET', KEYS[4], head[2])
+  local key = KEYS[2] .. id
+  local f = redis.call('HMGET', key, 'p', 'w', 'd', 't', 'x')
+  redis.call('ZREM', KEYS[7], f[5])
+  if redis.call('HINCRBY', KEYS[5], f[1], '-1') <= 0 then
+    return redis.error_reply('flat_dequeue: a partition went idle, which it does not model')
+  end
+  redis.call('DECRBY', KEYS[6], f[2])
+  redis.call('HSET', key, 'l', ARGV[2])
+  local expiry = string.format('%d', tonumber(t) + tonumber(ARGV[1]))
+  redis.call('ZADD', KEYS[3], expiry, id)
+  redis.call('ZCARD', KEYS[1])
+  return {id, f[3], f[4] or '0', expiry}
+end)
+"""
 PAYLOAD = "x" * 100
+VARIANTS = ("library", "flat", "floor")
 
 
 def fcall_usec(client: redis.Redis, run: Callable[[], None]) -> float:
@@ -48,17 +93,63 @@ def fcall_usec(client: redis.Redis, run: Callable[[], None]) -> float:
     return float(stats.get("usec", 0))
 
 
+def backlogged(client: redis.Redis, name: str, n: int, partitions: int) -> FairQueue:
+    """A fair queue whose partitions hold n items between them, plus one more each (left
+    queued, so that no partition goes idle while n are taken)."""
+    queue = FairQueue(client, name)
+    for p in range(partitions):
+        queue.enqueue(f"p{p}", [Item(PAYLOAD) for _ in range(n // partitions + 1)])
+    return queue
+
+
 def library_pairs(client: redis.Redis, n: int, partitions: int) -> float:
     """µs of Redis time per FairQueue dequeue+ack, over n items of `partitions` partitions."""
-    queue = FairQueue(client, "floor-library")
-    for p in range(partitions):
-        queue.enqueue(f"p{p}", [Item(PAYLOAD) for _ in range(n // partitions)])
+    queue = backlogged(client, "floor-library", n, partitions)
+    taken = n // partitions * partitions
 
     def pairs() -> None:
-        while (lease := queue.dequeue()) is not None:
+        for _ in range(taken):
+            lease = queue.dequeue()
+            assert lease is not None
             queue.ack(lease.task_id, lease.token)
 
-    return fcall_usec(client, pairs) / n
+    return fcall_usec(client, pairs) / taken
+
+
+def flat_keys(keys: Keys) -> list[str]:
+    """FLAT_DEQUEUE's KEYS, of a FairQueue's keys."""
+    return [
+        keys.queue,
+        keys.item,
+        keys.inflight,
+        keys.current_virtual_time,
+        keys.partition_queued,
+        keys.queued_weight,
+        keys.partition_items,
+    ]
+
+
+def flat_pair(client: redis.Redis, keys: Keys, lease_us: int) -> list[bytes] | None:
+    """One flat dequeue, then its ack: the lease's reply, or None when nothing was queued."""
+    token = secrets.token_hex(16)
+    reply = client.fcall("flat_dequeue", 7, *flat_keys(keys), lease_us, token, 100)
+    if not reply:
+        return None
+    client.fcall("floor_ack", 2, keys.item, keys.inflight, reply[0], token)
+    return list(reply)
+
+
+def flat_pairs(client: redis.Redis, n: int, partitions: int) -> float:
+    """µs of Redis time per flat dequeue+ack, over the same items as library_pairs."""
+    queue = backlogged(client, "floor-flat", n, partitions)
+    taken = n // partitions * partitions
+    lease_us = micros(queue.lease_seconds)
+
+    def pairs() -> None:
+        for _ in range(taken):
+            assert flat_pair(client, queue.keys, lease_us) is not None
+
+    return fcall_usec(client, pairs) / taken
 
 
 def floor_pairs(client: redis.Redis, n: int) -> float:
@@ -78,21 +169,29 @@ def floor_pairs(client: redis.Redis, n: int) -> float:
     return fcall_usec(client, pairs) / n
 
 
+def load(client: redis.Redis) -> None:
+    """Install the floor's and the flat variant's functions."""
+    client.function_load(FLOOR + FLAT_DEQUEUE, replace=True)
+
+
 def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, list[float]]:
     client = redis.Redis.from_url(url)
-    client.function_load(FLOOR, replace=True)
-    found: dict[str, list[float]] = {"library": [], "floor": []}
-    for _, name in alternate(rounds, list(found)):
+    load(client)
+    found: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _, name in alternate(rounds, VARIANTS):
         if name == "library":
             found[name].append(library_pairs(client, items, partitions))
+        elif name == "flat":
+            found[name].append(flat_pairs(client, items, partitions))
         else:
             found[name].append(floor_pairs(client, items))
+        client.flushall()  # each round starts from an empty server (functions stay loaded)
     client.close()
     return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print each variant's median µs per dequeue+ack and their ratio."""
+    """Print each variant's median µs per dequeue+ack and the ratios between them."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--items", type=int, default=5000)
@@ -106,5 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, values in found.items():
         each = ", ".join(f"{v:.1f}" for v in values)
         print(f"{name}: {median(values):.1f} µs per dequeue+ack (rounds: {each})")
-    print(f"library / floor = {ratio(median(found['library']), median(found['floor'])):.2f}")
+    mid = {name: median(values) for name, values in found.items()}
+    print(f"library / floor = {ratio(mid['library'], mid['floor']):.2f}")
+    print(f"library / flat = {ratio(mid['library'], mid['flat']):.2f}")
+    print(f"flat / floor = {ratio(mid['flat'], mid['floor']):.2f}")
     return 0

@@ -108,7 +108,7 @@ def test_bench_drain_prints_both_variants_and_their_ratio() -> None:
 
 @pytest.mark.integration  # a subprocess, with a redis-server of its own
 @pytest.mark.timeout(120)
-def test_bench_dequeue_floor_prints_both_variants_and_their_ratio() -> None:
+def test_bench_dequeue_floor_prints_its_three_variants_and_their_ratios() -> None:
     binary = redis7_binary()
     if binary is None:
         pytest.skip("no Redis 7 on PATH: the floor's functions need one")
@@ -123,5 +123,10 @@ def test_bench_dequeue_floor_prints_both_variants_and_their_ratio() -> None:
     )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines[:2]] == ["library", "floor"]
-    assert lines[2].startswith("library / floor = ")
+    assert [line.split(":")[0] for line in lines[:3]] == ["library", "flat", "floor"]
+    assert [line.split(" = ")[0] for line in lines[3:]] == [
+        "library / floor",
+        "library / flat",
+        "flat / floor",
+    ]
+    assert all(float(line.split(" = ")[1]) > 0 for line in lines[3:])
