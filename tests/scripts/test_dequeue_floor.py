@@ -4,27 +4,42 @@ else: the same leases in the same order, and the same keys holding the same valu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from redis.exceptions import ResponseError
 
+from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from app.vtrr.wire import micros
 from scripts.benchkit.dequeue_floor import flat_pair, load
+from tests.vtrr.conftest import redis7_binary
 
 PARTITIONS = 3
 ITEMS = 12  # four of each partition, plus one more each that stays queued
 
 
-def loaded(r: redis.Redis) -> None:
-    try:
-        load(r)
-    except ResponseError as exc:
-        if "unknown command" in str(exc):
-            pytest.skip("the suite's Redis has no functions (6.2): the flat variant needs them")
-        raise
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis 7 of this module's own (the suite's may be 6.2, without functions)."""
+    binary = redis7_binary()
+    if binary is None:
+        pytest.skip("no Redis 7 on PATH: the flat variant is a function")
+    started = RedisServer(tmp_path_factory.mktemp("redis7"), binary=binary).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def r(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on that server, emptied, with the benchmark's functions loaded."""
+    client = redis.Redis.from_url(server.url)
+    client.flushall()
+    load(client)
+    yield client
+    client.close()
 
 
 def dump(r: redis.Redis, queue: FairQueue) -> dict[str, Any]:
@@ -47,7 +62,6 @@ def dump(r: redis.Redis, queue: FairQueue) -> dict[str, Any]:
 def test_flat_pairs_lease_the_same_items_and_leave_the_same_keys_as_the_library(
     r: redis.Redis,
 ) -> None:
-    loaded(r)
     library, flat = FairQueue(r, "library"), FairQueue(r, "flat")
     # The same ids on both sides: item keys and index entries must then match byte for byte.
     for queue in (library, flat):
@@ -78,7 +92,6 @@ def test_flat_pairs_lease_the_same_items_and_leave_the_same_keys_as_the_library(
 def test_the_flat_variant_stops_where_the_library_would_take_a_path_it_does_not_model(
     r: redis.Redis,
 ) -> None:
-    loaded(r)
     queue = FairQueue(r, "one")
     queue.enqueue("p", [Item("x")])
     with pytest.raises(ResponseError, match="went idle"):
