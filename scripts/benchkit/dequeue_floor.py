@@ -30,6 +30,7 @@ import redis
 from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from app.vtrr.keys import Keys
+from app.vtrr.queue import RECLAIM_BATCH
 from app.vtrr.wire import micros
 from scripts.benchkit.stats import alternate, median, ratio
 
@@ -132,7 +133,7 @@ def flat_keys(keys: Keys) -> list[str]:
 def flat_pair(client: redis.Redis, keys: Keys, lease_us: int) -> list[bytes] | None:
     """One flat dequeue, then its ack: the lease's reply, or None when nothing was queued."""
     token = secrets.token_hex(16)
-    reply = client.fcall("flat_dequeue", 7, *flat_keys(keys), lease_us, token, 100)
+    reply = client.fcall("flat_dequeue", 7, *flat_keys(keys), lease_us, token, RECLAIM_BATCH)
     if not reply:
         return None
     client.fcall("floor_ack", 2, keys.item, keys.inflight, reply[0], token)

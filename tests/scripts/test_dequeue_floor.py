@@ -1,6 +1,6 @@
-"""The flat variant of scripts/bench_dequeue_floor.py does what the library's dequeue+ack does,
-so that the benchmark's library / flat ratio measures the shape of the library's Lua and nothing
-else: the same leases in the same order, and the same keys holding the same values after."""
+"""The flat variant of scripts/bench_dequeue_floor.py does what the library's dequeue+ack does
+(the same leases in the same order, the same keys holding the same values after), so that what
+the benchmark's library / flat ratio measures is not a difference in the work done in Redis."""
 
 from __future__ import annotations
 
