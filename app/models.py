@@ -14,8 +14,16 @@ KINDS: tuple[Kind, ...] = ("short", "long")
 #: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
 StoppedBy = Literal["owner", "operator"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
-#: cancelled, its process died, or it was lost (its runs used every attempt without an end).
-ErrorKind = Literal["exception", "timeout", "cancelled", "crashed", "lost"]
+#: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
+#: out of GPU memory, or its type's setup() failed (the job never began: not billed).
+ErrorKind = Literal["exception", "timeout", "cancelled", "crashed", "lost", "oom", "setup"]
+#: Why a worker replaced its warm job child before the next job (app/worker/hygiene.py): the
+#: child died, its device failed the check after a job, a job left GPU memory held or the heap
+#: too big, it ran its CHILD_MAX_JOBS, CHILD_PER_JOB, or it was killed (a timeout, an ignored
+#: cancel).
+ChildReplacement = Literal[
+    "crash", "cuda_error", "gpu_leak", "rss", "max_jobs", "per_job", "timeout", "cancel"
+]
 #: The Celery queue of the fair queues' periodic reclaim (a worker may consume it too).
 RECLAIM_QUEUE = "fairgpu.reclaim"
 
@@ -209,8 +217,9 @@ class TaskStatus(BaseModel):
     error_kind: ErrorKind | None = Field(
         None,
         description="how a FAILURE or REVOKED job ended: its code raised (exception), it ran past "
-        "its budget (timeout), it was cancelled, its process died (crashed), or its runs were "
-        "lost with their workers (lost); null otherwise",
+        "its budget (timeout), it was cancelled, its process died (crashed), its runs were "
+        "lost with their workers (lost), it ran out of GPU memory (oom), or its type's setup() "
+        "failed before it began (setup, not billed); null otherwise",
     )
     progress: Progress | None = Field(
         None, description="the latest progress the job reported; null if none"
@@ -338,10 +347,30 @@ class QueueView(BaseModel):
     stats: dict[str, int] = Field(description="the fair queue's counters since it was created")
 
 
+class WorkerView(BaseModel):
+    """One worker, as its heartbeat shows it."""
+
+    name: str
+    queues: list[str]
+    last_seen: float = Field(description="its last heartbeat (Unix seconds, Redis's clock)")
+    alive: bool = Field(description="it beat recently and can run jobs")
+    busy_until: float | None = Field(
+        None, description="when its running job should end (Unix seconds); null when idle"
+    )
+    broken: str | None = Field(
+        None,
+        description="why it stopped: its device is unusable (a fresh job child's device probe "
+        "failed); null for a healthy worker",
+    )
+
+
 class QueuesView(BaseModel):
     """GET /admin/queues."""
 
     queues: list[QueueView]
+    workers: list[WorkerView] = Field(
+        [], description="every worker heard from in the last day, the broken ones included"
+    )
 
 
 class DropRequest(BaseModel):

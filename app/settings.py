@@ -131,6 +131,29 @@ class Settings(BaseSettings):
     cancel_grace_s: float = Field(
         5, ge=0, description="a cancelled job that has not stopped after this is killed"
     )
+    setup_timeout_s: float = Field(
+        300, gt=0, description="a job type's setup() still running after this fails its job"
+    )
+    child_max_gpu_leak_mb: float | None = Field(
+        256,
+        ge=0,
+        description="GPU memory a job may leave held beyond the child's post-setup baseline "
+        "before the child is replaced (unset: never)",
+    )
+    child_max_rss_mb: float | None = Field(
+        None, gt=0, description="a child whose resident memory after a job passes this is replaced"
+    )
+    child_max_jobs: int | None = Field(
+        None, ge=1, description="a child that has run this many jobs is replaced"
+    )
+    child_per_job: bool = Field(
+        False, description="run every job in a fresh child (the strongest isolation)"
+    )
+    device_probe: str | None = Field(
+        None,
+        description="module:callable that makes the child's device probe from the GPU id "
+        "(default: CUDA's own check; see docs/operations.md)",
+    )
     max_log_lines: int = Field(
         10_000, ge=1, description="log lines kept per job (the newest); GET /tasks/{id}/logs"
     )

@@ -22,7 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from app.billing import MICROS, MS
-from app.models import KINDS, ErrorKind, Kind, Status
+from app.models import KINDS, ChildReplacement, ErrorKind, Kind, Status
 from app.service import fairness_lag_s
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
@@ -93,6 +93,7 @@ class ServiceCollector(Collector):
                     counters.get(f"{key}_sum:{kind}", 0.0),
                 )
             yield family
+        yield _replacements(counters)
         yield from self._workers()
         streams = GaugeMetricFamily(
             "fairgpu_api_open_streams", "Server-sent event streams open on this API process"
@@ -172,14 +173,33 @@ class ServiceCollector(Collector):
             "When each worker last said it was alive (Unix seconds)",
             labels=["worker"],
         )
+        broken = GaugeMetricFamily(
+            "fairgpu_worker_broken",
+            "1 for a worker that stopped because its device is unusable, 0 for the others",
+            labels=["worker"],
+        )
         for worker in seen:
             beats.add_metric([worker.name], worker.seen)
+            broken.add_metric([worker.name], 0 if worker.broken is None else 1)
         alive = GaugeMetricFamily(
             "fairgpu_workers", "Live workers serving a queue", labels=["queue"]
         )
         for kind in KINDS:
             alive.add_metric([kind], len(heartbeats.alive(seen, kind, now, self.heartbeat_s)))
-        yield from (beats, alive)
+        yield from (beats, alive, broken)
+
+
+def _replacements(counters: Mapping[str, float]) -> Metric:
+    """Job children replaced before the next job, from the workers' `child_replacements:<reason>`
+    fields."""
+    family = CounterMetricFamily(
+        "fairgpu_child_replacements",
+        "Job child processes replaced before the next job, by reason (docs/operations.md)",
+        labels=["reason"],
+    )
+    for reason in get_args(ChildReplacement):
+        family.add_metric([reason], counters.get(f"child_replacements:{reason}", 0.0))
+    return family
 
 
 def _output_counters(counters: Mapping[str, float]) -> Iterator[Metric]:

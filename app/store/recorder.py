@@ -171,6 +171,10 @@ class JobRecorder:
         args += [_text(end.peak_gpu_memory_bytes), _text(end.peak_rss_bytes), end.artifacts or ""]
         return args
 
+    def count_child_replacement(self, reason: str) -> None:
+        """Add one to the replacements of a job child for this reason (see worker/hygiene.py)."""
+        self.redis.hincrby(METRICS, f"child_replacements:{reason}", 1)
+
     def count_artifact_bytes(self, size: int) -> None:
         """Add the bytes of a job's stored artifacts to the metric artifact_bytes."""
         if size > 0:

@@ -1,9 +1,9 @@
 """Workers' heartbeats as readers see them: who is alive, and which queues each one serves.
 
 Each worker keeps an entry in `fairgpu:workers`: <name> -> {"queues": [...], "seen": <Redis
-TIME>, "busy_until": <when its job should end, or null>} (written by app/worker/presence.py).
-Readers count a worker alive while its entry is under ALIVE_BEATS heartbeats old, and forget
-entries a day old.
+TIME>, "busy_until": <when its job should end, or null>, "broken": <why its device is unusable,
+only when it is>} (written by app/worker/presence.py). Readers count a worker alive while its
+entry is under ALIVE_BEATS heartbeats old and it is not broken, and forget entries a day old.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Seen:
     queues: tuple[str, ...]
     seen: float
     busy_until: float | None = None
+    broken: str | None = None
 
 
 def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:
@@ -51,8 +52,13 @@ def _entry(name: str, entry: object) -> Seen:
     times = [float(entry["seen"]), *([] if until is None else [float(until)])]
     if not all(map(math.isfinite, times)):
         raise ValueError("not a time")
+    broken = entry.get("broken")
     return Seen(
-        name, tuple(map(str, entry["queues"])), times[0], None if until is None else times[1]
+        name,
+        tuple(map(str, entry["queues"])),
+        times[0],
+        None if until is None else times[1],
+        None if broken is None else str(broken),
     )
 
 
@@ -66,6 +72,6 @@ def read(client: redis.Redis, now: float) -> list[Seen]:
 
 
 def alive(workers: list[Seen], queue: str, now: float, heartbeat_s: float) -> list[Seen]:
-    """The workers among these that serve `queue` and beat recently."""
+    """The workers among these that serve `queue`, beat recently and can run jobs."""
     cutoff = now - ALIVE_BEATS * heartbeat_s
-    return [w for w in workers if queue in w.queues and w.seen >= cutoff]
+    return [w for w in workers if queue in w.queues and w.seen >= cutoff and w.broken is None]

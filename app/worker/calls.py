@@ -1,5 +1,6 @@
 """What the worker and its job child say to each other: a Call (one job), and how it ended (the
-child's Reply, the worker's Ended, which adds the time it measured)."""
+child's Reply, the worker's Ended, which adds the time it measured), then the child's state
+after the job (After), from which the worker decides whether the child serves the next job."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed"]
+EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed", "oom", "setup"]
 
 ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
 ERROR_CHARS = 4096  # and at most this much of them
@@ -64,8 +65,24 @@ class Reply:
         )
 
 
+@dataclass(frozen=True)
+class After:
+    """The child's state once a job has ended and its hygiene ran: why the device is unusable
+    (None: it works), the bytes of GPU memory its tensors still hold and what they held after
+    the last setup() (None: no device in use), and its resident memory (None: not known)."""
+
+    problem: str | None = None
+    gpu_held: int | None = None
+    gpu_baseline: int | None = None
+    rss_bytes: int | None = None
+
+
 class ChildStartError(RuntimeError):
     """The child could not load the job types; the message says why."""
+
+
+class DeviceBrokenError(ChildStartError):
+    """A fresh child found its device unusable: the worker cannot run any job on it."""
 
 
 def last_lines(text: str) -> str:

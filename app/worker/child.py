@@ -1,11 +1,15 @@
 """JobChild: the worker's side of the warm child process its jobs run in (the child's side is
 job_process.py).
 
-The child is started with `spawn` (CUDA does not survive a fork), loads the job types once and
-serves job after job, so a type's `setup()` runs once per child. The worker (the parent) keeps
-the clock: a job past its budget plus a grace, or one that ignores its cancel, is killed with
-its child, and so is nothing else: a job that crashes the interpreter, leaks GPU memory or hangs
-costs a fresh child, never the worker or its lease.
+The child is started with `spawn` (CUDA does not survive a fork), loads the job types and
+probes its device once, and serves job after job, so a type's `setup()` runs once per child,
+before the job's clock starts. The worker (the parent) keeps the clock: a job past its budget
+plus a grace, or one that ignores its cancel, is killed with its child, and so is nothing else:
+a job that crashes the interpreter or hangs costs a fresh child, never the worker or its lease.
+After each job the child reports its state, and a child that a job left with a broken device,
+leaked GPU memory or too big a heap (hygiene.py's limits) is replaced before the next job. The
+replacement is spawned at once, while the worker records the job's end; a replacement whose
+device probe fails raises DeviceBrokenError at the next run: the device is broken for good.
 
 The child writes its fds 1 and 2 to two files of its own, which the worker tails while a job
 runs: their lines are the job's `stdout` and `stderr` log lines, and a crash's last words (a C
@@ -19,6 +23,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import math
 import multiprocessing
 import os
 import shutil
@@ -31,9 +36,20 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from app.worker.calls import Call, ChildStartError, Ended, Reply, last_lines
-from app.worker.job_process import child_main
+from app.models import ChildReplacement
+from app.worker.calls import (
+    After,
+    Call,
+    ChildStartError,
+    DeviceBrokenError,
+    Ended,
+    Reply,
+    last_lines,
+)
+from app.worker.hygiene import ChildLimits, Verdict, verdict
+from app.worker.job_process import ChildSpec, child_main
 from app.worker.live import NO_EVENTS, JobEvents, LogLine, OutputTail, Stream, lines_of
+from app.worker.probe import DeviceProbe, probe_for
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +57,7 @@ POLL_S = 0.1  # how often the parent looks at the pipe, the clock and should_sto
 START_TIMEOUT_S = 300.0  # importing the job modules (torch, a model's code) can take a while
 LOG_KEEP_BYTES = 1 << 20  # a child's output file is emptied before a job once past this
 MESSAGES_PER_POLL = 10_000  # a job that floods the pipe still lets the parent watch the clock
+AFTER_TIMEOUT_S = 60.0  # a device check that has not answered by then has hung on the device
 
 
 class JobChild:
@@ -55,10 +72,17 @@ class JobChild:
         timeout_grace_s: float,
         cancel_grace_s: float,
         kill_grace_s: float = 2.0,
+        setup_timeout_s: float = START_TIMEOUT_S,
+        limits: ChildLimits | None = None,
+        probe: DeviceProbe | None = None,
     ) -> None:
         self._modules, self._gpu_id = list(job_modules), gpu_id
         self._timeout_grace, self._cancel_grace = timeout_grace_s, cancel_grace_s
-        self._kill_grace = kill_grace_s
+        self._kill_grace, self._setup_timeout = kill_grace_s, setup_timeout_s
+        self._limits = limits or ChildLimits()
+        self._probe = probe or probe_for(gpu_id)
+        #: Told the reason of each replacement (the worker counts them in Redis).
+        self.on_replace: Callable[[ChildReplacement], None] = lambda reason: None
         self._mp = multiprocessing.get_context("spawn")
         # A lock-free shared flag: a child killed while reading it cannot leave a lock held
         # that the worker would then wait on forever (an Event's would).
@@ -69,6 +93,7 @@ class JobChild:
         self._outputs: dict[Stream, Path] = {}  # the child's fds 1 and 2
         self._ready = False
         self._spawned = 0
+        self._jobs_run = 0  # by the current child
 
     @property
     def pid(self) -> int | None:
@@ -76,8 +101,9 @@ class JobChild:
         return None if self._process is None else int(self._process.pid)
 
     def start(self) -> None:
-        """Start the child and wait until it has loaded the job types; ChildStartError with the
-        child's message if it could not."""
+        """Start the child and wait until it has loaded the job types and found its device
+        usable; ChildStartError with the child's message if it could not (DeviceBrokenError
+        when its device probe failed)."""
         if self._process is None:
             self._spawn()
         self._await_ready()
@@ -87,7 +113,8 @@ class JobChild:
     ) -> Ended:
         """Run one job in the child, stopping it past its budget or when should_stop() says so
         (polled every POLL_S; it should only read a flag). What the job says goes to events,
-        once per poll. The Ended names the job's output folder: the caller deletes it."""
+        once per poll. The Ended names the job's output folder: the caller deletes it. Its
+        seconds count from the end of the type's setup() to the child's reply."""
         self.start()
         assert self._conn is not None
         assert self._dir is not None
@@ -95,11 +122,13 @@ class JobChild:
         call = replace(call, output_dir=str(folder))
         watch = _Watch(call.task_id, events, OutputTail(self._tails_from_here()))
         self._cancel.value = False
-        began = time.monotonic()
         try:
             self._conn.send(call)
-            ended = self._await_end(call, should_stop, began, watch)
+            ended, replied = self._await_end(call, should_stop, watch)
             watch.finish()  # the last lines, written before the reply (or the kill)
+            if replied:
+                self._jobs_run += 1
+                self._tidy()
         except BaseException:
             # the worker gave up on the job (should_stop raised, a signal): a child left running
             # it would answer the next call with this job's reply
@@ -126,6 +155,7 @@ class JobChild:
             # before multiprocessing's own exit hook, which would wait for the child forever
             atexit.register(self.close)
         self._spawned += 1
+        self._jobs_run = 0
         self._outputs = {
             stream: self._dir / f"child-{self._spawned}.{stream}" for stream in ("stdout", "stderr")
         }
@@ -133,7 +163,8 @@ class JobChild:
             path.touch(0o600)  # there before the child writes: the parent may tail it at once
         ours, theirs = self._mp.Pipe()
         paths = [str(path) for path in self._outputs.values()]
-        args = (theirs, self._cancel, self._modules, self._gpu_id, paths)
+        spec = ChildSpec(self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes)
+        args = (theirs, self._cancel, spec)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
         process.start()
         theirs.close()  # the child holds its end: EOF on ours means the child is gone
@@ -156,6 +187,8 @@ class JobChild:
             return
         why = message[1] if message is not None else self._died_text(self._start_output())
         self._stop_child()
+        if message is not None and message[0] == "broken":
+            raise DeviceBrokenError(f"the device failed a fresh job child's probe: {why}")
         raise ChildStartError(f"the job child did not start: {why}")
 
     def _receive(self) -> Any:
@@ -167,30 +200,68 @@ class JobChild:
             return None
 
     def _await_end(
-        self, call: Call, should_stop: Callable[[], bool], began: float, watch: _Watch
-    ) -> Ended:
-        deadline = began + call.budget_s + self._timeout_grace
+        self, call: Call, should_stop: Callable[[], bool], watch: _Watch
+    ) -> tuple[Ended, bool]:
+        """The job's end, and whether the child replied (False: it died or was killed, and a
+        fresh one is on its way). Until the child says the job began, the setup's time runs."""
+        setup_deadline = time.monotonic() + self._setup_timeout
+        cancel_deadline = math.inf
         while True:
-            ended = self._poll(began, watch)
+            ended = self._poll(watch)
             if ended is not None:
                 return ended
             now = time.monotonic()
             if not self._cancel.value and should_stop():
                 self._cancel.value = True  # the job sees ctx.cancelled; it has cancel_grace
-                deadline = min(deadline, now + self._cancel_grace)
-            if now >= deadline:
-                return self._kill(call, began, cancelled=self._cancel.value)
+                cancel_deadline = now + self._cancel_grace
+            began = watch.began_at
+            if began is None:
+                deadline = setup_deadline
+            else:
+                deadline = began + call.budget_s + self._timeout_grace
+            if now >= min(deadline, cancel_deadline):
+                return self._kill(call, watch), False
 
-    def _poll(self, began: float, watch: _Watch) -> Ended | None:
+    def _poll(self, watch: _Watch) -> tuple[Ended, bool] | None:
         """The child's reply, a crash, or None while the job runs on; what the job said in
         the meantime goes to the watch."""
         reply, alive = self._gather(watch)
         watch.flush()
         if reply is not None:
-            return reply.ended(time.monotonic() - began)
+            return reply.ended(watch.seconds()), True
         if alive:
             return None
-        return self._crashed(began, watch)
+        return self._crashed(watch), False
+
+    def _tidy(self) -> None:
+        """Wait for the child's state after the job and replace it if the limits say so."""
+        after = self._await_after()
+        if isinstance(after, Verdict):
+            judged: Verdict | None = after
+        else:
+            judged = verdict(after, self._jobs_run, self._limits)
+        if judged is not None:
+            self._replace_child(judged.reason, judged.detail)
+
+    def _await_after(self) -> After | Verdict:
+        """The child's After message (other messages, a job's lingering thread's, are
+        dropped), or the verdict on a child that died or hung before it came."""
+        assert self._conn is not None
+        deadline = time.monotonic() + AFTER_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                if not self._conn.poll(min(left, POLL_S)):
+                    if not self._process.is_alive():
+                        break
+                    continue
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            if isinstance(message, After):
+                return message
+        else:
+            return Verdict("cuda_error", f"the device check did not end in {AFTER_TIMEOUT_S:g} s")
+        return Verdict("crash", "the job child died after its job")
 
     def _gather(self, watch: _Watch) -> tuple[Reply | None, bool]:
         """The child's messages for POLL_S (or until its reply): (the reply, whether the child
@@ -209,29 +280,42 @@ class JobChild:
             watch.take(message)
         return None, bool(self._process.is_alive())
 
-    def _crashed(self, began: float, watch: _Watch) -> Ended:
-        seconds = time.monotonic() - began
+    def _crashed(self, watch: _Watch) -> Ended:
+        seconds = watch.seconds()
         self._process.join(self._kill_grace)  # EOF comes a moment before the exit code
         watch.finish()  # its last words are in its output files now
         error = self._died_text("\n".join(watch.recent))
-        self._replace_child()
+        self._replace_child("crash", error.splitlines()[0])
         return Ended("crashed", seconds, error=error)
 
-    def _kill(self, call: Call, began: float, *, cancelled: bool) -> Ended:
-        seconds = time.monotonic() - began
-        self._replace_child()
-        if cancelled:
+    def _kill(self, call: Call, watch: _Watch) -> Ended:
+        seconds = watch.seconds()
+        if self._cancel.value:
             error = f"the job did not stop within {self._cancel_grace:g} s of its cancel: killed"
+            self._replace_child("cancel", error)
             return Ended("cancelled", seconds, error=error)
+        if watch.began_at is None:
+            error = f"setup() did not finish within {self._setup_timeout:g} s: killed"
+            self._replace_child("timeout", error)
+            return Ended("setup", 0.0, error=error)
         error = (
             f"the job ran past its budget of {call.budget_s:g} s and a grace of "
             f"{self._timeout_grace:g} s: killed"
         )
+        self._replace_child("timeout", error)
         return Ended("timeout", seconds, error=error)
 
-    def _replace_child(self) -> None:
-        """Stop the child and start its successor; if that cannot even be spawned, the job's end
-        still goes back, and the next run() tries again (and raises)."""
+    def _replace_child(self, reason: ChildReplacement, detail: str) -> None:
+        """Stop the child and start its successor at once (its start is nobody's job time);
+        if that cannot even be spawned, the job's end still goes back, and the next run()
+        tries again (and raises). One log line and one count per replacement."""
+        log.warning(
+            "job child replaced (%s): %s",
+            reason,
+            detail,
+            extra={"reason": reason, "jobs": self._jobs_run, "pid": self.pid},
+        )
+        self.on_replace(reason)
         self._stop_child()
         try:
             self._spawn()
@@ -303,15 +387,23 @@ class _Watch:
         self._lines: list[LogLine] = []
         self._progress: tuple[float, str] | None = None
         self._finished = False
+        #: when the child said the job began (its type set up): the job's clock starts there
+        self.began_at: float | None = None
 
     @property
     def recent(self) -> list[str]:
         """The last lines of the job's stdout and stderr."""
         return list(self._tail.recent)
 
+    def seconds(self) -> float:
+        """The job's time so far: none while its type was being set up."""
+        return 0.0 if self.began_at is None else time.monotonic() - self.began_at
+
     def take(self, message: object) -> None:
         """A message of the job's (one of another job's lingering threads is dropped)."""
         match message:
+            case ("began", self._task_id):
+                self.began_at = time.monotonic()
             case ("log", self._task_id, float(at), str(text)):
                 self._lines += lines_of("log", text, at)
             case ("progress", self._task_id, float(fraction), str(text)):

@@ -14,9 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.jobs import JobContext, Registry
-from app.jobs.registry import Runnable
 from app.worker.calls import Call, Ended
-from app.worker.job_process import run_call
+from app.worker.job_process import Jobs
 from app.worker.live import NO_EVENTS, JobEvents, lines_of
 
 
@@ -25,7 +24,7 @@ class InlineExecutor:
 
     def __init__(self, registry: Registry, device: object = None) -> None:
         self.registry, self.device = registry, device
-        self._runnables: dict[str, Runnable] = {}
+        self._jobs = Jobs(registry)
 
     def start(self) -> None:
         """Nothing to start."""
@@ -35,8 +34,14 @@ class InlineExecutor:
     ) -> Ended:
         """Run the job to its end; should_stop() is what its ctx.cancelled reads, and each
         ctx.log and ctx.progress goes to events as it is called. The Ended names the job's
-        output folder: the caller deletes it."""
+        output folder: the caller deletes it. Its seconds count from the end of the type's
+        setup()."""
         began = time.monotonic()
+
+        def clock_starts() -> None:
+            nonlocal began
+            began = time.monotonic()
+
         folder = Path(tempfile.mkdtemp(prefix="fairgpu-output-"))
         ctx = JobContext(
             call.task_id,
@@ -49,9 +54,7 @@ class InlineExecutor:
             _progress=events.progress,
         )
         try:
-            reply = run_call(
-                self.registry, self._runnables, replace(call, output_dir=str(folder)), ctx
-            )
+            reply = self._jobs.run(replace(call, output_dir=str(folder)), ctx, clock_starts)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)  # nobody else knows the folder
             raise

@@ -1,11 +1,16 @@
 """The job child's side: what runs in the process that JobChild spawns. It loads the job types,
-then serves calls one at a time until the worker goes away (run_call also serves InlineExecutor,
-which runs jobs in the worker's own process)."""
+probes its device, then serves calls one at a time until the worker goes away. For each call it
+runs the type's setup() (once per process) before it says the job has begun, so that the
+worker's clock, and the bill, start after it; once the reply is sent it tidies up (the
+allocator's cache) and reports its state (After), from which the worker decides whether this
+child serves the next job (app/worker/hygiene.py). Jobs also serves InlineExecutor, which runs
+jobs in the worker's own process."""
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import gc
 import importlib.util
 import json
 import multiprocessing
@@ -17,6 +22,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -25,32 +32,46 @@ from pydantic import BaseModel
 
 from app.jobs import MAX_OUTPUT_BYTES, JobCancelledError, JobContext, load_registry
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
-from app.worker.calls import Call, EndKind, Reply, last_lines
+from app.worker.calls import After, Call, EndKind, Reply, last_lines
+from app.worker.probe import DeviceProbe, NoDeviceProbe
 
 PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
 
 
-def child_main(
-    conn: Connection,
-    cancel: ctypes.c_bool,
-    modules: list[str],
-    gpu_id: int | None,
-    output_paths: list[str],
-) -> None:
-    """The child process: load the job types, say so, then serve calls until the pipe closes."""
-    _redirect_output(output_paths)
+@dataclass(frozen=True)
+class ChildSpec:
+    """What the worker tells its child at its start: the job modules, the device, the files
+    for fds 1 and 2, the device probe, and the GPU bytes a job may leave beyond the baseline
+    before a full garbage collection is worth its milliseconds (None: never)."""
+
+    modules: list[str]
+    gpu_id: int | None
+    output_paths: list[str]
+    probe: DeviceProbe
+    leak_limit: int | None = None
+
+
+def child_main(conn: Connection, cancel: ctypes.c_bool, spec: ChildSpec) -> None:
+    """The child process: load the job types, probe the device (a fresh child may initialise
+    it), say so, then serve calls until the pipe closes."""
+    _redirect_output(spec.output_paths)
     # a fatal signal's traceback goes to stderr, for the error: the faulting thread's only, so
     # that the job's last output still fits in the lines quoted
     faulthandler.enable(all_threads=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the worker's to handle
-    folder = Path(output_paths[0]).parent
+    folder = Path(spec.output_paths[0]).parent
     _exit_with_parent(folder)
     try:
-        registry = load_registry(modules)
+        registry = load_registry(spec.modules)
     except RegistryError as exc:
         conn.send(("error", str(exc)))
         return
-    device, runnables = _device(gpu_id), dict[str, Runnable]()
+    problem = spec.probe.check(init=True)
+    if problem is not None:
+        conn.send(("broken", problem))
+        return
+    jobs, device = Jobs(registry, spec.probe), _device(spec.gpu_id)
+    jobs.baseline = spec.probe.release()
     pipe = _Pipe(conn)
     pipe.send(("ready", None))
     while True:
@@ -59,10 +80,19 @@ def child_main(
         except EOFError:
             _await_orphaning(folder)
             return
-        reply = run_call(registry, runnables, call, _context(call, device, cancel, pipe))
+        began = _began(pipe, call.task_id)
+        reply = jobs.run(call, _context(call, device, cancel, pipe), began)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # the job's last words are in the files before the parent hears
         pipe.send(reply)
+        pipe.send(jobs.after(spec.leak_limit))
+
+
+def _began(pipe: _Pipe, task_id: str) -> Callable[[], None]:
+    def began() -> None:
+        pipe.send(("began", task_id))
+
+    return began
 
 
 class _Pipe:
@@ -151,39 +181,108 @@ def _device(gpu_id: int | None) -> Any:
     return torch.device("cpu" if gpu_id is None else "cuda:0")
 
 
-def run_call(
-    registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext
-) -> Reply:
-    """Run the call's job in this process and say how it ended. `runnables` keeps each type's
-    instance once its setup() has succeeded, so setup runs once per process (and again after
-    it raised). The child runs every job with it; so does InlineExecutor, in the worker."""
-    end: EndKind
-    output: str | None
-    error: str | None
-    try:
-        end, output, error = "success", _run(registry, runnables, call, ctx), None
-    except JobCancelledError as exc:
-        end, output, error = "cancelled", None, str(exc)
-    except Exception as exc:
-        end, output, error = "exception", None, _describe(exc)
-    if ctx.cancelled:
-        end, output = "cancelled", None  # any end after a cancel counts as the cancel
-    return Reply(end, output, error, *_peaks(ctx.device))
+class Jobs:
+    """The job types of a process, their set-up instances and its device probe: runs one call
+    at a time (the child's, or InlineExecutor's in the worker)."""
+
+    def __init__(self, registry: Registry, probe: DeviceProbe | None = None) -> None:
+        self.registry = registry
+        self.probe: DeviceProbe = probe or NoDeviceProbe()
+        #: each type's instance once its setup() has succeeded: setup runs once per process
+        #: (and again after it raised)
+        self.runnables: dict[str, Runnable] = {}
+        #: GPU bytes held after the last setup(): what a job may not leave behind
+        self.baseline: int | None = None
+
+    def run(self, call: Call, ctx: JobContext, began: Callable[[], None] = lambda: None) -> Reply:
+        """Run the call's job and say how it ended. began() is called once the type is set up,
+        when the job's own time starts; a job that never got there ends `setup` (its type's
+        setup() failed) or `exception` (its type or input is wrong) without calling it."""
+        try:
+            job_type, runnable, inp = self._prepare(call, ctx)
+        except Exception as exc:
+            kind: EndKind = "setup" if isinstance(exc, _SetupError) else "exception"
+            if ctx.cancelled or isinstance(exc, JobCancelledError):
+                kind = "cancelled"  # a setup() that saw the cancel and let it through
+            return Reply(kind, None, exc.error if isinstance(exc, _SetupError) else _describe(exc))
+        began()
+        ctx = replace(ctx, deadline=time.time() + call.budget_s)  # the budget starts now
+        self.probe.reset_peak()
+        end: EndKind
+        output: str | None
+        error: str | None
+        try:
+            end, output, error = "success", _dumped(job_type, runnable.run(ctx, inp)), None
+        except JobCancelledError as exc:
+            end, output, error = "cancelled", None, str(exc)
+        except Exception as exc:
+            end = "oom" if self._out_of_memory(exc) else "exception"
+            output, error = None, _describe(exc)
+        if ctx.cancelled:
+            end, output = "cancelled", None  # any end after a cancel counts as the cancel
+        return Reply(end, output, error, self._peak(), _peak_rss())
+
+    def after(self, leak_limit: int | None = None) -> After:
+        """The process's state once a job has ended: the device checked (never initialised
+        here), the allocator's cache freed, what is still held. When more than leak_limit
+        bytes beyond the baseline look held, a full collection runs first, so that tensors
+        kept only by reference cycles are not taken for a leak."""
+        try:
+            problem = self.probe.check(init=False)
+            held = None if problem else self.probe.release()
+            if held is not None and leak_limit is not None and held - self._base() > leak_limit:
+                gc.collect()
+                held = self.probe.release()
+        except Exception as exc:  # a device that cannot even say what it holds is unusable
+            problem, held = _describe(exc).splitlines()[0], None
+        return After(problem, held, self.baseline, _current_rss())
+
+    def _prepare(self, call: Call, ctx: JobContext) -> tuple[JobType, Runnable, BaseModel]:
+        job_type = self.registry.get(call.type)
+        if job_type is None:
+            raise LookupError(f"unknown job type {call.type!r}")
+        if job_type.unavailable is not None:
+            raise RuntimeError(f"job type {call.type!r} {job_type.unavailable}")
+        inp = job_type.parse_input(json.loads(call.input))
+        runnable = self.runnables.get(job_type.name)
+        if runnable is None:
+            runnable = job_type.make()
+            try:
+                runnable.setup(ctx)  # if it raises, the next job of the type tries afresh
+            except JobCancelledError:
+                raise
+            except Exception as exc:
+                raise _SetupError(f"setup() of {job_type.name!r} failed: {_describe(exc)}") from exc
+            self.runnables[job_type.name] = runnable
+            self.baseline = self._held()
+        return job_type, runnable, inp
+
+    def _base(self) -> int:
+        return self.baseline or 0
+
+    def _held(self) -> int | None:
+        try:
+            return self.probe.release()
+        except Exception:
+            return None  # the check after the job will say what is wrong
+
+    def _peak(self) -> int | None:
+        try:
+            return self.probe.peak()
+        except Exception:
+            return None
+
+    def _out_of_memory(self, exc: BaseException) -> bool:
+        try:
+            return self.probe.out_of_memory(exc)
+        except Exception:
+            return False
 
 
-def _run(registry: Registry, runnables: dict[str, Runnable], call: Call, ctx: JobContext) -> str:
-    job_type = registry.get(call.type)
-    if job_type is None:
-        raise LookupError(f"unknown job type {call.type!r}")
-    if job_type.unavailable is not None:
-        raise RuntimeError(f"job type {call.type!r} {job_type.unavailable}")
-    inp = job_type.parse_input(json.loads(call.input))
-    runnable = runnables.get(job_type.name)
-    if runnable is None:
-        runnable = job_type.make()
-        runnable.setup(ctx)  # if it raises, the next job of the type tries a fresh instance
-        runnables[job_type.name] = runnable
-    return _dumped(job_type, runnable.run(ctx, inp))
+class _SetupError(Exception):
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 def _dumped(job_type: JobType, result: object) -> str:
@@ -206,15 +305,16 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{last_lines(lines)}"
 
 
-def _peaks(device: Any) -> tuple[int | None, int]:
-    """The job's peak GPU memory (then free the cache for the next job) and the child's peak
-    RSS so far."""
-    gpu_peak = None
-    if device is not None and device.type == "cuda":
-        import torch
-
-        gpu_peak = int(torch.cuda.max_memory_allocated(device))
-        torch.cuda.reset_peak_memory_stats(device)
-        torch.cuda.empty_cache()
+def _peak_rss() -> int:
+    """The process's peak resident memory so far, in bytes."""
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return gpu_peak, rss_kib * (1 if sys.platform == "darwin" else 1024)
+    return rss_kib * (1 if sys.platform == "darwin" else 1024)
+
+
+def _current_rss() -> int | None:
+    """The process's resident memory now, in bytes (Linux's /proc); None where unknown."""
+    try:
+        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")

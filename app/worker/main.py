@@ -4,7 +4,9 @@ CUDA_VISIBLE_DEVICES names the worker's one device (none, or "-1", for a CPU wor
 than one is refused. WORKER_QUEUES picks `short`, `long` or both (the default). The worker takes one
 job at a time (Celery's solo pool) and runs it in its warm child process (app/worker/child.py),
 started with `spawn` since CUDA does not survive a fork; a SIGKILL of the worker takes its child
-down too, and the fair queue reclaims the lease.
+down too, and the fair queue reclaims the lease. A worker whose device breaks for good (a fresh
+child's device probe fails: app/worker/hygiene.py) hands back the job it holds, marks itself
+broken in its heartbeat and exits with code 1 and one line that says why.
 
 The module also exposes the Celery app as `app` for `celery -A worker beat` and Flower.
 """
@@ -17,6 +19,8 @@ import sys
 from functools import cache
 
 from celery import Celery, signals
+from celery.platforms import EX_FAILURE
+from celery.worker import state as worker_state
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -93,6 +97,16 @@ def main() -> None:
     claim_ms = round(settings.ledger_claim_s * 1000)
     writer = LedgerWriter(service.recorder.redis, ledger.db, name, idle_ms=claim_ms)
     runner.on_busy = beats.busy
+    broken: list[str] = []
+
+    def stop_broken(why: str) -> None:
+        """Take no more jobs and exit non-zero once the trigger in hand is done (Celery's own
+        warm stop, with a failure's exit code; the drain leases nothing more)."""
+        broken.append(why)
+        beats.broken(why)
+        worker_state.should_stop = EX_FAILURE  # type: ignore[assignment]  # stubs say None
+
+    runner.on_broken = stop_broken
     try:
         runner.start()  # the warm child loads the job types now, not at the first job
     except ChildStartError as exc:
@@ -116,7 +130,11 @@ def main() -> None:
     signals.worker_shutting_down.connect(
         lambda **_: runner.hand_back_after(settings.shutdown_grace_s), weak=False
     )
-    service.celery.worker_main(worker_argv(queues, name))
+    try:
+        service.celery.worker_main(worker_argv(queues, name))
+    finally:
+        if broken:
+            sys.exit(f"fairgpu worker stopped: its device is unusable: {broken[0]}")
 
 
 if __name__ == "__main__":

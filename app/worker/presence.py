@@ -1,5 +1,6 @@
 """A worker's heartbeat in Redis: written every heartbeat_seconds from a daemon thread and
-whenever the worker starts or ends a job, deleted when it stops (app/store/workers.py reads it).
+whenever the worker starts or ends a job, deleted when it stops (app/store/workers.py reads it),
+except by a worker whose device broke: its entry stays, marked broken, for operators to see.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Presence:
     def __init__(self, client: redis.Redis, name: str, queues: list[str], every: float) -> None:
         self.client, self.name, self.queues, self.every = client, name, queues, every
         self._busy_until: float | None = None
+        self._broken: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
 
@@ -30,6 +32,8 @@ class Presence:
         seconds, micros = self.client.time()
         entry = {"queues": self.queues, "seen": seconds + micros / 1e6}
         entry["busy_until"] = self._busy_until
+        if self._broken is not None:
+            entry["broken"] = self._broken
         self.client.hset(WORKERS, self.name, json.dumps(entry))
 
     def busy(self, for_s: float | None) -> None:
@@ -46,6 +50,15 @@ class Presence:
         except RedisError:
             log.warning("heartbeat of %s not written; the next beat retries", self.name)
 
+    def broken(self, why: str) -> None:
+        """Say that the worker's device is unusable and it takes no more jobs; written at once,
+        and kept when the worker stops."""
+        self._broken, self._busy_until = why, None
+        try:
+            self.beat()
+        except RedisError:
+            log.warning("could not mark %s broken", self.name)
+
     def start(self) -> None:
         """Beat now and then every `every` seconds, in the background."""
         self._thread.start()
@@ -55,6 +68,8 @@ class Presence:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.every)
+        if self._broken is not None:
+            return  # the entry says why this worker is gone
         try:
             self.client.hdel(WORKERS, self.name)
         except RedisError:

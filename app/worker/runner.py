@@ -32,7 +32,7 @@ from tenacity import (
 from app import billing
 from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import AccountBook
-from app.models import Kind, Status
+from app.models import ChildReplacement, Kind, Status
 from app.service import Service, build, job_weight
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
@@ -40,10 +40,12 @@ from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker import gpu
-from app.worker.calls import Call, Ended
+from app.worker.calls import Call, DeviceBrokenError, Ended
 from app.worker.child import JobChild
+from app.worker.hygiene import ChildLimits
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
+from app.worker.probe import probe_for
 from app.worker.reports import LiveReports
 from app.worker.stops import StopListener
 
@@ -131,6 +133,9 @@ class JobRunner:
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
         self.on_busy: Callable[[float | None], None] = lambda for_s: None
+        #: Told why, once a fresh child found the device unusable: the worker must stop (its
+        #: main marks it broken and exits non-zero); the job in hand has been handed back.
+        self.on_broken: Callable[[str], None] = lambda why: None
         #: The run in progress (its job id and the event that asks it to stop), and whether it
         #: is being handed back because the worker shuts down.
         self._current: tuple[str, threading.Event] | None = None
@@ -164,6 +169,13 @@ class JobRunner:
         self._current = (job_id, heard)
         try:
             ended = self._execute(kind, job_id, token, started, heard)
+        except DeviceBrokenError as exc:
+            log.error(
+                "the device is unusable: handing the job back", extra={**who, "why": str(exc)}
+            )
+            outcome = self._give_back(kind, job_id, token, who)
+            self.on_broken(str(exc))
+            return Ran(outcome, None)
         finally:
             self._current = None
             self.stops.unwatch(job_id)
@@ -246,10 +258,13 @@ class JobRunner:
     ) -> tuple[str, RunEnd | None]:
         """What happened, and the end to record. Every run that held the GPU is billed for the
         seconds it ran (at least MIN_BILLED_S), whatever its end, except a run stopped by an
-        operator or one that lost its lease (its next run is billed instead)."""
+        operator, one that lost its lease (its next run is billed instead) and one whose type's
+        setup() failed (the job never began: the operator's type is at fault, not its owner)."""
         if ended.end == "cancelled":
             return self._stopped(kind, job_id, started, ended)
-        charge = billing.price(self.settings, kind, ended.seconds, job_type=started.type)
+        charge: billing.Charge | None = None  # a setup() that failed: the job never began
+        if ended.end != "setup":
+            charge = billing.price(self.settings, kind, ended.seconds, job_type=started.type)
         status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
         end = RunEnd(
             status, charge, started.owner, error=ended.error or "",
@@ -311,9 +326,18 @@ class JobRunner:
         )
         return patiently(finish)
 
+    def count_replacement(self, reason: ChildReplacement) -> None:
+        """Count a replacement of the job child: fairgpu_child_replacements_total{reason}."""
+        try:
+            self.recorder.count_child_replacement(reason)
+        except UNREACHABLE:
+            log.warning(
+                "Redis unreachable; a child replacement not counted", extra={"reason": reason}
+            )
+
     def start(self) -> None:
         """Listen for stops and start the child process (ChildStartError if it cannot load the
-        job types)."""
+        job types, DeviceBrokenError if its device probe fails)."""
         self.stops.start()
         self.executor.start()
 
@@ -348,18 +372,24 @@ def build_worker(
     started here: JobRunner.start() does it (the worker's main, or a test)."""
     service = build(settings, accounts)
     name = worker_name(settings, device)
+    child = None
     if executor is None:
-        executor = JobChild(
+        executor = child = JobChild(
             settings.job_modules,
             device.gpu_id,
             timeout_grace_s=settings.timeout_grace_s,
             cancel_grace_s=settings.cancel_grace_s,
+            setup_timeout_s=settings.setup_timeout_s,
+            limits=ChildLimits.of(settings),
+            probe=probe_for(device.gpu_id, settings.device_probe),
         )
     stops = StopListener(service.recorder.redis)
     artifacts = open_artifacts(settings)
     runner = JobRunner(
         settings, service.recorder, service.queues, device, name, executor, stops, artifacts
     )
+    if child is not None:
+        child.on_replace = runner.count_replacement
     service.runner = runner
     service.hooks.for_worker(name, device.gpu_id)
     return service, runner

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.jobs import JobCancelledError, JobContext, load_registry
-from app.jobs.builtin.digits import DigitsIn, digits_train
+from app.jobs.builtin.digits import DigitsIn, DigitsTrain
 from app.jobs.builtin.vad import CHUNK_S, VadIn, VadOut, _segments
 from app.jobs.registry import Runnable
 
@@ -57,7 +57,7 @@ def test_digits_reaches_90_percent_in_10_epochs_and_reports_each_epoch(tmp_path:
         "t1", None, None, time.time() + 60, output_dir=tmp_path, _log=said.append,
         _progress=lambda fraction, message: progress.append((fraction, message)),
     )  # fmt: skip
-    out = digits_train.make().run(ctx, DigitsIn(epochs=10))
+    out = DigitsTrain.make().run(ctx, DigitsIn(epochs=10))
     assert out.model_dump()["epochs"] == 10
     assert out.model_dump()["accuracy"] >= 0.9
     assert [fraction for fraction, _ in progress] == [n / 10 for n in range(1, 11)]
@@ -70,7 +70,7 @@ def test_digits_reaches_90_percent_in_10_epochs_and_reports_each_epoch(tmp_path:
 @pytest.mark.integration
 def test_digits_stops_at_a_cancel_between_epochs() -> None:
     with pytest.raises(JobCancelledError):
-        digits_train.make().run(context(stop_after=3), DigitsIn(epochs=50))
+        DigitsTrain.make().run(context(stop_after=3), DigitsIn(epochs=50))
 
 
 def test_digits_input_is_bounded() -> None:

@@ -129,9 +129,9 @@ def test_setup_runs_once_per_child(child: JobChild) -> None:
     assert seen == [{"setups": 1, "pid": child.pid}] * 3
 
 
-def test_a_failed_setup_is_an_exception_and_is_tried_again(child: JobChild) -> None:
+def test_a_failed_setup_ends_setup_and_is_tried_again(child: JobChild) -> None:
     first = child.run(call("shaky"), never)
-    assert first.end == "exception"
+    assert first.end == "setup"
     assert "shaky: the first setup fails" in (first.error or "")
     second = child.run(call("shaky"), never)
     assert second.end == "success", second.error

@@ -28,10 +28,12 @@ from app.models import (
     QueueView,
     Status,
     TaskStatus,
+    WorkerView,
 )
 from app.service import fairness_lag_s
 from app.store import JobRecord
-from app.store.keys import MOVES
+from app.store import workers as heartbeats
+from app.store.keys import MOVES, WORKERS
 
 log = logging.getLogger(__name__)
 TOP_ACCOUNTS = 10
@@ -73,7 +75,28 @@ async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
     """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
     most jobs queued, and the queue's counters."""
     views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
-    return QueuesView(queues=list(views))
+    return QueuesView(queues=list(views), workers=await _workers(runtime))
+
+
+async def _workers(runtime: Runtime) -> list[WorkerView]:
+    """Every worker's last heartbeat (one hash field per worker: as many as GPUs)."""
+    seconds, micros = await runtime.redis.time()
+    now = seconds + micros / 1e6
+    seen = heartbeats.parse(await runtime.redis.hgetall(WORKERS))
+    every = runtime.settings.heartbeat_seconds
+    beating = {w.name for kind in KINDS for w in heartbeats.alive(seen, kind, now, every)}
+    return [
+        WorkerView(
+            name=w.name,
+            queues=list(w.queues),
+            last_seen=w.seen,
+            alive=w.name in beating,
+            busy_until=w.busy_until,
+            broken=w.broken,
+        )
+        for w in sorted(seen, key=lambda w: w.name)
+        if w.seen >= now - heartbeats.FORGET_S
+    ]
 
 
 async def _view(runtime: Runtime, kind: Kind) -> QueueView:

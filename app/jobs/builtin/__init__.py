@@ -1,7 +1,7 @@
 """The job types that ship with fairgpu; each doubles as an example of writing one."""
 
 from app.jobs.builtin.burn import burn
-from app.jobs.builtin.digits import digits_train
+from app.jobs.builtin.digits import DigitsTrain
 from app.jobs.builtin.vad import Vad
 
-__all__ = ["Vad", "burn", "digits_train"]
+__all__ = ["DigitsTrain", "Vad", "burn"]
