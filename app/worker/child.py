@@ -94,6 +94,12 @@ class JobChild:
         self._ready = False
         self._spawned = 0
         self._jobs_run = 0  # by the current child
+        self._broken: str | None = None
+
+    def broken(self) -> str | None:
+        """Why the device is unusable, once a fresh child that replaced one for a device error
+        failed its probe too (the job that broke it has its end); None while it works."""
+        return self._broken
 
     @property
     def pid(self) -> int | None:
@@ -240,8 +246,17 @@ class JobChild:
             judged: Verdict | None = after
         else:
             judged = verdict(after, self._jobs_run, self._limits)
-        if judged is not None:
-            self._replace_child(judged.reason, judged.detail)
+        if judged is None:
+            return
+        self._replace_child(judged.reason, judged.detail)
+        if judged.reason == "cuda_error":
+            # the device itself may be gone: know before the worker takes another job
+            try:
+                self._await_ready()
+            except DeviceBrokenError as exc:
+                self._broken = str(exc)
+            except ChildStartError:
+                pass  # the next run() tries again, and says why
 
     def _await_after(self) -> After | Verdict:
         """The child's After message (other messages, a job's lingering thread's, are

@@ -60,5 +60,9 @@ class InlineExecutor:
             raise
         return replace(reply.ended(time.monotonic() - began), output_dir=folder)
 
+    def broken(self) -> str | None:
+        """Never: there is no device to check."""
+        return None
+
     def close(self) -> None:
         """Nothing to release."""

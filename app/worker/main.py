@@ -134,7 +134,9 @@ def main() -> None:
         service.celery.worker_main(worker_argv(queues, name))
     finally:
         if broken:
-            sys.exit(f"fairgpu worker stopped: its device is unusable: {broken[0]}")
+            # fd 2 itself: Celery has put its logger in place of sys.stderr
+            os.write(2, f"fairgpu worker stopped: its device is unusable: {broken[0]}\n".encode())
+            sys.exit(EX_FAILURE)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,10 @@ class Executor(Protocol):
         folder, which the caller deletes."""
         ...
 
+    def broken(self) -> str | None:
+        """Why its device is unusable for any further job, or None."""
+        ...
+
     def close(self) -> None:
         """Release the process it runs jobs in."""
         ...
@@ -180,6 +184,9 @@ class JobRunner:
             self._current = None
             self.stops.unwatch(job_id)
             self.on_busy(None)
+        if (why := self.executor.broken()) is not None:
+            log.error("the device is unusable: no more jobs", extra={**who, "why": why})
+            self.on_broken(why)  # before the step that records this end leases another
         log.info("job ended", extra={**who, "end": ended.end, "seconds": round(ended.seconds, 3)})
         if ended.end == "cancelled" and self._handing_back == job_id:
             return Ran(self._give_back(kind, job_id, token, who), None)

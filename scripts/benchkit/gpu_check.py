@@ -1,112 +1,359 @@
-"""The checks a GPU machine can make that CI cannot: run it once on a machine with a GPU.
+"""The checks only a machine with an NVIDIA GPU can make: run it once there.
 
-    uv run --extra torch python scripts/gpu_check.py [--out DIR]
+    python scripts/gpu_check.py [--out DIR] [--cpu]     # DIR: --out, else $OUT, else .
+    python scripts/gpu_check.py --docs DIR/gpu_check.json   # its table into docs/benchmarks.md
 
-1. The workload runs on the device: bf16 matmul for a few seconds, with the TFLOP/s it reached.
-2. A job runs end to end on the device: JobRunner on an embedded Redis, gpu_id and tflops in
-   the job's record, billed once.
-3. A worker pinned to two devices refuses to start: `python -m app.worker` with
-   CUDA_VISIBLE_DEVICES=0,1 exits non-zero with a clear message.
+It starts the service as the Compose `gpu` profile does (an embedded Redis, the API, one worker
+with CUDA_VISIBLE_DEVICES=0, JOB_MODULES=scripts.benchkit.gpu_jobs) and submits over HTTP, in
+this order: a job that never touches CUDA as a fresh child's first job; `burn` against a plain
+torch loop of the same products run in this process, alternately; `digits-train` twice (cold:
+its child's first; warm); a job that leaks 8 GiB, then one that reports its child's memory; a
+device-side assert, then `burn` and `digits-train`; a job out of GPU memory, then `burn`; a
+burst of empty jobs for the dispatch gap. Each job is checked against what it should end as, and
+billed once; a job harmed by an earlier one's fault would end otherwise. It writes DIR/
+gpu_check.json and .md (the table) and keeps the API's and the worker's logs there.
 
-It prints what it measured and writes it to DIR/gpu_check.json (DIR: --out, else $OUT, else .).
-`--cpu` runs the same checks on torch's CPU device, to try the script on a machine without a GPU.
+`--cpu` runs the same sequence on a CPU worker (torch on the CPU), to try the script on a
+machine without a GPU: the GPU's own outcomes (a sticky error, a leak, out of memory) are then
+only reported, not required.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
+import httpx
 
-from app.auth import Accounts
-from app.dev.redis_server import RedisServer
-from app.ledger.outbox import unwritten
+from app.dev.stack import Stack
 from app.settings import Settings
-from app.store.keys import job_key
 from app.worker import gpu
-from app.worker.runner import build_worker
 from scripts.benchkit.host import ROOT
+from scripts.benchkit.stats import percentile
+
+KEY = "default_api_key"  # the demo admin account of fixtures/users.json
+JOB_MODULE = "scripts.benchkit.gpu_jobs"
+LEAK_LIMIT_MB = 256  # CHILD_MAX_GPU_LEAK_MB's default, which the check keeps
+BURN_S = 8.0
+GAP_JOBS = 40
+WAIT_S = 180.0
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- gpu-check: begin -->", "<!-- gpu-check: end -->"
 
 
-def workload(device: str) -> dict[str, Any]:
-    """Check 1: the matmul loop on the device."""
+@dataclass
+class Run:
+    """One job of the check: what it was, how it ended, what it should have ended as."""
+
+    step: str
+    type: str
+    task_id: str
+    status: str
+    error_kind: str | None
+    expect: str  # "SUCCESS", or "FAILURE:<error_kind>"; "any" where only reported
+    output: Any = None
+    peak_gpu_bytes: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    billed_s: float | None = None
+    bills: int = 0
+
+    @property
+    def end(self) -> str:
+        return self.status if self.error_kind is None else f"{self.status}:{self.error_kind}"
+
+    @property
+    def ok(self) -> bool:
+        return self.bills == 1 and self.expect in ("any", self.end)
+
+
+@dataclass
+class Check:
+    """The HTTP side: submit a job, wait for its end, remember it."""
+
+    client: httpx.Client
+    runs: list[Run] = field(default_factory=list)
+
+    def job(self, step: str, type_: str, inp: dict[str, Any], expect: str, **extra: Any) -> Run:
+        """Submit, wait, record."""
+        return self.wait(self.submit(step, type_, inp, expect, **extra))
+
+    def submit(self, step: str, type_: str, inp: dict[str, Any], expect: str, **extra: Any) -> Run:
+        body = {"type": type_, "input": inp, **extra}
+        answer = self.client.post("/enqueue-task", json=body)
+        answer.raise_for_status()
+        run = Run(step, type_, answer.json()["task_id"], "PENDING", None, expect)
+        self.runs.append(run)
+        return run
+
+    def wait(self, run: Run, *, quiet: bool = False) -> Run:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            state = self.client.get(f"/task-status/{run.task_id}").json()
+            if state["status"] in ("SUCCESS", "FAILURE", "REVOKED"):
+                result = state.get("result") or {}
+                run.status, run.error_kind = state["status"], state.get("error_kind")
+                run.output, run.error = result.get("output"), state.get("error")
+                run.peak_gpu_bytes = result.get("peak_gpu_memory_bytes")
+                run.started_at, run.finished_at = (
+                    result.get("started_at"),
+                    result.get("finished_at"),
+                )
+                if not quiet:
+                    _say(f"{run.step}: {run.type} {run.end}")
+                return run
+            time.sleep(0.05)  # polling the HTTP API, as a client does
+        raise TimeoutError(f"{run.step}: {run.type} did not end within {WAIT_S:g} s")
+
+    def bills(self) -> None:
+        """Each run's bills (GET /billing-records) and the seconds billed."""
+        records = self.client.get("/billing-records", params={"limit": 1000}).json()
+        for run in self.runs:
+            mine = [r for r in records if r["task_id"] == run.task_id]
+            run.bills = len(mine)
+            run.billed_s = mine[0]["gpu_seconds"] if mine else None
+
+
+def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str, Any]:
+    """The jobs, in the issue's order; returns the measurements beside the runs."""
+    fault = "FAILURE:{}" if on_gpu else "any"
+    check.job("fresh child", "gpu-memory", {}, "SUCCESS")
+    burns, loops = [], []
+    for _ in range(2):  # alternately, so that a drift of the card's clocks hits both
+        loops.append(plain())
+        burn = check.job("burn", "burn", {}, "SUCCESS", duration_s=BURN_S)
+        burns.append((burn.output or {}).get("tflops"))
+    cold = check.job("digits cold", "digits-train", {"epochs": 10}, "SUCCESS")
+    warm = check.job("digits warm", "digits-train", {"epochs": 10}, "SUCCESS")
+    leak_gib = 8 if on_gpu else 1  # the CPU's memory is the machine's own
+    leak = check.job(f"leak {leak_gib} GiB", "gpu-leak", {"gib": leak_gib}, "SUCCESS")
+    after_leak = check.job("after the leak", "gpu-memory", {}, "SUCCESS")
+    check.job("device-side assert", "gpu-assert", {}, fault.format("exception"))
+    check.job("after the assert", "burn", {}, "SUCCESS", duration_s=2)
+    check.job("after the assert", "digits-train", {"epochs": 3}, "SUCCESS")
+    blocks = {"gib": 16, "blocks": 64} if on_gpu else {"gib": 1, "blocks": 2}
+    oom = check.job("out of memory", "gpu-oom", blocks, fault.format("oom"))
+    check.job("after the oom", "burn", {}, "SUCCESS", duration_s=2)
+    gap = [check.submit("dispatch gap", "noop", {}, "SUCCESS") for _ in range(GAP_JOBS)]
+    for run in gap:
+        check.wait(run, quiet=True)
+    return {
+        "burn_tflops": burns,
+        "plain_tflops": loops,
+        "digits": {"cold": cold.task_id, "warm": warm.task_id},
+        "leak": {"leaked_pid": _pid(leak), "after": after_leak.output},
+        "oom_peak_gpu_bytes": oom.peak_gpu_bytes,
+        "gap_ms": _gaps(gap),
+    }
+
+
+def _pid(run: Run) -> int | None:
+    return (run.output or {}).get("pid")
+
+
+def _gaps(runs: list[Run]) -> list[float]:
+    """Milliseconds from each job's end to the next one's start (Redis's clock, both)."""
+    times = sorted((r.started_at, r.finished_at) for r in runs if r.started_at and r.finished_at)
+    return [(start - end) * 1000 for (_, end), (start, _) in itertools.pairwise(times)]
+
+
+def plain_loop(device: str) -> Callable[[], float]:
+    """The reference: the same bf16 products in a plain torch loop, in this process."""
     n = gpu.MATRIX_N if device == "cuda" else 256
-    outcome = gpu.matmul(device, n, 3.0, should_stop=lambda: False)
-    return {"device": device, "n": n, "seconds": outcome.seconds, "tflops": outcome.tflops}
+
+    def measure() -> float:
+        outcome = gpu.matmul(device, n, BURN_S, should_stop=lambda: False)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        return float(outcome.tflops or 0.0)
+
+    return measure
 
 
-def job_on_device(device: gpu.Device) -> dict[str, Any]:
-    """Check 2: one burn job through the real runner, its warm child process, the store and
-    billing, on an embedded Redis."""
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
-        settings = Settings(redis_url=server.url, users_file=ROOT / "fixtures" / "users.json")
-        service, runner = build_worker(settings, Accounts.load(settings.users_file), device)
-        runner.start()
-        r = redis.Redis.from_url(server.url)
-        owner = "11111111-1111-1111-1111-111111111111"
-        r.hset(job_key("gpu-check"), mapping={
-            "task_id": "gpu-check", "owner": owner, "kind": "short", "duration_s": "2.0",
-            "type": "burn", "status": "PENDING", "attempts": 0, "enqueued_at": 0,
-        })  # fmt: skip
-        service.queues["short"].enqueue(owner, [service.job_item("short", "gpu-check", 2.0)])
-        lease = service.queues["short"].dequeue()
-        assert lease is not None
-        outcome = runner.run("short", "gpu-check", lease.token)
-        job = service.recorder.get("gpu-check")
-        bills = len(unwritten(r, owner))  # no ledger writer here: the bill waits in the outbox
-        runner.close()
-        service.close()
-        r.close()
-    return {"outcome": outcome, "status": job and job.status, "gpu_id": job and job.gpu_id,
-            "tflops": job and job.tflops, "bills": bills,
-            "peak_gpu_memory_bytes": job and job.peak_gpu_memory_bytes}  # fmt: skip
+def machine(on_gpu: bool) -> dict[str, Any]:
+    """The card, its driver and torch, as this process sees them."""
+    import torch
+
+    facts: dict[str, Any] = {"torch": str(torch.__version__), "cuda": torch.version.cuda}
+    if on_gpu:
+        facts["card"] = torch.cuda.get_device_name(0)
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            query = [smi, "--query-gpu=driver_version,memory.total", "--format=csv,noheader"]
+            facts["driver"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+    return facts
 
 
 def refuses_two_devices() -> dict[str, Any]:
-    """Check 3: a worker told to drive two devices does not start."""
+    """A worker told to drive two devices does not start, and says why in one line."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
-    run = subprocess.run(
-        [sys.executable, "-m", "app.worker.main"], env=env, capture_output=True, text=True,
-        timeout=120, cwd=ROOT, check=False,
-    )  # fmt: skip
+    argv = [sys.executable, "-m", "app.worker.main"]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     return {"exit_code": run.returncode, "message": run.stderr.strip().splitlines()[-1:]}
 
 
-def torch_version() -> str:
-    """The installed torch's version (the torch extra must be installed)."""
-    import torch
+def replacements(client: httpx.Client) -> dict[str, float]:
+    """fairgpu_child_replacements_total by reason, from /metrics."""
+    text = client.get("/metrics").text
+    pattern = re.compile(r'^fairgpu_child_replacements_total\{reason="(\w+)"\} (\S+)$', re.M)
+    return {reason: float(count) for reason, count in pattern.findall(text)}
 
-    return str(torch.__version__)
+
+def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str, bool]:
+    """What the check requires; on a CPU only what a CPU can show."""
+    billed = {r.task_id: r.billed_s or 0.0 for r in runs}
+    cold, warm = (billed[results["digits"][k]] for k in ("cold", "warm"))
+    after = results["leak"]["after"] or {}
+    wanted = {
+        "every job ended as it should, billed once": all(r.ok for r in runs),
+        "digits-train cold <= 2x warm (billed seconds)": cold <= 2 * warm,
+        "a worker given two devices refuses to start": results["two_devices"]["exit_code"] != 0,
+    }
+    if on_gpu:
+        burns = [t for t in results["burn_tflops"] if t]
+        plain = sum(results["plain_tflops"]) / len(results["plain_tflops"])
+        wanted["burn >= 95% of the plain loop"] = bool(burns) and min(burns) >= 0.95 * plain
+        wanted["after the leak: a new child, under the limit"] = (
+            after.get("pid") != results["leak"]["leaked_pid"]
+            and after.get("allocated_bytes", 1 << 40) < LEAK_LIMIT_MB << 20
+        )
+        counts = results["replacements"]
+        wanted["replacements counted: gpu_leak, cuda_error"] = (
+            counts.get("gpu_leak", 0) >= 1 and counts.get("cuda_error", 0) >= 1
+        )
+    return wanted
+
+
+def run_check(out: Path, on_gpu: bool) -> dict[str, Any]:
+    """Start the stack, run the sequence, stop the stack; the results."""
+    workdir = Path(tempfile.mkdtemp(prefix="fairgpu-gpu-check-"))
+    settings = Settings(users_file=ROOT / "fixtures" / "users.json", job_modules=[JOB_MODULE])
+    settings = settings.model_copy(update={"port": _free_port()})
+    stack = Stack(settings, use_given_redis=False, workers=0, workdir=workdir)
+    results: dict[str, Any] = {"machine": machine(on_gpu), "on_gpu": on_gpu}
+    results["two_devices"] = refuses_two_devices()
+    try:
+        stack.start()
+        device = {"CUDA_VISIBLE_DEVICES": "0" if on_gpu else "-1"}
+        stack.start_worker("gpu0" if on_gpu else "cpu0", env=device)
+        with httpx.Client(base_url=stack.url, headers={"X-API-Key": KEY}, timeout=30) as client:
+            _await_worker(client)
+            check = Check(client)
+            results |= sequence(check, on_gpu, plain_loop("cuda" if on_gpu else "cpu"))
+            check.bills()
+            results["replacements"] = replacements(client)
+            results["workers"] = client.get("/admin/queues").json().get("workers")
+        results["runs"] = [{**asdict(r), "ok": r.ok} for r in check.runs]
+        results["verdicts"] = verdicts(results, check.runs, on_gpu)
+    finally:
+        stack.stop()
+        for name in ("api.log", "gpu0.log", "cpu0.log"):
+            if (workdir / name).exists():
+                shutil.copy(workdir / name, out / name)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def _await_worker(client: httpx.Client) -> None:
+    """Until the worker's heartbeat is in (its child has started and probed the device)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if any(w["alive"] for w in client.get("/admin/queues").json().get("workers", [])):
+            return
+        time.sleep(0.2)  # the worker imports torch and starts its child: seconds
+    raise TimeoutError("the worker did not start")
+
+
+def _free_port() -> int:
+    from app.dev.redis_server import free_port
+
+    return free_port()
+
+
+def _say(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def render(results: dict[str, Any]) -> str:
+    """The results as the markdown that docs/benchmarks.md keeps."""
+    facts = results["machine"]
+    lines = [
+        f"Card: {facts.get('card', 'none (--cpu)')}; driver and memory: "
+        f"{facts.get('driver', '?')}; torch {facts['torch']} (CUDA {facts.get('cuda')}).",
+        "",
+        "| step | job type | ended | should end | billed s | bills | peak GPU GiB |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    runs = [r for r in results["runs"] if r["step"] != "dispatch gap"]
+    for r in runs:
+        end = r["status"] + (f":{r['error_kind']}" if r["error_kind"] else "")
+        peak = "" if r["peak_gpu_bytes"] is None else f"{r['peak_gpu_bytes'] / (1 << 30):.2f}"
+        billed = "" if r["billed_s"] is None else f"{r['billed_s']:.3f}"
+        lines.append(
+            f"| {r['step']} | `{r['type']}` | {end} | {r['expect']} | {billed} | {r['bills']} "
+            f"| {peak} |"
+        )
+    gaps = results["gap_ms"]
+    burns, plain = results["burn_tflops"], results["plain_tflops"]
+    lines += [
+        "",
+        f"- burn TFLOP/s: {_numbers(burns)}; the plain torch loop: {_numbers(plain)}.",
+        f"- dispatch gap over {len(gaps) + 1} empty jobs: p50 {percentile(gaps, 50):.2f} ms, "
+        f"p99 {percentile(gaps, 99):.2f} ms."
+        if gaps
+        else "- dispatch gap: not measured.",
+        f"- child replacements by reason: {results['replacements']}.",
+        f"- jobs that did not end as they should, or were not billed once: "
+        f"{sum(1 for r in results['runs'] if not r['ok'])}.",
+        "",
+        *(
+            f"- {'met' if ok else '**not met**'}: {what}"
+            for what, ok in results["verdicts"].items()
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _numbers(values: list[float | None]) -> str:
+    return ", ".join("n/a" if v is None else f"{v:.3g}" for v in values)
+
+
+def into_docs(results_file: Path) -> None:
+    """Put the results' table into docs/benchmarks.md, between its gpu-check markers."""
+    results = json.loads(results_file.read_text())
+    text = DOCS.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    DOCS.write_text(text[:start] + "\n" + render(results) + text[end:])
 
 
 def main() -> int:
-    """Run the three checks and record what they measured."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Run the check (or put its results into the docs)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    parser.add_argument("--cpu", action="store_true", help="use torch's CPU device instead")
+    parser.add_argument("--cpu", action="store_true", help="a CPU worker, torch on the CPU")
+    parser.add_argument("--docs", type=Path, help="a gpu_check.json to put into the docs")
     args = parser.parse_args()
-    device = gpu.CPU if args.cpu else gpu.Device(gpu_id=0)
-    results = {
-        "torch": torch_version(),
-        "cuda_devices": gpu.torch_cuda_count(),
-        "workload": workload("cpu" if args.cpu else "cuda"),
-        "job": job_on_device(device),
-        "two_devices": refuses_two_devices(),
-    }
-    ok = (
-        results["job"]["status"] == "SUCCESS"
-        and results["job"]["bills"] == 1
-        and results["two_devices"]["exit_code"] != 0
-    )
-    results["ok"] = ok
+    if args.docs:
+        into_docs(args.docs)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    results = run_check(args.out, on_gpu=not args.cpu)
     (args.out / "gpu_check.json").write_text(json.dumps(results, indent=2, default=str))
-    print(json.dumps(results, indent=2, default=str))
-    return 0 if ok else 1
+    (args.out / "gpu_check.md").write_text(render(results))
+    print(render(results))
+    return 0 if all(results["verdicts"].values()) else 1

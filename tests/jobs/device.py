@@ -85,6 +85,12 @@ def device_assert(ctx: JobContext, inp: Assert) -> Nothing:
     raise RuntimeError(sticky)
 
 
+@job(name="device-unplug", description="Ends well, and the card is gone for the next child.")
+def device_unplug(ctx: JobContext, inp: Nothing) -> Nothing:
+    Path(os.environ[MARKER_ENV]).write_text("CUDA error: the card is gone")
+    return Nothing()
+
+
 class Megabytes(BaseModel):
     mb: int
 

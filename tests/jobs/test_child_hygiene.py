@@ -84,7 +84,21 @@ def test_a_device_that_a_fresh_child_finds_broken_is_broken_for_good(
     marker = str(tmp_path / "broken-for-good")
     assert child.run("device-assert", {"for_good": True, "marker": marker}).end == "exception"
     assert child.replaced == ["cuda_error"]
+    # known before the worker takes another job: the replacement's probe was awaited
+    assert "the device fell off the bus" in (child.child.broken() or "")
     with pytest.raises(DeviceBrokenError, match="the device fell off the bus"):
+        child.run("echo", {"text": "never runs"})
+
+
+def test_a_fresh_child_that_fails_its_probe_at_the_next_job_raises_before_the_job(
+    make_child: Callable[..., Child], tmp_path: Path
+) -> None:
+    child = make_child(ChildLimits(max_jobs=1))
+    (tmp_path / "broken-for-good").write_text("the card is gone")  # from outside, meanwhile
+    assert child.run("echo", {"text": "last"}).end == "success"
+    assert child.replaced == ["max_jobs"]
+    assert child.child.broken() is None  # a replacement for max_jobs is not awaited
+    with pytest.raises(DeviceBrokenError, match="the card is gone"):
         child.run("echo", {"text": "never runs"})
 
 
