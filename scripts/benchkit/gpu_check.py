@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ JOB_MODULE = "scripts.benchkit.gpu_jobs"
 LEAK_LIMIT_MB = 256  # CHILD_MAX_GPU_LEAK_MB's default, which the check keeps
 BURN_S = 8.0
 GAP_JOBS = 40
+FRESH_JOBS = 8  # with CHILD_PER_JOB: each starts a child (and on a GPU, a CUDA context)
 WAIT_S = 180.0
 DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- gpu-check: begin -->", "<!-- gpu-check: end -->"
@@ -147,9 +149,7 @@ def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str
     blocks = {"gib": 16, "blocks": 64} if on_gpu else {"gib": 1, "blocks": 2}
     oom = check.job("out of memory", "gpu-oom", blocks, fault.format("oom"))
     check.job("after the oom", "burn", {}, "SUCCESS", duration_s=2)
-    gap = [check.submit("dispatch gap", "noop", {}, "SUCCESS") for _ in range(GAP_JOBS)]
-    for run in gap:
-        check.wait(run, quiet=True)
+    gap = burst(check, "dispatch gap", GAP_JOBS)
     return {
         "burn_tflops": burns,
         "plain_tflops": loops,
@@ -157,7 +157,23 @@ def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str
         "leak": {"leaked_pid": _pid(leak), "after": after_leak.output},
         "oom_peak_gpu_bytes": oom.peak_gpu_bytes,
         "gap_ms": _gaps(gap),
+        "per_job_warm_s": _per_job(gap),
     }
+
+
+def burst(check: Check, step: str, count: int) -> list[Run]:
+    """count empty jobs submitted at once, waited for."""
+    runs = [check.submit(step, "noop", {}, "SUCCESS") for _ in range(count)]
+    for run in runs:
+        check.wait(run, quiet=True)
+    return runs
+
+
+def _per_job(runs: list[Run]) -> float:
+    """Seconds per job of a burst, from the first start to the last end (Redis's clock)."""
+    starts = [r.started_at for r in runs if r.started_at]
+    ends = [r.finished_at for r in runs if r.finished_at]
+    return round((max(ends) - min(starts)) / len(runs), 4)
 
 
 def _pid(run: Run) -> int | None:
@@ -240,33 +256,55 @@ def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str
 
 
 def run_check(out: Path, on_gpu: bool) -> dict[str, Any]:
-    """Start the stack, run the sequence, stop the stack; the results."""
+    """Start the stack, run the sequence, stop the stack; the results (with the error, when a
+    step failed: what was measured until then is kept, a GPU's time being scarce)."""
     workdir = Path(tempfile.mkdtemp(prefix="fairgpu-gpu-check-"))
     settings = Settings(users_file=ROOT / "fixtures" / "users.json", job_modules=[JOB_MODULE])
     settings = settings.model_copy(update={"port": _free_port()})
     stack = Stack(settings, use_given_redis=False, workers=0, workdir=workdir)
     results: dict[str, Any] = {"machine": machine(on_gpu), "on_gpu": on_gpu}
     results["two_devices"] = refuses_two_devices()
+    check = Check(httpx.Client(base_url="http://127.0.0.1", headers={"X-API-Key": KEY}))
+    began = time.monotonic()
     try:
         stack.start()
         device = {"CUDA_VISIBLE_DEVICES": "0" if on_gpu else "-1"}
         stack.start_worker("gpu0" if on_gpu else "cpu0", env=device)
-        with httpx.Client(base_url=stack.url, headers={"X-API-Key": KEY}, timeout=30) as client:
-            _await_worker(client)
-            check = Check(client)
-            results |= sequence(check, on_gpu, plain_loop("cuda" if on_gpu else "cpu"))
-            check.bills()
-            results["replacements"] = replacements(client)
-            results["workers"] = client.get("/admin/queues").json().get("workers")
-        results["runs"] = [{**asdict(r), "ok": r.ok} for r in check.runs]
+        check.client = httpx.Client(base_url=stack.url, headers={"X-API-Key": KEY}, timeout=30)
+        _await_worker(check.client)
+        results |= sequence(check, on_gpu, plain_loop("cuda" if on_gpu else "cpu"))
+        results["replacements"] = replacements(check.client)
+        results["workers"] = check.client.get("/admin/queues").json().get("workers")
+        results["per_job_fresh_s"] = fresh_children(stack, check.client, check, device)
+        check.bills()
         results["verdicts"] = verdicts(results, check.runs, on_gpu)
+    except (Exception, KeyboardInterrupt) as exc:  # keep what was measured, and where it stopped
+        results["error"] = f"{type(exc).__name__}: {exc}"
+        results["verdicts"] = {f"the check ran to its end ({results['error']})": False}
     finally:
+        results["runs"] = [{**asdict(r), "ok": r.ok} for r in check.runs]
+        results["seconds"] = round(time.monotonic() - began, 1)
+        check.client.close()
         stack.stop()
-        for name in ("api.log", "gpu0.log", "cpu0.log"):
+        for name in ("api.log", "gpu0.log", "cpu0.log", "fresh.log"):
             if (workdir / name).exists():
                 shutil.copy(workdir / name, out / name)
         shutil.rmtree(workdir, ignore_errors=True)
     return results
+
+
+def fresh_children(
+    stack: Stack, client: httpx.Client, check: Check, device: dict[str, str]
+) -> float:
+    """CHILD_PER_JOB's cost: the first worker stops (SIGTERM), one with CHILD_PER_JOB=true runs
+    a burst of empty jobs; seconds per job, to set beside the warm child's."""
+    for name, process in list(stack.workers.items()):
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=WAIT_S)
+        stack.workers.pop(name)
+    stack.start_worker("fresh", env={**device, "CHILD_PER_JOB": "true"})
+    _await_worker(client)
+    return _per_job(burst(check, "CHILD_PER_JOB", FRESH_JOBS))
 
 
 def _await_worker(client: httpx.Client) -> None:
@@ -308,8 +346,8 @@ def render(results: dict[str, Any]) -> str:
             f"| {r['step']} | `{r['type']}` | {end} | {r['expect']} | {billed} | {r['bills']} "
             f"| {peak} |"
         )
-    gaps = results["gap_ms"]
-    burns, plain = results["burn_tflops"], results["plain_tflops"]
+    gaps = results.get("gap_ms", [])
+    burns, plain = results.get("burn_tflops", []), results.get("plain_tflops", [])
     lines += [
         "",
         f"- burn TFLOP/s: {_numbers(burns)}; the plain torch loop: {_numbers(plain)}.",
@@ -317,7 +355,9 @@ def render(results: dict[str, Any]) -> str:
         f"p99 {percentile(gaps, 99):.2f} ms."
         if gaps
         else "- dispatch gap: not measured.",
-        f"- child replacements by reason: {results['replacements']}.",
+        f"- seconds per empty job in a burst: warm child {results.get('per_job_warm_s')}, "
+        f"CHILD_PER_JOB {results.get('per_job_fresh_s')}.",
+        f"- child replacements by reason: {results.get('replacements')}.",
         f"- jobs that did not end as they should, or were not billed once: "
         f"{sum(1 for r in results['runs'] if not r['ok'])}.",
         "",
