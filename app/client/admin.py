@@ -9,7 +9,7 @@ import typer
 
 from app.client.errors import FAILED, fail, session
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
-from app.client.render import about, out, queues_table, task_table
+from app.client.render import about, out, queues_table, task_table, workers_table
 from app.client.transport import DEFAULT_URL
 from app.models import TaskStatus
 
@@ -19,7 +19,8 @@ admin = typer.Typer(help="Admin actions on queues, jobs, accounts and keys (admi
 def queues(
     url: UrlOption = DEFAULT_URL, key: KeyOption = None, as_json: JsonOption = False
 ) -> None:
-    """Show each queue: jobs queued and running, workers, fairness and top accounts (admins)."""
+    """Show each queue (jobs queued and running, workers, fairness, top accounts), then each
+    worker, a broken one with why (admins)."""
     with session(url, key) as client:
         view = client.queues()
         if as_json:
@@ -27,6 +28,8 @@ def queues(
         else:
             console = out()
             console.print(queues_table(view, console.width))
+            if view.workers:
+                console.print(workers_table(view, console.width))
 
 
 def promote(

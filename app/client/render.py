@@ -27,6 +27,7 @@ from app.models import (
     QueuesView,
     Status,
     TaskStatus,
+    WorkerView,
 )
 
 #: The most characters of a job's output that `status` shows; --json shows all of it.
@@ -329,6 +330,23 @@ def billing_table(bills: list[BillingRecord], width: int) -> Table:
         for bill in bills
     ]
     return fitted_table(columns, rows, width)
+
+
+def workers_table(view: QueuesView, width: int) -> Table:
+    """Each worker heard from, one a row: its queues and its state (a broken one says why)."""
+    columns = [Column("worker"), Column("queues"), Column("state")]
+    rows: list[list[Cell]] = [
+        [worker.name, ", ".join(worker.queues), _worker_state(worker)] for worker in view.workers
+    ]
+    return fitted_table(columns, rows, width)
+
+
+def _worker_state(worker: WorkerView) -> str:
+    if worker.broken is not None:
+        return f"broken: {worker.broken}"
+    if not worker.alive:
+        return "silent"
+    return "busy" if worker.busy_until is not None else "idle"
 
 
 def queues_table(view: QueuesView, width: int) -> Table:

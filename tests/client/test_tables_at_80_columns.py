@@ -9,9 +9,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from app.client.render import billing_table, queues_table
+from app.client.render import billing_table, queues_table, workers_table
 from app.client.words import money
-from app.models import AccountQueued, BillingRecord, QueuesView, QueueView
+from app.models import AccountQueued, BillingRecord, QueuesView, QueueView, WorkerView
 
 TASKS = [f"0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c{i:02d}" for i in range(3)]
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -101,6 +101,31 @@ def test_queues_fit_80_columns_with_one_counter_a_line() -> None:
 def test_queues_keep_lists_on_one_line_when_there_is_room() -> None:
     lines = shown(queues_table(QUEUES, 200), 200)
     assert any("acked 1090, dequeued 1100, dropped 2" in line for line in lines)
+
+
+def test_workers_say_their_state_and_a_broken_one_why() -> None:
+    now = time.time()
+    broken = "the device failed a fresh job child's probe: CUDA error: unknown error"
+    view = QUEUES.model_copy(
+        update={
+            "workers": [
+                WorkerView(name="gpu0@a", queues=["short", "long"], last_seen=now, alive=True),
+                WorkerView(
+                    name="gpu1@a", queues=["short"], last_seen=now, alive=True, busy_until=now
+                ),
+                WorkerView(name="gpu2@a", queues=["long"], last_seen=now, alive=False),
+                WorkerView(
+                    name="gpu3@a", queues=["short"], last_seen=now, alive=False, broken=broken
+                ),
+            ]
+        }
+    )
+    lines = shown(workers_table(view, 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    states = {line.split()[0]: line for line in lines if line.startswith("gpu")}
+    assert "idle" in states["gpu0@a"] and "busy" in states["gpu1@a"]
+    assert "silent" in states["gpu2@a"] and "broken:" in states["gpu3@a"]
+    assert "unknown error" in "\n".join(lines)  # the reason is shown, wrapped if it must be
 
 
 def test_amounts_are_exact_until_shown() -> None:
