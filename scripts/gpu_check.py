@@ -1,5 +1,6 @@
 """`uv run --extra torch python scripts/gpu_check.py`: the checks only a GPU machine can
-make (scripts/benchkit/gpu_check.py)."""
+make (scripts/benchkit/gpu_check.py); on a machine without the project's environment,
+`scripts/gpu_wheels.sh` carries it."""
 
 import sys
 

@@ -455,6 +455,23 @@ async def test_the_queues_view_counts_workers_as_they_are_now(api: Api, r: redis
     assert (await queues(api))["short"]["workers"] == 1
 
 
+async def test_the_queues_view_lists_each_worker_and_why_a_broken_one_stopped(
+    api: Api, r: redis.Redis
+) -> None:
+    every = api.runtime.settings.heartbeat_seconds
+    Presence(r, "gpu0@box", ["short"], every).busy(30)
+    Presence(r, "gpu1@box", ["short", "long"], every).broken("CUDA error: unknown error")
+    response = await api.client.get("/admin/queues", headers=KEY)
+    assert response.status_code == 200
+    workers = {w["name"]: w for w in response.json()["workers"]}
+    assert set(workers) == {"gpu0@box", "gpu1@box"}
+    busy, broken = workers["gpu0@box"], workers["gpu1@box"]
+    assert (busy["queues"], busy["alive"], busy["broken"]) == (["short"], True, None)
+    assert busy["busy_until"] > busy["last_seen"]
+    assert (broken["alive"], broken["broken"]) == (False, "CUDA error: unknown error")
+    assert (await queues(api))["long"]["workers"] == 0  # a broken worker serves nothing
+
+
 async def test_dropping_an_empty_queue_drops_nothing(api: Api) -> None:
     response = await api.client.post(
         "/admin/queues/long/drop", json={"confirm": "long"}, headers=KEY

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import redis
@@ -20,7 +20,7 @@ from app import billing
 from app.api.collector import ENDS
 from app.dev.processes import spawn, stop
 from app.dev.stack import as_environment
-from app.models import KINDS, Status
+from app.models import KINDS, ChildReplacement, Status
 from app.service import fairness_lag_s
 from app.settings import Settings
 from app.store.keys import WORKERS, job_key
@@ -53,6 +53,8 @@ FAMILIES = {
     "fairgpu_webhooks_delivered": "counter",
     "fairgpu_webhooks_failed": "counter",
     "fairgpu_webhooks_given_up": "counter",
+    "fairgpu_child_replacements": "counter",
+    "fairgpu_worker_broken": "gauge",
 }
 PER_PROCESS = "fairgpu_api_open_streams"
 
@@ -91,6 +93,31 @@ async def test_metrics_need_no_key_and_parse_as_prometheus_text(api: Api) -> Non
     families = {f.name: f.type for f in text_string_to_metric_families(response.text)}
     assert families == FAMILIES
     assert await scrape(api, {"X-API-Key": "no_such_key"}) == await scrape(api)
+
+
+async def test_child_replacements_by_reason_and_broken_workers_are_reported(
+    api: Api, worker: Worker
+) -> None:
+    samples = await scrape(api)
+    assert all(
+        value(samples, "fairgpu_child_replacements_total", reason=r) == 0
+        for r in get_args(ChildReplacement)
+    )
+    for reason in ("gpu_leak", "gpu_leak", "cuda_error"):
+        worker.recorder.count_child_replacement(reason)
+    fine = Presence(worker.recorder.redis, "gpu0@box", ["short"], 10)
+    broken = Presence(worker.recorder.redis, "gpu1@box", ["short"], 10)
+    fine.beat()
+    broken.broken("CUDA error: unknown error")
+    samples = await scrape(api)
+    assert value(samples, "fairgpu_child_replacements_total", reason="gpu_leak") == 2
+    assert value(samples, "fairgpu_child_replacements_total", reason="cuda_error") == 1
+    assert value(samples, "fairgpu_worker_broken", worker="gpu0@box") == 0
+    assert value(samples, "fairgpu_worker_broken", worker="gpu1@box") == 1
+    assert value(samples, "fairgpu_workers", queue="short") == 1  # the broken one runs nothing
+    broken.stop()
+    fine.stop()
+    assert value(await scrape(api), "fairgpu_worker_broken", worker="gpu1@box") == 1  # kept
 
 
 async def test_a_fresh_service_reports_zeros_for_every_queue(api: Api) -> None:
@@ -349,6 +376,7 @@ async def test_no_label_names_an_account_or_a_job(api: Api, worker: Worker) -> N
         # a job's type is one registered here, or "other"; its end one of a fixed few
         "type": {t.name for t in api.runtime.job_types.types()} | {"other"},
         "end": set(ENDS),
+        "reason": set(get_args(ChildReplacement)),  # why a worker replaced its job child
     }
     for name, labels in samples:
         for label, text in labels:

@@ -247,5 +247,5 @@ async def test_ends_are_counted_by_type_and_how(api: Api, worker: Worker) -> Non
     }
     # every registered type, and "other", with each end: a fixed set of series
     names = {t.name for t in api.runtime.job_types.types()} | {"other"}
-    ends = {"success", "exception", "timeout", "cancelled", "crashed", "lost"}
+    ends = {"success", "exception", "timeout", "cancelled", "crashed", "lost", "oom", "setup"}
     assert set(counts) == {(name, end) for name in names for end in ends}
