@@ -48,7 +48,7 @@ from app.worker.calls import (
 )
 from app.worker.hygiene import ChildLimits, Verdict, verdict
 from app.worker.job_process import ChildSpec, child_main
-from app.worker.live import NO_EVENTS, JobEvents, LogLine, OutputTail, Stream, lines_of
+from app.worker.live import NO_EVENTS, JobEvents, JobWatch, OutputTail, Stream
 from app.worker.probe import DeviceProbe, probe_for
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class JobChild:
         assert self._dir is not None
         folder = Path(tempfile.mkdtemp(prefix="output-", dir=self._dir))
         call = replace(call, output_dir=str(folder))
-        watch = _Watch(call.task_id, events, OutputTail(self._tails_from_here()))
+        watch = JobWatch(call.task_id, events, OutputTail(self._tails_from_here()))
         self._cancel.value = False
         try:
             self._conn.send(call)
@@ -206,7 +206,7 @@ class JobChild:
             return None
 
     def _await_end(
-        self, call: Call, should_stop: Callable[[], bool], watch: _Watch
+        self, call: Call, should_stop: Callable[[], bool], watch: JobWatch
     ) -> tuple[Ended, bool]:
         """The job's end, and whether the child replied (False: it died or was killed, and a
         fresh one is on its way). Until the child says the job began, the setup's time runs."""
@@ -228,7 +228,7 @@ class JobChild:
             if now >= min(deadline, cancel_deadline):
                 return self._kill(call, watch), False
 
-    def _poll(self, watch: _Watch) -> tuple[Ended, bool] | None:
+    def _poll(self, watch: JobWatch) -> tuple[Ended, bool] | None:
         """The child's reply, a crash, or None while the job runs on; what the job said in
         the meantime goes to the watch."""
         reply, alive = self._gather(watch)
@@ -278,7 +278,7 @@ class JobChild:
             return Verdict("cuda_error", f"the device check did not end in {AFTER_TIMEOUT_S:g} s")
         return Verdict("crash", "the job child died after its job")
 
-    def _gather(self, watch: _Watch) -> tuple[Reply | None, bool]:
+    def _gather(self, watch: JobWatch) -> tuple[Reply | None, bool]:
         """The child's messages for POLL_S (or until its reply): (the reply, whether the child
         is still there)."""
         assert self._conn is not None
@@ -295,7 +295,7 @@ class JobChild:
             watch.take(message)
         return None, bool(self._process.is_alive())
 
-    def _crashed(self, watch: _Watch) -> Ended:
+    def _crashed(self, watch: JobWatch) -> Ended:
         seconds = watch.seconds()
         self._process.join(self._kill_grace)  # EOF comes a moment before the exit code
         watch.finish()  # its last words are in its output files now
@@ -303,7 +303,7 @@ class JobChild:
         self._replace_child("crash", error.splitlines()[0])
         return Ended("crashed", seconds, error=error)
 
-    def _kill(self, call: Call, watch: _Watch) -> Ended:
+    def _kill(self, call: Call, watch: JobWatch) -> Ended:
         seconds = watch.seconds()
         if self._cancel.value:
             error = f"the job did not stop within {self._cancel_grace:g} s of its cancel: killed"
@@ -390,61 +390,6 @@ class JobChild:
         for path in self._outputs.values():
             path.unlink(missing_ok=True)
         self._outputs = {}
-
-
-class _Watch:
-    """What one job says, as the parent gathers it: ctx.log lines and the latest progress from
-    the pipe, and the lines of the child's stdout and stderr; flushed to the JobEvents once per
-    poll."""
-
-    def __init__(self, task_id: str, events: JobEvents, tail: OutputTail) -> None:
-        self._task_id, self._events, self._tail = task_id, events, tail
-        self._lines: list[LogLine] = []
-        self._progress: tuple[float, str] | None = None
-        self._finished = False
-        #: when the child said the job began (its type set up): the job's clock starts there
-        self.began_at: float | None = None
-
-    @property
-    def recent(self) -> list[str]:
-        """The last lines of the job's stdout and stderr."""
-        return list(self._tail.recent)
-
-    def seconds(self) -> float:
-        """The job's time so far: none while its type was being set up."""
-        return 0.0 if self.began_at is None else time.monotonic() - self.began_at
-
-    def take(self, message: object) -> None:
-        """A message of the job's (one of another job's lingering threads is dropped)."""
-        match message:
-            case ("began", self._task_id):
-                self.began_at = time.monotonic()
-            case ("log", self._task_id, float(at), str(text)):
-                self._lines += lines_of("log", text, at)
-            case ("progress", self._task_id, float(fraction), str(text)):
-                self._progress = (fraction, text)
-
-    def flush(self) -> None:
-        """Hand the lines so far (none is news too) and the latest progress to the events."""
-        lines, self._lines = [*self._lines, *self._tail.read(time.time())], []
-        self._events.lines(lines)
-        if self._progress is not None:
-            self._events.progress(*self._progress)
-            self._progress = None
-
-    def finish(self) -> None:
-        """Flush, then every line left in the output files; once the job is done writing."""
-        if self._finished:
-            return
-        self._finished = True
-        self.flush()
-        for batch in self._tail.drain(time.time()):
-            if batch:
-                self._events.lines(batch)
-
-    def close(self) -> None:
-        """Close the output files."""
-        self._tail.close()
 
 
 def _signal_name(number: int) -> str:

@@ -2,12 +2,14 @@
 job's stdout and stderr) and progress, handed to a JobEvents as they come.
 
 Both executors (the warm child, InlineExecutor) call a JobEvents; the runner's writes them to
-Redis (app/worker/reports.py). This module is imported by the child process too: keep it light.
+Redis (app/worker/reports.py). JobWatch is how the warm child's parent gathers them. This module
+is imported by the child process too: keep it light.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -149,3 +151,58 @@ class OutputTail:
         lines = [LogLine(at, stream, clip(p.decode("utf-8", errors="replace"))) for p in pieces]
         self.recent.extend(line.text for line in lines)
         return lines
+
+
+class JobWatch:
+    """What one job says, as the parent gathers it: ctx.log lines and the latest progress from
+    the pipe, and the lines of the child's stdout and stderr; flushed to the JobEvents once per
+    poll."""
+
+    def __init__(self, task_id: str, events: JobEvents, tail: OutputTail) -> None:
+        self._task_id, self._events, self._tail = task_id, events, tail
+        self._lines: list[LogLine] = []
+        self._progress: tuple[float, str] | None = None
+        self._finished = False
+        #: when the child said the job began (its type set up): the job's clock starts there
+        self.began_at: float | None = None
+
+    @property
+    def recent(self) -> list[str]:
+        """The last lines of the job's stdout and stderr."""
+        return list(self._tail.recent)
+
+    def seconds(self) -> float:
+        """The job's time so far: none while its type was being set up."""
+        return 0.0 if self.began_at is None else time.monotonic() - self.began_at
+
+    def take(self, message: object) -> None:
+        """A message of the job's (one of another job's lingering threads is dropped)."""
+        match message:
+            case ("began", self._task_id):
+                self.began_at = time.monotonic()
+            case ("log", self._task_id, float(at), str(text)):
+                self._lines += lines_of("log", text, at)
+            case ("progress", self._task_id, float(fraction), str(text)):
+                self._progress = (fraction, text)
+
+    def flush(self) -> None:
+        """Hand the lines so far (none is news too) and the latest progress to the events."""
+        lines, self._lines = [*self._lines, *self._tail.read(time.time())], []
+        self._events.lines(lines)
+        if self._progress is not None:
+            self._events.progress(*self._progress)
+            self._progress = None
+
+    def finish(self) -> None:
+        """Flush, then every line left in the output files; once the job is done writing."""
+        if self._finished:
+            return
+        self._finished = True
+        self.flush()
+        for batch in self._tail.drain(time.time()):
+            if batch:
+                self._events.lines(batch)
+
+    def close(self) -> None:
+        """Close the output files."""
+        self._tail.close()

@@ -15,7 +15,6 @@ import logging
 import shutil
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -47,7 +46,7 @@ from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
 from app.worker.probe import probe_for
 from app.worker.reports import LiveReports
-from app.worker.stops import StopListener
+from app.worker.stops import StopCheck, StopListener
 
 log = logging.getLogger(__name__)
 
@@ -87,34 +86,6 @@ class Ran:
     outcome: str
     end: RunEnd | None
     used_weight: int = 0
-
-
-class StopCheck:
-    """should_stop() of one run: the lease was lost, or a stop was heard on the STOPS channel,
-    or (once per heartbeat, for a message that was missed) the job carries a cancel mark."""
-
-    def __init__(
-        self, beat: Heartbeat, heard: threading.Event, marked: Callable[[], bool], every: float
-    ) -> None:
-        self._beat, self._heard, self._marked, self._every = beat, heard, marked, every
-        self._next_look = time.monotonic() + every
-        self._stopped = False
-
-    def __call__(self) -> bool:
-        if not self._stopped:
-            self._stopped = self._look()  # once asked to stop, a run stays stopped
-        return self._stopped
-
-    def _look(self) -> bool:
-        if self._beat.lost or self._heard.is_set():
-            return True
-        if time.monotonic() >= self._next_look:
-            self._next_look = time.monotonic() + self._every
-            try:
-                return self._marked()
-            except UNREACHABLE:
-                return False  # Redis away for a moment: work on; the heartbeat guards the lease
-        return False
 
 
 class JobRunner:

@@ -4,19 +4,24 @@ revoke.lua publishes a job's id on the STOPS channel when its owner (or an opera
 running job to stop. Each worker keeps one subscription to that channel, in a thread, and sets
 the flag of the job it is running. A message can be missed (pub/sub does not queue them while
 the connection is down), so the runner also reads the job's cancel mark once per heartbeat:
-a cancel always arrives, within HEARTBEAT_SECONDS at worst.
+a cancel always arrives, within HEARTBEAT_SECONDS at worst. StopCheck is the one question a
+run's executor asks: should this run stop now?
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from redis.client import PubSub
 
 from app.store.keys import STOPS
+from app.vtrr import Heartbeat
+from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.vtrr.wire import as_text
 
 log = logging.getLogger(__name__)
@@ -77,3 +82,31 @@ class StopListener:
             flag = self._watched.get(job_id)
         if flag is not None:
             flag.set()
+
+
+class StopCheck:
+    """should_stop() of one run: the lease was lost, or a stop was heard on the STOPS channel,
+    or (once per heartbeat, for a message that was missed) the job carries a cancel mark."""
+
+    def __init__(
+        self, beat: Heartbeat, heard: threading.Event, marked: Callable[[], bool], every: float
+    ) -> None:
+        self._beat, self._heard, self._marked, self._every = beat, heard, marked, every
+        self._next_look = time.monotonic() + every
+        self._stopped = False
+
+    def __call__(self) -> bool:
+        if not self._stopped:
+            self._stopped = self._look()  # once asked to stop, a run stays stopped
+        return self._stopped
+
+    def _look(self) -> bool:
+        if self._beat.lost or self._heard.is_set():
+            return True
+        if time.monotonic() >= self._next_look:
+            self._next_look = time.monotonic() + self._every
+            try:
+                return self._marked()
+            except UNREACHABLE:
+                return False  # Redis away for a moment: work on; the heartbeat guards the lease
+        return False
