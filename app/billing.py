@@ -51,25 +51,43 @@ def milliseconds(seconds: float) -> int:
     return math.ceil(Decimal(repr(seconds)) * MS)
 
 
+#: How a bill says its run ended, where the run did not simply succeed.
+ENDED = {
+    "cancelled": "cancelled",
+    "timeout": "stopped at its time limit",
+    "exception": "failed",
+    "crashed": "crashed",
+    "oom": "out of GPU memory",
+    "internal": "failed on an error of the service",
+}
+
+
 def price(
     settings: Settings,
     kind: Kind,
     gpu_seconds: float,
     *,
-    cancelled: bool = False,
     job_type: str = "burn",
+    end: str | None = None,
+    budget_s: float | None = None,
 ) -> Charge:
     """The charge for gpu_seconds of a job of this kind: the kind's price per second times the
-    seconds billed, at least MIN_BILLED_S. Every run that held the GPU pays for the seconds it
-    ran, whatever its end (a cancelled one says so in its description)."""
+    seconds billed. Every run that held the GPU pays for the seconds it ran, whatever its end
+    (which the description says), at least MIN_BILLED_S, and never more than its budget
+    (budget_s, the job's duration_s: what admission held, so a bill cannot overrun a budget;
+    the grace a job has past it to stop is not billed)."""
     used_ms = milliseconds(gpu_seconds)
-    billed_ms = max(milliseconds(settings.min_billed_s), used_ms)
+    run_ms = used_ms if budget_s is None else min(used_ms, milliseconds(budget_s))
+    billed_ms = max(milliseconds(settings.min_billed_s), run_ms)
     rate = micros_per_s(settings.price_per_s(kind))
     cost_micros = (rate * billed_ms + MS // 2) // MS  # exact when rate is a multiple of MS
-    named = DESCRIPTIONS[kind] if job_type == "burn" else f"{job_type} job ({kind} queue)"
-    description = named + (f", cancelled after {gpu_seconds:.1f} s" if cancelled else "")
-    if billed_ms > used_ms:
+    description = DESCRIPTIONS[kind] if job_type == "burn" else f"{job_type} job ({kind} queue)"
+    if end in ENDED:
+        description += f", {ENDED[end]} after {gpu_seconds:.1f} s"
+    if billed_ms > run_ms:
         description += f" (billed the {billed_ms / MS:g} s minimum)"
+    elif run_ms < used_ms:
+        description += f" (billed its budget of {run_ms / MS:g} s)"
     return Charge(
         cost=Decimal(cost_micros).scaleb(-6),
         description=description,

@@ -15,8 +15,11 @@ KINDS: tuple[Kind, ...] = ("short", "long")
 StoppedBy = Literal["owner", "operator"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
 #: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
-#: out of GPU memory, or its type's setup() failed (the job never began: not billed).
-ErrorKind = Literal["exception", "timeout", "cancelled", "crashed", "lost", "oom", "setup"]
+#: out of GPU memory, its type's setup() failed (the job never began: not billed), or the service
+#: itself failed while it ended the job (internal).
+ErrorKind = Literal[
+    "exception", "timeout", "cancelled", "crashed", "lost", "oom", "setup", "internal"
+]
 #: Why a worker replaced its warm job child before the next job (app/worker/hygiene.py): the
 #: child died, its device failed the check after a job, a job left GPU memory held or the heap
 #: too big, it ran its CHILD_MAX_JOBS, CHILD_PER_JOB, or it was killed (a timeout, an ignored
@@ -212,14 +215,19 @@ class TaskStatus(BaseModel):
         "serves the queue",
     )
     error: str | None = Field(None, description="why a FAILURE failed")
-    cancel_requested: bool = Field(False, description="its owner asked a running job to stop")
+    cancel_requested: bool = Field(
+        False,
+        description="a stop was asked while the job ran (its owner's cancel, or an operator's); "
+        "it stays true once the job has ended",
+    )
     type: str = Field("burn", description="the job's type (GET /job-types)")
     error_kind: ErrorKind | None = Field(
         None,
         description="how a FAILURE or REVOKED job ended: its code raised (exception), it ran past "
         "its budget (timeout), it was cancelled, its process died (crashed), its runs were "
-        "lost with their workers (lost), it ran out of GPU memory (oom), or its type's setup() "
-        "failed before it began (setup, not billed); null otherwise",
+        "lost with their workers (lost), it ran out of GPU memory (oom), its type's setup() "
+        "failed before it began (setup, not billed), or the service failed while it ended the "
+        "job (internal); null otherwise",
     )
     progress: Progress | None = Field(
         None, description="the latest progress the job reported; null if none"

@@ -26,6 +26,7 @@ from app.auth import AccountBook
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
+from app.store.recorder import internal_end
 from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
 from app.worker.celery_app import create_celery
 from app.worker.short_first import ShortFirst
@@ -106,7 +107,11 @@ class Service:
             elif ran.end is not None and ran.end.status is not Status.REVOKED:
                 log.warning("refused: another run owns the job", extra={"task_id": job_id})
 
-        args = self.recorder.end_args(ran.end)
+        try:
+            args = self.recorder.end_args(ran.end)
+        except Exception:  # the job must end all the same, before its lease is acked
+            log.exception("the run's end could not be written out", extra={"task_id": job_id})
+            args = self.recorder.end_args(internal_end(ran.end))
         end_with(task, *args, used_weight=ran.used_weight, then=recorded)
         return ran.outcome
 

@@ -70,3 +70,36 @@ def test_a_stored_record_from_before_exact_billing_reads_as_it_was() -> None:
     )
     record = billing.record(text)
     assert (record.cost, record.cost_micros, record.billed_seconds) == (1.25, 1_250_000, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("end", "says"),
+    [
+        ("cancelled", "cancelled after 2.5 s"),
+        ("timeout", "stopped at its time limit after 2.5 s"),
+        ("exception", "failed after 2.5 s"),
+        ("crashed", "crashed after 2.5 s"),
+        ("oom", "out of GPU memory after 2.5 s"),
+        ("internal", "failed on an error of the service after 2.5 s"),
+        (None, "Short GPU job"),
+    ],
+)
+def test_a_bill_says_how_its_run_ended(end: str | None, says: str) -> None:
+    charge = billing.price(SETTINGS, "short", 2.5, end=end)
+    assert charge.description.endswith(says)
+    assert charge.billed_seconds == 2.5
+
+
+def test_a_bill_is_capped_at_the_budget_and_floored_at_the_minimum() -> None:
+    capped = billing.price(SETTINGS, "short", 7.25, end="timeout", budget_s=5)
+    assert (capped.gpu_seconds, capped.billed_seconds) == (7.25, 5.0)
+    assert capped.description == (
+        "Short GPU job, stopped at its time limit after 7.2 s (billed its budget of 5 s)"
+    )
+    assert capped.cost == billing.price(SETTINGS, "short", 5).cost
+    tiny = billing.price(SETTINGS, "short", 3, budget_s=0.5)  # a budget under MIN_BILLED_S
+    assert (tiny.billed_seconds, tiny.description) == (
+        1.0,
+        "Short GPU job (billed the 1 s minimum)",
+    )
+    assert billing.price(SETTINGS, "short", 3, budget_s=5).billed_seconds == 3

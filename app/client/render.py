@@ -97,7 +97,7 @@ def live_line(state: TaskStatus, now: float, *, ticking: bool = True) -> Text:
     ran = _ran(state, now)
     if ran is not None and (ticking or state.status.terminal):
         line.append(f"  {'ran' if state.status.terminal else 'running'} {span(ran)}")
-    if state.cancel_requested:
+    if state.cancel_requested and state.status is Status.STARTED:
         line.append("  stopping (cancel requested)", style="magenta")
     if state.error:
         line.append(f"  {one_line(state.error)}", style="red")
@@ -144,7 +144,8 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
     if result is not None:
         yield from _result_rows(state, now)
     if state.cancel_requested:
-        yield "cancel", "requested; the job is stopping"
+        stopping = "the job is stopping" if state.status is Status.STARTED else "it stopped"
+        yield "cancel", f"requested; {stopping}"
     if state.error_kind:
         yield "ended by", state.error_kind
     if state.error:

@@ -169,7 +169,7 @@ class JobRecord:
             position=position if pending else None,
             estimated_start_at=estimated_start_at if pending else None,
             error=self.error,
-            cancel_requested=self.cancel_requested and self.status is Status.STARTED,
+            cancel_requested=self.cancel_requested,
             type=self.type,
             error_kind=self.error_kind,
             progress=_progress(self.progress),

@@ -70,6 +70,19 @@ class RunEnd:
     artifacts: str | None = None
 
 
+#: What a job's owner reads when the service, not the job, failed as the job ended.
+INTERNAL_ERROR = (
+    "the service failed while it ended this job (an internal error, in the worker's log); "
+    "the job's run is billed as it ran"
+)
+
+
+def internal_end(end: RunEnd) -> RunEnd:
+    """The end to record in place of one that could not be completed: FAILURE, internal,
+    billed as the run was, without what failed (output, artifacts)."""
+    return RunEnd(Status.FAILURE, end.charge, end.owner, INTERNAL_ERROR, error_kind="internal")
+
+
 def started_of(raw: Any) -> Started:
     """start.lua's reply (also what the fair queue's lease hook returns: app/store/hooks.py)."""
     reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-EndKind = Literal["success", "exception", "timeout", "cancelled", "crashed", "oom", "setup"]
+EndKind = Literal[
+    "success", "exception", "timeout", "cancelled", "crashed", "oom", "setup", "internal"
+]
 
 ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
 ERROR_CHARS = 4096  # and at most this much of them
@@ -41,20 +43,28 @@ class Ended:
     peak_rss_bytes: int | None = None
     output_dir: Path | None = None
     artifacts: str | None = None
+    trace: str | None = None  # the whole traceback of a job that raised: the worker logs it
 
 
 @dataclass(frozen=True)
 class Reply:
-    """How a job ended, as the process that ran it saw it: an Ended less the time."""
+    """How a job ended, as the process that ran it saw it: what the job's owner sees of its
+    error, the whole traceback for the worker's log, and the seconds it measured from the
+    job's start to its end (None where the job never began)."""
 
     end: EndKind
     output: str | None = None
     error: str | None = None
     peak_gpu_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
+    trace: str | None = None
+    seconds: float | None = None
 
     def ended(self, seconds: float) -> Ended:
-        """The end, with the time the worker measured."""
+        """The end, timed: the worker's measure, or the job's own where that is less (a worker
+        paused or frozen while the job ran does not lengthen it)."""
+        if self.seconds is not None:
+            seconds = min(seconds, self.seconds)
         return Ended(
             self.end,
             seconds,
@@ -62,6 +72,7 @@ class Reply:
             self.error,
             self.peak_gpu_memory_bytes,
             self.peak_rss_bytes,
+            trace=self.trace,
         )
 
 

@@ -204,23 +204,28 @@ class Jobs:
             kind: EndKind = "setup" if isinstance(exc, _SetupError) else "exception"
             if ctx.cancelled or isinstance(exc, JobCancelledError):
                 kind = "cancelled"  # a setup() that saw the cancel and let it through
-            return Reply(kind, None, exc.error if isinstance(exc, _SetupError) else _describe(exc))
+            cause = exc.__cause__ if isinstance(exc, _SetupError) else exc
+            said = str(exc) if isinstance(exc, _SetupError) else _describe(exc, None)
+            return Reply(kind, None, said, trace=_trace(cause or exc))
         began()
-        ctx = replace(ctx, deadline=time.time() + call.budget_s)  # the budget starts now
         self.probe.reset_peak()
-        end: EndKind
-        output: str | None
-        error: str | None
+        clock = time.monotonic()
+        ctx = replace(ctx, deadline=time.time() + call.budget_s)  # the budget starts now
+        end: EndKind = "success"
+        output: str | None = None
+        error: str | None = None
+        trace: str | None = None
         try:
-            end, output, error = "success", _dumped(job_type, runnable.run(ctx, inp)), None
+            output = _dumped(job_type, runnable.run(ctx, inp))
         except JobCancelledError as exc:
-            end, output, error = "cancelled", None, str(exc)
+            end, error = "cancelled", str(exc)
         except Exception as exc:
             end = "oom" if self._out_of_memory(exc) else "exception"
-            output, error = None, _describe(exc)
+            error, trace = _describe(exc, job_type), _trace(exc)
+        seconds = time.monotonic() - clock  # the job's own time, whatever its parent went through
         if ctx.cancelled:
             end, output = "cancelled", None  # any end after a cancel counts as the cancel
-        return Reply(end, output, error, self._peak(), _peak_rss())
+        return Reply(end, output, error, self._peak(), _peak_rss(), trace, seconds)
 
     def after(self, leak_limit: int | None = None) -> After:
         """The process's state once a job has ended: the device checked (never initialised
@@ -234,7 +239,7 @@ class Jobs:
                 gc.collect()
                 held = self.probe.release()
         except Exception as exc:  # a device that cannot even say what it holds is unusable
-            problem, held = _describe(exc).splitlines()[0], None
+            problem, held = _first_line(exc), None
         return After(problem, held, self.baseline, _current_rss())
 
     def _prepare(self, call: Call, ctx: JobContext) -> tuple[JobType, Runnable, BaseModel]:
@@ -252,7 +257,8 @@ class Jobs:
             except JobCancelledError:
                 raise
             except Exception as exc:
-                raise _SetupError(f"setup() of {job_type.name!r} failed: {_describe(exc)}") from exc
+                why = f"setup() of {job_type.name!r} failed: {_describe(exc, job_type)}"
+                raise _SetupError(why) from exc
             self.runnables[job_type.name] = runnable
             self.baseline = self._held()
         return job_type, runnable, inp
@@ -280,9 +286,7 @@ class Jobs:
 
 
 class _SetupError(Exception):
-    def __init__(self, error: str) -> None:
-        super().__init__(error)
-        self.error = error
+    """A type's setup() raised: the message is what its job's error says."""
 
 
 def _dumped(job_type: JobType, result: object) -> str:
@@ -299,10 +303,40 @@ def _dumped(job_type: JobType, result: object) -> str:
     return text
 
 
-def _describe(exc: BaseException) -> str:
-    """The exception's message, then the last lines of its traceback."""
-    lines = "".join(traceback.format_exception(exc))
-    return f"{type(exc).__name__}: {exc}\n{last_lines(lines)}"
+def _describe(exc: BaseException, job_type: JobType | None) -> str:
+    """What the job's owner sees of its exception: the exception, then the frames of the job
+    type's own module (named as the module is, not by this server's paths). fairgpu's frames
+    and the libraries' stay in the worker's log (_trace)."""
+    head = type(exc).__name__ + (f": {exc}" if str(exc) else "")
+    own = _module_file(job_type)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if own and f.filename == own]
+    if not frames or job_type is None:
+        return last_lines(head)
+    shown = job_type.module.replace(".", "/") + ".py"
+    where = [
+        f'  File "{shown}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "")
+        for f in frames
+    ]
+    return last_lines("\n".join([head, "in the job's code:", *where]))
+
+
+def _trace(exc: BaseException) -> str:
+    """The whole traceback, for the worker's log."""
+    return "".join(traceback.format_exception(exc)).rstrip()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _module_file(job_type: JobType | None) -> str | None:
+    """The file of the module that defines the job type, as tracebacks name it."""
+    if job_type is None:
+        return None
+    module = sys.modules.get(job_type.module)
+    found = getattr(module, "__file__", None)
+    return str(found) if found else None
 
 
 def _peak_rss() -> int:

@@ -101,7 +101,8 @@ def main() -> None:
 
     def stop_broken(why: str) -> None:
         """Take no more jobs and exit non-zero once the trigger in hand is done (Celery's own
-        warm stop, with a failure's exit code; the drain leases nothing more)."""
+        warm stop, with a failure's exit code; the drain leases nothing more). `why` says it
+        as the last line does: "its device is unusable: ..."."""
         broken.append(why)
         beats.broken(why)
         worker_state.should_stop = EX_FAILURE  # type: ignore[assignment]  # stubs say None
@@ -135,7 +136,7 @@ def main() -> None:
     finally:
         if broken:
             # fd 2 itself: Celery has put its logger in place of sys.stderr
-            os.write(2, f"fairgpu worker stopped: its device is unusable: {broken[0]}\n".encode())
+            os.write(2, f"fairgpu worker stopped: {broken[0]}\n".encode())
             sys.exit(EX_FAILURE)
 
 

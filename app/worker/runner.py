@@ -10,7 +10,6 @@ fair queue with what the job did not use. The fair queue acks the lease when the
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import socket
@@ -28,7 +27,6 @@ from tenacity import (
     wait_exponential,
 )
 
-from app import billing
 from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import AccountBook
 from app.models import ChildReplacement, Kind, Status
@@ -39,8 +37,9 @@ from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker import gpu
-from app.worker.calls import Call, DeviceBrokenError, Ended
+from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended
 from app.worker.child import JobChild
+from app.worker.ends import RunEnds, internal
 from app.worker.hygiene import ChildLimits
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
@@ -105,6 +104,7 @@ class JobRunner:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
         self.artifacts = artifacts
+        self.ends = RunEnds(settings, recorder)
         #: Told when a run starts (when it should end, Unix seconds) and ends (None): the
         #: worker's heartbeat passes it on, for the start estimates of queued jobs.
         self.on_busy: Callable[[float | None], None] = lambda for_s: None
@@ -144,24 +144,28 @@ class JobRunner:
         self._current = (job_id, heard)
         try:
             ended = self._execute(kind, job_id, token, started, heard)
-        except DeviceBrokenError as exc:
+        except ChildStartError as exc:  # no job can run here (DeviceBrokenError: the device)
+            why = _why_broken(exc)
             log.error(
-                "the device is unusable: handing the job back", extra={**who, "why": str(exc)}
+                "this worker cannot run jobs: handing the job back", extra={**who, "why": why}
             )
             outcome = self._give_back(kind, job_id, token, who)
-            self.on_broken(str(exc))
+            self.on_broken(why)
             return Ran(outcome, None)
         finally:
             self._current = None
             self.stops.unwatch(job_id)
             self.on_busy(None)
-        if (why := self.executor.broken()) is not None:
-            log.error("the device is unusable: no more jobs", extra={**who, "why": why})
+        if (broken := self.executor.broken()) is not None:
+            why = f"its device is unusable: {broken}"
+            log.error("this worker cannot run jobs: no more jobs", extra={**who, "why": why})
             self.on_broken(why)  # before the step that records this end leases another
-        log.info("job ended", extra={**who, "end": ended.end, "seconds": round(ended.seconds, 3)})
+        seconds = round(ended.seconds, 3)
+        trace = {"traceback": ended.trace} if ended.trace else {}
+        log.info("job ended", extra={**who, "end": ended.end, "seconds": seconds, **trace})
         if ended.end == "cancelled" and self._handing_back == job_id:
             return Ran(self._give_back(kind, job_id, token, who), None)
-        outcome, end = self._end_of(kind, job_id, started, ended)
+        outcome, end = self.ends.of(kind, job_id, started, ended)
         return Ran(outcome, end, job_weight(ended.seconds))
 
     def hand_back_after(self, grace_s: float) -> None:
@@ -205,9 +209,24 @@ class JobRunner:
         )
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
             marked = partial(self.recorder.cancel_requested, job_id)
-            ended = self.executor.run(call, StopCheck(beat, heard, marked, every), reports)
-            reports.close()  # before the end is recorded: the status event comes last
-            return self._keep_outputs(job_id, ended)  # still under the lease: uploads take time
+            try:
+                ended = self.executor.run(call, StopCheck(beat, heard, marked, every), reports)
+            except ChildStartError:
+                raise
+            except Exception as exc:  # the executor's own failure: the job must end all the same
+                ended = internal(job_id, Ended("internal", 0.0), exc)
+            return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
+
+    def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:
+        """The run's last reports written (before its end: the status event comes last) and
+        its files stored; a failure of the worker's own in either ends the job `internal`."""
+        try:
+            reports.close()
+            return self._keep_outputs(job_id, ended)
+        except Exception as exc:
+            if ended.output_dir is not None:
+                shutil.rmtree(ended.output_dir, ignore_errors=True)
+            return internal(job_id, ended, exc)
 
     def _keep_outputs(self, job_id: str, ended: Ended) -> Ended:
         """Store the files a successful job left as its artifacts (it fails when they cannot
@@ -230,48 +249,6 @@ class JobRunner:
         except UNREACHABLE:
             log.warning("Redis unreachable; artifact bytes not counted", extra={"task_id": job_id})
         return replace(ended, artifacts=as_json(stored))
-
-    def _end_of(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended
-    ) -> tuple[str, RunEnd | None]:
-        """What happened, and the end to record. Every run that held the GPU is billed for the
-        seconds it ran (at least MIN_BILLED_S), whatever its end, except a run stopped by an
-        operator, one that lost its lease (its next run is billed instead) and one whose type's
-        setup() failed (the job never began: the operator's type is at fault, not its owner)."""
-        if ended.end == "cancelled":
-            return self._stopped(kind, job_id, started, ended)
-        charge: billing.Charge | None = None  # a setup() that failed: the job never began
-        if ended.end != "setup":
-            charge = billing.price(self.settings, kind, ended.seconds, job_type=started.type)
-        status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
-        end = RunEnd(
-            status, charge, started.owner, error=ended.error or "",
-            error_kind=None if ended.end == "success" else ended.end,
-            output=ended.output, tflops=_tflops(started.type, ended.output),
-            peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
-            peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts,
-        )  # fmt: skip
-        return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
-
-    def _stopped(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended
-    ) -> tuple[str, RunEnd | None]:
-        """The end of a run that was asked to stop. Who pays: the owner's cancel is billed for
-        the time it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended
-        the job already; a lost lease (an admin's release, a reclaim) leaves the job to its
-        next run, which alone is billed. Every end is fenced by the token."""
-        by = self.recorder.stopped_by(job_id)
-        if by is None:
-            return "lease lost", None  # another run owns the job now; leave its end to that run
-        charge = billing.price(
-            self.settings, kind, ended.seconds, cancelled=True, job_type=started.type
-        )
-        end = RunEnd(
-            Status.REVOKED, charge if by == "owner" else None, started.owner,
-            error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
-            peak_rss_bytes=ended.peak_rss_bytes,
-        )  # fmt: skip
-        return ("cancelled" if by == "owner" else "stopped by an operator"), end
 
     def _credit(self, kind: Kind, job_id: str, token: str, used_weight: int) -> None:
         """Give the account's partition back the fair-queue cost of the time the job did not
@@ -325,12 +302,11 @@ class JobRunner:
         self.stops.close()
 
 
-def _tflops(job_type: str, output: str | None) -> float | None:
-    """The TFLOP/s a burn job reached (kept in the result as before job types existed)."""
-    if job_type != "burn" or output is None:
-        return None
-    value = json.loads(output).get("tflops")
-    return float(value) if isinstance(value, int | float) else None
+def _why_broken(exc: ChildStartError) -> str:
+    """Why a worker that cannot start its job child stops, in the words its last line uses."""
+    if isinstance(exc, DeviceBrokenError):
+        return f"its device is unusable: {exc}"
+    return f"its job child cannot start: {exc}"
 
 
 def worker_name(settings: Settings, device: gpu.Device) -> str:

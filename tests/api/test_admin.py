@@ -432,7 +432,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
 
     # The stopped run can no longer end it, nor bill it.
     recorder = api.runtime.service.recorder
-    charge = billing.price(api.runtime.settings, "short", 1.0, cancelled=True)
+    charge = billing.price(api.runtime.settings, "short", 1.0, end="cancelled")
     assert not recorder.finish(running, token, Status.REVOKED, charge=charge, owner=SECOND)
     assert (await status_of(api, running, SECOND_KEY))["status"] == "REVOKED"
     assert len(bills_of(r, SECOND)) == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from app import billing
+from app.models import Status
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND_KEY, Worker
 from tests.support import bills_of
@@ -42,6 +44,19 @@ async def test_a_running_job_is_asked_to_stop(api: Api, worker: Worker, r: redis
     assert response.json()["status"] == "STARTED"
     assert response.json()["cancel_requested"] is True
     assert r.hexists(f"fairgpu:job:{task_id}", "cancel")
+
+
+async def test_a_cancelled_jobs_final_status_still_says_a_stop_was_asked(
+    api: Api, worker: Worker
+) -> None:
+    task_id = await submit(api)
+    token = worker.lease()
+    worker.start(task_id, token)
+    assert (await api.client.delete(f"/tasks/{task_id}", headers=KEY)).status_code == 202
+    charge = billing.price(api.runtime.settings, "short", 0.4, end="cancelled")
+    assert worker.recorder.finish(task_id, token, Status.REVOKED, charge=charge, owner=OWNER)
+    final = (await api.client.get(f"/task-status/{task_id}", headers=KEY)).json()
+    assert (final["status"], final["cancel_requested"]) == ("REVOKED", True)
 
 
 async def test_an_ended_job_cannot_be_cancelled(api: Api, worker: Worker) -> None:

@@ -179,7 +179,7 @@ async def test_a_cancelled_job_counts_once_as_revoked(api: Api, worker: Worker) 
     assert (await api.client.delete(f"/tasks/{queued}", headers=KEY)).status_code == 202
     samples = await scrape(api)
     assert value(samples, "fairgpu_jobs_finished_total", queue="short", status="REVOKED") == 1
-    charge = billing.price(api.runtime.settings, "short", 1.0, cancelled=True)
+    charge = billing.price(api.runtime.settings, "short", 1.0, end="cancelled")
     assert worker.recorder.finish(queued, token, Status.REVOKED, charge=charge, owner=OWNER)
 
     samples = await scrape(api)

@@ -254,6 +254,7 @@ async def test_the_job_types_and_a_jobs_type_and_end_are_described(api: Api) -> 
         "lost",
         "oom",
         "setup",
+        "internal",
     ]
     result = body["components"]["schemas"]["JobResult"]["properties"]
     assert {"output", "peak_gpu_memory_bytes", "peak_rss_bytes"} <= set(result)

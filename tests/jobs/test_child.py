@@ -183,9 +183,9 @@ def test_an_exception_ends_the_job_with_its_traceback(shared: JobChild) -> None:
     assert heard.texts("stdout") == ["fail: about to raise"]
     assert ended.end == "exception"
     assert ended.error is not None
-    assert ended.error.startswith("ValueError: the job failed on purpose")
-    assert "Traceback" in ended.error
-    assert "sample.py" in ended.error
+    assert ended.error.startswith("ValueError: the job failed on purpose\nin the job's code:")
+    assert 'File "tests/jobs/sample.py"' in ended.error  # its own frames, not fairgpu's
+    assert "job_process.py" in (ended.trace or "")  # the whole traceback, for the worker's log
     assert shared.pid == pid  # an exception costs no child
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,8 +57,29 @@ def test_success_carries_the_output_as_json(registry: Registry) -> None:
     reply = run(registry, "echo", {"text": "hi"})
     assert (reply.end, reply.output, reply.error) == ("success", '{"upper":"HI"}', None)
     assert reply.peak_rss_bytes is not None and reply.peak_rss_bytes > 0
-    ended = reply.ended(1.5)
-    assert (ended.end, ended.seconds, ended.output) == ("success", 1.5, reply.output)
+    assert reply.seconds is not None and reply.seconds < 1.5
+    ended = reply.ended(1.5)  # the worker saw 1.5 s (it was paused): the job's own time counts
+    assert (ended.end, ended.seconds, ended.output) == ("success", reply.seconds, reply.output)
+    assert Reply("crashed").ended(1.5).seconds == 1.5  # no time of its own: the worker's
+
+
+def test_the_user_sees_the_jobs_own_frames_and_the_log_the_whole_traceback(
+    registry: Registry,
+) -> None:
+    reply = run(registry, "fail")
+    assert reply.end == "exception"
+    error = reply.error or ""
+    assert error.splitlines()[:2] == [
+        "ValueError: the job failed on purpose",
+        "in the job's code:",
+    ]
+    assert 'File "tests/jobs/sample.py", line ' in error
+    assert "raise ValueError" in error
+    assert "job_process.py" not in error  # none of fairgpu's frames
+    assert str(Path(__file__).parents[2]) not in error  # nor this server's paths
+    trace = reply.trace or ""
+    assert trace.startswith("Traceback (most recent call last):")
+    assert "job_process.py" in trace and "sample.py" in trace
 
 
 def test_an_output_the_model_validates_from_is_accepted(registry: Registry) -> None:

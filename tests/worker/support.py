@@ -4,13 +4,14 @@ triggers the tests run themselves (Worker)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
 from pydantic import BaseModel
 
 from app.auth import Accounts
-from app.jobs import JobContext, Registry, job
+from app.jobs import JobContext, JobType, Registry, job
 from app.models import Kind
 from app.service import Service
 from app.settings import Settings
@@ -81,33 +82,46 @@ class Worker:
         queues: str = "short,long",
         long_every: int = 4,
         drain: bool = False,
+        types: Sequence[JobType] = (),
+        **settings: object,
     ) -> None:
         RAN.clear()
         self.ran = RAN
         self.count = 0
-        settings = Settings(
+        self.settings = Settings(
             redis_url=redis_url,
             users_file=FIXTURES,
             worker_queues=queues,
             long_every=long_every,
             drain_max_s=600 if drain else 0,
+            **settings,  # type: ignore[arg-type]
         )  # type: ignore[call-arg]
-        executor = InlineExecutor(Registry([noted]))
-        self.service: Service = build_worker(settings, Accounts.load(FIXTURES), executor=executor)[
-            0
-        ]
+        executor = InlineExecutor(Registry([noted, *types]))
+        self.service: Service = build_worker(
+            self.settings, Accounts.load(FIXTURES), executor=executor
+        )[0]
 
-    def submit(self, r: redis.Redis, kind: Kind, name: str, owner: str = ALICE) -> None:
+    def submit(
+        self,
+        r: redis.Redis,
+        kind: Kind,
+        name: str,
+        owner: str = ALICE,
+        job_type: str = "noted",
+        duration_s: float | None = None,
+    ) -> None:
         """A job as the API writes and queues it, its task id being its name."""
         duration = (10.0 if kind == "short" else 100.0) + self.count / 1000  # as before types
+        duration = duration if duration_s is None else duration_s
         self.count += 1
         fields = {"task_id": name, "owner": owner, "kind": kind, "duration_s": repr(duration)}
         r.hset(
             job_key(name),
             mapping={
-                **fields, "type": "noted", "status": "PENDING", "attempts": 0, "enqueued_at": 1.0
+                **fields, "type": job_type, "status": "PENDING", "attempts": 0, "enqueued_at": 1.0
             },
         )  # fmt: skip
+        r.set(input_key(name), "{}")
         self.service.queues[kind].enqueue(owner, [self.service.job_item(kind, name, duration)])
 
     def trigger(self, kind: Kind) -> None:

@@ -14,13 +14,15 @@ local function lease(id, token, args)
 end
 
 -- done: record the run's end and bill it (finish.lua), unless its run handed nothing (it did not
--- start: the job had ended); say that the queue's order changed when the step credited the
--- account. args: the owner, then finish.lua's ARGV[3] onwards. Reply: finish.lua's, or nil.
+-- start: the job had ended) or no longer holds its lease (it expired and went back to the queue
+-- while the worker was frozen or cut off: the job's next run ends it and is billed, this one
+-- neither); say that the queue's order changed when the step credited the account.
+-- args: the owner, then finish.lua's ARGV[3] onwards. Reply: finish.lua's, or nil.
 local function done(id, token, args, step)
   if step.credited > 0 then
     redis.call('PUBLISH', NAMES.moves, redis.call('HGET', NAMES.job .. id, 'kind') or '')
   end
-  if #args == 0 then return nil end
+  if #args == 0 or not step.held then return nil end
   local keys = {NAMES.job .. id, NAMES.events .. id, USAGE .. args[1],
                 NAMES.billed .. id, NAMES.metrics, NAMES.input .. id, NAMES.logs .. id,
                 NAMES.webhooks, NAMES.ledger}

@@ -1,0 +1,115 @@
+"""RunEnds: how a run's end, as the executor reports it (calls.Ended), becomes the end the job
+store records and its bill. Who pays (the owner's cancel is billed, an operator's stop and a
+failed setup() are not, a run that lost its lease leaves it to the next), how much (the seconds
+it ran, never more than its budget, at least MIN_BILLED_S), and what the status says; where
+working that out fails, a bug of ours and not the job's, the run ends `internal` all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+from app import billing
+from app.models import Kind, Status
+from app.settings import Settings
+from app.store import JobRecorder, RunEnd, Started
+from app.store.recorder import INTERNAL_ERROR, internal_end
+from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
+from app.worker.calls import Ended
+
+log = logging.getLogger(__name__)
+
+
+class RunEnds:
+    """The end to record of each run, for one worker."""
+
+    def __init__(self, settings: Settings, recorder: JobRecorder) -> None:
+        self._settings, self._recorder = settings, recorder
+
+    def of(
+        self, kind: Kind, job_id: str, started: Started, ended: Ended
+    ) -> tuple[str, RunEnd | None]:
+        """What happened and the end to record (_end_of); where working it out fails (a bug of
+        ours, not the job's), the run ended `internal`, billed as it ran: the job ends either
+        way. Redis away is not such a failure: the end is then not recorded, the lease not
+        acked, and the job runs again."""
+        try:
+            return self._end_of(kind, job_id, started, ended)
+        except UNREACHABLE:
+            raise
+        except Exception as exc:
+            ended = internal(job_id, ended, exc)
+        try:
+            charge: billing.Charge | None = self._price(kind, started, ended)
+        except Exception:
+            charge = None  # the price itself failed: nothing it could bill
+        return "failed: internal", internal_end(RunEnd(Status.FAILURE, charge, started.owner))
+
+    def _price(self, kind: Kind, started: Started, ended: Ended) -> billing.Charge:
+        """What the run costs: the seconds it ran, at most its budget, at least MIN_BILLED_S."""
+        end = None if ended.end == "success" else ended.end
+        return billing.price(
+            self._settings,
+            kind,
+            ended.seconds,
+            job_type=started.type,
+            end=end,
+            budget_s=started.duration_s,
+        )
+
+    def _end_of(
+        self, kind: Kind, job_id: str, started: Started, ended: Ended
+    ) -> tuple[str, RunEnd | None]:
+        """What happened, and the end to record. Every run that held the GPU is billed for the
+        seconds it ran (at least MIN_BILLED_S), whatever its end, except a run stopped by an
+        operator, one that lost its lease (its next run is billed instead) and one whose type's
+        setup() failed (the job never began: the operator's type is at fault, not its owner)."""
+        if ended.end == "cancelled":
+            return self._stopped(kind, job_id, started, ended)
+        charge: billing.Charge | None = None  # a setup() that failed: the job never began
+        if ended.end != "setup":
+            charge = self._price(kind, started, ended)
+        status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
+        end = RunEnd(
+            status, charge, started.owner, error=ended.error or "",
+            error_kind=None if ended.end == "success" else ended.end,
+            output=ended.output, tflops=_tflops(started.type, ended.output),
+            peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts,
+        )  # fmt: skip
+        return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
+
+    def _stopped(
+        self, kind: Kind, job_id: str, started: Started, ended: Ended
+    ) -> tuple[str, RunEnd | None]:
+        """The end of a run that was asked to stop. Who pays: the owner's cancel is billed for
+        the time it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended
+        the job already; a lost lease (an admin's release, a reclaim) leaves the job to its
+        next run, which alone is billed. Every end is fenced by the token."""
+        by = self._recorder.stopped_by(job_id)
+        if by is None:
+            return "lease lost", None  # another run owns the job now; leave its end to that run
+        charge = self._price(kind, started, ended)
+        end = RunEnd(
+            Status.REVOKED, charge if by == "owner" else None, started.owner,
+            error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes,
+        )  # fmt: skip
+        return ("cancelled" if by == "owner" else "stopped by an operator"), end
+
+
+def internal(job_id: str, ended: Ended, exc: Exception) -> Ended:
+    """The run ended `internal`: the worker failed around it. Its details go to the worker's
+    log; its owner reads INTERNAL_ERROR."""
+    log.error("the worker failed around the job's run", exc_info=exc, extra={"task_id": job_id})
+    return replace(ended, end="internal", output=None, error=INTERNAL_ERROR, artifacts=None)
+
+
+def _tflops(job_type: str, output: str | None) -> float | None:
+    """The TFLOP/s a burn job reached (kept in the result as before job types existed)."""
+    if job_type != "burn" or output is None:
+        return None
+    value = json.loads(output).get("tflops")
+    return float(value) if isinstance(value, int | float) else None
