@@ -110,7 +110,7 @@ def test_a_device_broken_for_good_stops_its_worker_which_says_so_and_loses_nothi
     )
     [seen] = workers(stack)
     assert seen["name"].startswith(f"{name}@")
-    assert (seen["alive"], seen["broken"]) == (False, last.split("unusable: ")[1])
+    assert (seen["alive"], seen["broken"]) == (False, last.removeprefix("fairgpu worker stopped: "))
     metrics = httpx.get(f"{stack.url}/metrics", timeout=10).text
     assert re.search(rf'^fairgpu_worker_broken{{worker="{seen["name"]}"}} 1\.0$', metrics, re.M)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from app.vtrr.keys import Keys
 from tests.faults.conftest import (
     DEMO_KEY,
     FAULT_WORKER,
@@ -127,4 +128,29 @@ def test_frozen_worker_s_late_completion_is_refused_by_the_lease_token(
     assert faults.billed_ids(DEMO_KEY) == [task_id]
     assert [b["task_id"] for b in faults.bills(DEMO_KEY)] == [task_id]
     assert frozen.poll() is None  # the thawed worker lives on
+    wait_for(faults.drained, timeout=10, what="the lease to be acked")
+
+
+def test_a_worker_frozen_past_its_lease_ends_nothing_on_waking_and_its_rerun_is_billed_once(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults = make_faults(workers=1, worker_module=FAULT_WORKER)
+    task_id = faults.submit(DEMO_KEY, duration_s=STUBBORN_S)
+    first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
+    name = first["result"]["worker"]
+    frozen = faults.stack.workers[short_name(name)]
+    wait_for(lambda: faults.runs(task_id) == [name], what="the run recorded")
+    os.kill(frozen.pid, signal.SIGSTOP)  # the only worker: nobody runs the job meanwhile
+    try:
+        queue = Keys.for_queue("short")
+        wait_for(lambda: faults.r.zcard(queue.queue) == 1, timeout=30, what="the lease reclaimed")
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the rerun")
+
+    assert (done["status"], done["attempts"]) == ("SUCCESS", 2)  # the woken run ended nothing
+    assert faults.runs(task_id) == [name, name]
+    [bill] = faults.bills(DEMO_KEY)
+    assert bill["task_id"] == task_id
+    assert bill["billed_seconds"] <= STUBBORN_S  # the rerun's seconds, never the frozen ones
     wait_for(faults.drained, timeout=10, what="the lease to be acked")
