@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import urlsplit
 
 from app.settings import Settings
@@ -56,8 +56,9 @@ class ArtifactFile(Protocol):
 class ArtifactStore(Protocol):
     """Where artifacts are kept. Every method blocks."""
 
-    def put(self, job_id: str, name: str, source: Path) -> None:
-        """Store the file `source` as the job's artifact `name`, replacing one so named."""
+    def put(self, job_id: str, name: str, source: BinaryIO) -> None:
+        """Store what `source` reads, to its end, as the job's artifact `name`, replacing one
+        so named. It is read once, from start to end (it need not seek)."""
         ...
 
     def open(self, job_id: str, name: str) -> ArtifactFile:
@@ -131,14 +132,14 @@ class LocalArtifacts:
     def _path(self, job_id: str, name: str) -> Path:
         return self.root / _check_job(job_id) / check_name(name)
 
-    def put(self, job_id: str, name: str, source: Path) -> None:
+    def put(self, job_id: str, name: str, source: BinaryIO) -> None:
         """Copy the file in whole, then rename: a reader never sees half of it."""
         target = self._path(job_id, name)
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".put-")
-        os.close(handle)
         try:
-            shutil.copyfile(source, temporary)
+            with open(handle, "wb", closefd=True) as copy:
+                shutil.copyfileobj(source, copy)
             os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from an API of another user
             os.replace(temporary, target)
         except BaseException:
@@ -198,9 +199,9 @@ class S3Artifacts:
     def _folder(self, job_id: str) -> str:
         return f"{self.prefix}{_check_job(job_id)}/"
 
-    def put(self, job_id: str, name: str, source: Path) -> None:
+    def put(self, job_id: str, name: str, source: BinaryIO) -> None:
         """Upload the file (in parts when large; S3 shows an object only once it is whole)."""
-        self.client.upload_file(str(source), self.bucket, self._key(job_id, name))
+        self.client.upload_fileobj(source, self.bucket, self._key(job_id, name))
 
     def open(self, job_id: str, name: str) -> ArtifactFile:
         """The object's body, streamed."""

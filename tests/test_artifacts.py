@@ -4,11 +4,12 @@ delete and sweep alike; check_name keeps every name inside its job's folder."""
 
 from __future__ import annotations
 
+import io
 import os
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import pytest
 
@@ -47,10 +48,9 @@ def read_all(store: ArtifactStore, job_id: str, name: str) -> bytes:
         opened.close()
 
 
-def source(tmp_path: Path, content: bytes, name: str = "src") -> Path:
-    path = tmp_path / f"{name}-{uuid.uuid4()}"
-    path.write_bytes(content)
-    return path
+def source(content: bytes) -> BinaryIO:
+    """What a put reads: a file object, as the worker hands one (app/worker/outputs.py)."""
+    return io.BytesIO(content)
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_the_settings_choose_the_store(tmp_path: Path) -> None:
 
 
 def test_the_settings_name_an_s3_store_that_works(
-    moto_url: str, s3_env: None, s3_client: S3Client, tmp_path: Path
+    moto_url: str, s3_env: None, s3_client: S3Client
 ) -> None:
     bucket = new_bucket(s3_client)
     settings = Settings(
@@ -118,7 +118,7 @@ def test_the_settings_name_an_s3_store_that_works(
     assert isinstance(store, S3Artifacts)
     assert (store.bucket, store.prefix) == (bucket, "runs/a/")
     job = str(uuid.uuid4())
-    store.put(job, "out.txt", source(tmp_path, b"through the settings"))
+    store.put(job, "out.txt", source(b"through the settings"))
     assert read_all(store, job, "out.txt") == b"through the settings"
 
 
@@ -138,27 +138,27 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactStore:
     return s3_store
 
 
-def test_a_put_file_reads_back_whole(store: ArtifactStore, tmp_path: Path) -> None:
+def test_a_put_file_reads_back_whole(store: ArtifactStore) -> None:
     job = str(uuid.uuid4())
     content = os.urandom(100_000)
 
-    store.put(job, "weights/model.bin", source(tmp_path, content))
+    store.put(job, "weights/model.bin", source(content))
 
     assert read_all(store, job, "weights/model.bin") == content
 
 
-def test_a_second_put_replaces_the_first(store: ArtifactStore, tmp_path: Path) -> None:
+def test_a_second_put_replaces_the_first(store: ArtifactStore) -> None:
     job = str(uuid.uuid4())
-    store.put(job, "out.txt", source(tmp_path, b"first"))
+    store.put(job, "out.txt", source(b"first"))
 
-    store.put(job, "out.txt", source(tmp_path, b"second"))
+    store.put(job, "out.txt", source(b"second"))
 
     assert read_all(store, job, "out.txt") == b"second"
 
 
-def test_a_missing_artifact_is_file_not_found(store: ArtifactStore, tmp_path: Path) -> None:
+def test_a_missing_artifact_is_file_not_found(store: ArtifactStore) -> None:
     job = str(uuid.uuid4())
-    store.put(job, "a/b.txt", source(tmp_path, b"b"))
+    store.put(job, "a/b.txt", source(b"b"))
 
     for job_id, name in [(job, "c.txt"), (job, "a"), (str(uuid.uuid4()), "a/b.txt")]:
         with pytest.raises(FileNotFoundError):
@@ -166,25 +166,23 @@ def test_a_missing_artifact_is_file_not_found(store: ArtifactStore, tmp_path: Pa
 
 
 @pytest.mark.parametrize("name", ["../x", "/x", "a\\b", "a//b"])
-def test_an_escaping_name_is_refused_by_every_method(
-    store: ArtifactStore, tmp_path: Path, name: str
-) -> None:
+def test_an_escaping_name_is_refused_by_every_method(store: ArtifactStore, name: str) -> None:
     job = str(uuid.uuid4())
     with pytest.raises(BadNameError):
-        store.put(job, name, source(tmp_path, b"x"))
+        store.put(job, name, source(b"x"))
     with pytest.raises(BadNameError):
         store.open(job, name)
     with pytest.raises(BadNameError):
         store.delete("../" + job)
 
 
-def test_delete_removes_one_job_s_artifacts_only(store: ArtifactStore, tmp_path: Path) -> None:
+def test_delete_removes_one_job_s_artifacts_only(store: ArtifactStore) -> None:
     job, other = str(uuid.uuid4()), str(uuid.uuid4())
     longer = job + "0"  # a job whose id starts with the other's: not in its folder
     for job_id in (job, other):
-        store.put(job_id, "a.txt", source(tmp_path, b"a"))
-        store.put(job_id, "d/b.txt", source(tmp_path, b"b"))
-    store.put(longer, "a.txt", source(tmp_path, b"longer"))
+        store.put(job_id, "a.txt", source(b"a"))
+        store.put(job_id, "d/b.txt", source(b"b"))
+    store.put(longer, "a.txt", source(b"longer"))
 
     store.delete(job)
     store.delete(str(uuid.uuid4()))  # nothing there: nothing happens
@@ -196,11 +194,11 @@ def test_delete_removes_one_job_s_artifacts_only(store: ArtifactStore, tmp_path:
     assert read_all(store, longer, "a.txt") == b"longer"
 
 
-def test_sweep_removes_what_is_older_than_asked(store: ArtifactStore, tmp_path: Path) -> None:
+def test_sweep_removes_what_is_older_than_asked(store: ArtifactStore) -> None:
     jobs = [str(uuid.uuid4()) for _ in range(3)]
     for job_id in jobs:
-        store.put(job_id, "a.txt", source(tmp_path, b"a"))
-        store.put(job_id, "d/b.txt", source(tmp_path, b"b"))
+        store.put(job_id, "a.txt", source(b"a"))
+        store.put(job_id, "d/b.txt", source(b"b"))
 
     assert store.sweep(3600) == 0
     assert read_all(store, jobs[0], "a.txt") == b"a"
@@ -216,12 +214,12 @@ def test_sweep_removes_what_is_older_than_asked(store: ArtifactStore, tmp_path: 
 def test_the_local_sweep_goes_by_a_job_s_last_put(tmp_path: Path) -> None:
     store = LocalArtifacts(tmp_path / "artifacts")
     old, new = str(uuid.uuid4()), str(uuid.uuid4())
-    store.put(old, "deep/er/a.txt", source(tmp_path, b"a"))
-    store.put(new, "a.txt", source(tmp_path, b"a"))
+    store.put(old, "deep/er/a.txt", source(b"a"))
+    store.put(new, "a.txt", source(b"a"))
     day_ago = time.time() - 86_400
     os.utime(store.root / old, (day_ago, day_ago))
     os.utime(store.root / new, (day_ago, day_ago))
-    store.put(new, "deep/er/b.txt", source(tmp_path, b"b"))  # a nested put counts too
+    store.put(new, "deep/er/b.txt", source(b"b"))  # a nested put counts too
 
     assert store.sweep(3600) == 1
 
@@ -232,18 +230,19 @@ def test_the_local_sweep_goes_by_a_job_s_last_put(tmp_path: Path) -> None:
 def test_the_local_store_serves_no_file_a_link_leads_out_to(tmp_path: Path) -> None:
     store = LocalArtifacts(tmp_path / "artifacts")
     job = str(uuid.uuid4())
-    secret = source(tmp_path, b"secret")
-    store.put(job, "a.txt", source(tmp_path, b"a"))
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"secret")
+    store.put(job, "a.txt", source(b"a"))
     (store.root / job / "link").symlink_to(secret)
 
     with pytest.raises(FileNotFoundError):
         store.open(job, "link")
 
 
-def test_a_sweep_removes_only_jobs_folders(store: ArtifactStore, tmp_path: Path) -> None:
+def test_a_sweep_removes_only_jobs_folders(store: ArtifactStore) -> None:
     """Should the folder (or bucket prefix) hold anything else, a sweep leaves it alone."""
-    store.put("not-a-job", "keep.txt", source(tmp_path, b"k"))
-    store.put(str(uuid.uuid4()).upper(), "keep.txt", source(tmp_path, b"k"))
+    store.put("not-a-job", "keep.txt", source(b"k"))
+    store.put(str(uuid.uuid4()).upper(), "keep.txt", source(b"k"))
 
     assert store.sweep(-60) == 0
 
@@ -254,7 +253,7 @@ def test_a_put_file_is_readable_by_others(tmp_path: Path) -> None:
     """An API running as another user than the worker may serve it (a shared volume)."""
     store = LocalArtifacts(tmp_path / "artifacts")
     job = str(uuid.uuid4())
-    store.put(job, "a.txt", source(tmp_path, b"a"))
+    store.put(job, "a.txt", source(b"a"))
 
     assert (store.root / job / "a.txt").stat().st_mode & 0o777 == 0o644
 
@@ -263,21 +262,21 @@ def test_the_local_sweep_of_no_folder_removes_nothing(tmp_path: Path) -> None:
     assert LocalArtifacts(tmp_path / "none").sweep(0) == 0
 
 
-def test_s3_objects_are_prefix_job_name(s3: S3Artifacts, tmp_path: Path) -> None:
+def test_s3_objects_are_prefix_job_name(s3: S3Artifacts) -> None:
     job = str(uuid.uuid4())
 
-    s3.put(job, "plots/loss.png", source(tmp_path, b"png"))
+    s3.put(job, "plots/loss.png", source(b"png"))
 
     listed = s3.client.list_objects_v2(Bucket=s3.bucket)
     assert [o["Key"] for o in listed["Contents"]] == [f"runs/a/{job}/plots/loss.png"]
 
 
-def test_s3_deletes_and_sweeps_past_one_page_of_keys(s3: S3Artifacts, tmp_path: Path) -> None:
+def test_s3_deletes_and_sweeps_past_one_page_of_keys(s3: S3Artifacts) -> None:
     s3.page = 2  # keys per listing and per delete: several calls of each below
     job, other = str(uuid.uuid4()), str(uuid.uuid4())
     for job_id in (job, other):
         for i in range(5):
-            s3.put(job_id, f"part/{i}", source(tmp_path, b"x"))
+            s3.put(job_id, f"part/{i}", source(b"x"))
 
     s3.delete(job)
 
@@ -298,7 +297,7 @@ def test_the_periodic_sweep_removes_artifacts_kept_past_their_job_s_record(
     store = LocalArtifacts(tmp_path / "a")
     expired, running = str(uuid.uuid4()), str(uuid.uuid4())
     for job_id in (expired, running):
-        store.put(job_id, "out.txt", source(tmp_path, b"x"))
+        store.put(job_id, "out.txt", source(b"x"))
     # Put before the longest run plus JOB_TTL_S: its record has expired. The other's may not
     # have: its job may have run long after it put the file.
     kept_s = settings.job_ttl_s + settings.max_long_s + settings.timeout_grace_s

@@ -34,8 +34,13 @@
                                       once per job by the script that ends it (the job's
                                       `webhook_queued` field marks it); read by the senders'
                                       consumer group (app/webhooks/)
-    fairgpu:webhooks:due      zset    job id -> when its webhook's next delivery is due, or when
-                                      the sender holding it lets go (ms, Redis's clock)
+    fairgpu:webhooks:due:<account>
+                              zset    the account's deliveries: job id -> when the next attempt
+                                      is due, or when the sender holding it lets go (ms, Redis's
+                                      clock)
+    fairgpu:webhooks:accounts zset    account -> the earliest score of its deliveries
+    fairgpu:webhooks:due      zset    deliveries a sender of an earlier version scheduled for all
+                                      accounts at once; senders move them to their accounts'
     fairgpu:webhooks:failed   hash    job id -> failed deliveries of its webhook so far
 
 Job hashes, inputs and event streams expire job_ttl_s after their last change.
@@ -55,7 +60,8 @@ STOPS = "fairgpu:stops"
 RATE_TTL_S = 2
 #: Ended jobs with a webhook, for the sender; the job's hash holds the URL as `webhook`.
 WEBHOOKS = "fairgpu:webhooks"
-WEBHOOKS_DUE = "fairgpu:webhooks:due"
+WEBHOOKS_ACCOUNTS = "fairgpu:webhooks:accounts"
+WEBHOOKS_LEGACY_DUE = "fairgpu:webhooks:due"
 WEBHOOKS_FAILED = "fairgpu:webhooks:failed"
 #: Bills on their way to the SQL ledger (app/ledger/outbox.py).
 LEDGER = "fairgpu:ledger"
@@ -64,6 +70,11 @@ LEDGER = "fairgpu:ledger"
 def job_key(job_id: str) -> str:
     """The hash that holds one job."""
     return f"fairgpu:job:{job_id}"
+
+
+def webhooks_due_key(account: str) -> str:
+    """The deliveries of one account's webhooks, for the senders (app/webhooks/)."""
+    return f"fairgpu:webhooks:due:{account}"
 
 
 def input_key(job_id: str) -> str:

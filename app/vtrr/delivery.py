@@ -12,8 +12,9 @@ if TYPE_CHECKING:
 
 
 class Delivery(NamedTuple):
-    """What a lease hands a worker: the item to run and the lease it holds; `hooked` is what
-    the queue's hooks' `lease` returned for it (None without hooks, see hooks.py)."""
+    """What a lease hands a worker: the item to run and the lease it holds. `_dequeue()`
+    returns it, and callers unpack its six fields as the vtrr-queue reference documents, so it
+    gains no field (what hooks return travels in Taken)."""
 
     task_name: str
     args: list[Any]
@@ -21,17 +22,19 @@ class Delivery(NamedTuple):
     task_id: str
     token: str
     timeouts: int
-    hooked: Any = None
 
 
 class Taken(NamedTuple):
-    """An item a trigger's run leased, and the queue it came from (see serve_together)."""
+    """An item a trigger's run leased, the queue it came from (see serve_together), and what
+    that queue's hooks' `lease` returned for it (None without hooks, or in a retry's run: see
+    hooks.py)."""
 
     queue: VTRRQueue
     delivery: Delivery
+    hooked: Any = None
 
 
-def delivery_of(lease: Lease | None, hooked: Any = None) -> Delivery | None:
+def delivery_of(lease: Lease | None) -> Delivery | None:
     """The item a lease holds, as a worker runs it."""
     if lease is None:
         return None
@@ -43,5 +46,4 @@ def delivery_of(lease: Lease | None, hooked: Any = None) -> Delivery | None:
         lease.task_id,
         lease.token,
         lease.timeouts,
-        hooked,
     )

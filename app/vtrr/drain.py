@@ -96,7 +96,7 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
 
 def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
     """Run one leased item under the trigger's run."""
-    source, delivery = taken
+    source, delivery, hooked = taken
     # self.request.vtrr_* tell the function which item and lease it runs under, and vtrr_queue
     # the queue that holds the lease. A retry re-sends request.kwargs: this one names the lease
     # and its queue, not the item's data.
@@ -105,7 +105,7 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
         vtrr_timeouts=delivery.timeouts,
         vtrr_task_id=delivery.task_id,
         vtrr_token=delivery.token,
-        vtrr_hooked=delivery.hooked,
+        vtrr_hooked=hooked,
         kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
     )
     return source._call(task, delivery)
@@ -117,7 +117,7 @@ def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:
     item's end may hold what its run recorded; then the error goes up and after_return keeps
     the lease. The run holds no lease afterwards (after_return acks none)."""
     end = ending(task)
-    queue, delivery = taken
+    queue, delivery = taken.queue, taken.delivery
     ended = Ending(queue, delivery.task_id, delivery.token, end.args, end.used_weight)
     if vtrr.replicas:
         stepped = _replicated_end(vtrr, ended)
@@ -171,5 +171,5 @@ def _leased(vtrr: VTRRQueue, stepped: Stepped) -> Taken | None:
     source = vtrr._peers.get(stepped.queue.name) if stepped.queue else None
     if vtrr._policy is not None:
         vtrr._policy.took(source, stepped.queued)
-    delivery = delivery_of(stepped.lease, stepped.hooked)
-    return None if source is None or delivery is None else Taken(source, delivery)
+    delivery = delivery_of(stepped.lease)
+    return None if source is None or delivery is None else Taken(source, delivery, stepped.hooked)

@@ -23,8 +23,63 @@ MAX_URL_LENGTH = 2048
 #: How long a name may take to resolve: getaddrinfo of an unreachable DNS can hang for minutes.
 RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_PORTS = {"http": 80, "https": 443}
-#: IPv6 prefixes that carry an IPv4 address a router passes on: NAT64's well-known prefix.
-NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _table(*rows: tuple[str, str]) -> tuple[tuple[IPNetwork, str], ...]:
+    return tuple((ipaddress.ip_network(network), name) for network, name in rows)
+
+
+#: The blocks of IANA's IPv4 and IPv6 Special-Purpose Address Registries whose "Globally
+#: Reachable" is False (or N/A: deprecated), and multicast; the first that holds an address
+#: names it. Our own table, not ipaddress's `is_global`, whose answer changes between Python
+#: versions. A block is refused whole: the few addresses inside one that a narrower entry marks
+#: reachable (192.0.0.9 and .10, 2001:1::1 to ::3: anycast of PCP, TURN and DNS-SD, which the
+#: nearest server answers, maybe one inside the network; AMT, AS112, ORCHIDv2, DETs in 2001::/23)
+#: are no webhook's receiver.
+SPECIAL = _table(
+    ("0.0.0.0/32", "unspecified"),
+    ("0.0.0.0/8", "this-network"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "shared (carrier-grade NAT)"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "special-purpose (IETF protocol assignments)"),
+    ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "deprecated (6to4 relay anycast)"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation"),
+    ("203.0.113.0/24", "documentation"),
+    ("224.0.0.0/4", "multicast"),
+    ("255.255.255.255/32", "broadcast"),
+    ("240.0.0.0/4", "reserved"),
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("::/96", "deprecated (IPv4-compatible)"),
+    ("64:ff9b:1::/48", "local-use (NAT64)"),
+    ("100::/64", "discard-only"),
+    ("2001::/32", "Teredo"),
+    ("2001:2::/48", "benchmarking"),
+    ("2001::/23", "special-purpose (IETF protocol assignments)"),
+    ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "segment-routing (SRv6)"),
+    ("fc00::/7", "private (unique-local)"),
+    ("fe80::/10", "link-local"),
+    ("ff00::/8", "multicast"),
+)
+#: IANA's IPv6 global unicast space: everything outside it is reserved, or named above.
+GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+#: IPv6 blocks that carry an IPv4 address, and where it sits (the shift of its 32 bits): such an
+#: address reaches that IPv4 one (through the host's own stack, a NAT64 gateway or a 6to4
+#: relay), so it is judged by it.
+CARRIERS = (
+    (ipaddress.IPv6Network("::ffff:0:0/96"), 0),  # IPv4-mapped
+    (ipaddress.IPv6Network("64:ff9b::/96"), 0),  # NAT64's well-known prefix
+    (ipaddress.IPv6Network("2002::/16"), 80),  # 6to4
+)
 LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*\.?")
 
@@ -99,31 +154,25 @@ def _literal(host: str) -> IPAddress | None:
 
 
 def blocked(address: IPAddress) -> str | None:
-    """Why address is no public one ('loopback', 'private', ...), or None if it is. An IPv6
-    address that carries an IPv4 one (mapped, 6to4, NAT64) is judged by that IPv4 address."""
+    """Why address is no public one ('loopback', 'private', ...: SPECIAL's name), or None if it
+    is. An IPv6 address that carries an IPv4 one (mapped, NAT64, 6to4) is judged by that IPv4
+    address; any other outside 2000::/3 is 'reserved'."""
     if isinstance(address, ipaddress.IPv6Address):
         inner = _carried(address)
         if inner is not None:
             return blocked(inner)
-    flags = (
-        (address.is_unspecified, "unspecified"),
-        (address.is_loopback, "loopback"),
-        (address.is_link_local, "link-local"),
-        (address.is_multicast, "multicast"),
-        (address.is_private, "private"),
-        (address.is_reserved, "reserved"),
-        (not address.is_global, "non-public"),
-    )
-    return next((name for flag, name in flags if flag), None)
+    for network, name in SPECIAL:
+        if address in network:
+            return name
+    if isinstance(address, ipaddress.IPv6Address) and address not in GLOBAL_UNICAST:
+        return "reserved"
+    return None
 
 
 def _carried(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    for network, shift in CARRIERS:
+        if address in network:
+            return ipaddress.IPv4Address((int(address) >> shift) & 0xFFFFFFFF)
     return None
 
 

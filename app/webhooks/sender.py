@@ -2,9 +2,11 @@
 and retries with backoff until a 2xx or WEBHOOK_MAX_ATTEMPTS (deliveries.py keeps the schedule).
 
 Two loops share one process: intake moves new deliveries into the schedule; dispatch claims what
-is due and runs up to CONCURRENCY deliveries at once, so a slow receiver holds up no other. A
-delivery is the job's current status, as GET /task-status answers it, with the job's id as its
-webhook-id: every attempt carries the same one, so a receiver can drop a repeat.
+is due and runs up to CONCURRENCY deliveries at once, shared fairly between accounts (an account
+alone holds half of them, and fewer as others have deliveries due: claim.lua), so that one
+account's slow or failing receiver holds up no other account's. A delivery is the job's current
+status, as GET /task-status answers it, with the job's id as its webhook-id: every attempt
+carries the same one, so a receiver can drop a repeat.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -100,7 +103,7 @@ class Sender:
         self._http = http
         self._sign = sign
         self._allow_private = settings.webhook_allow_private
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], str] = {}  # each delivery's account
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._redis = RedisWatch()
@@ -121,7 +124,7 @@ class Sender:
             self._intake = group.create_task(self._intake_loop())
             group.create_task(self._dispatch_loop())
         if self._running:
-            await asyncio.wait(self._running, timeout=ATTEMPT_S)
+            await asyncio.wait(list(self._running), timeout=ATTEMPT_S)
 
     async def _intake_loop(self) -> None:
         next_reclaim = 0.0
@@ -130,6 +133,7 @@ class Sender:
                 taken = 0
                 if time.monotonic() >= next_reclaim:
                     taken += await self.deliveries.reclaim()
+                    taken += await self.deliveries.adopt()
                     next_reclaim = time.monotonic() + RECLAIM_EVERY_S
                 taken += await self.deliveries.intake(int(IDLE_S * 1000))
             except (RedisError, OSError) as exc:
@@ -155,17 +159,18 @@ class Sender:
         free = CONCURRENCY - len(self._running)
         if free <= 0:
             return IDLE_S  # a delivery that ends wakes the loop
-        claimed = await self.deliveries.claim(free)
+        holding = Counter(self._running.values())
+        claimed = await self.deliveries.claim(free, CONCURRENCY, holding)
         for claim in claimed.claims:
             task = asyncio.create_task(self._deliver(claim))
-            self._running.add(task)
+            self._running[task] = claim.account
             task.add_done_callback(self._ended)
         if claimed.claims:
             return 0.0  # more may be due
         return IDLE_S if claimed.next_due_s is None else min(IDLE_S, claimed.next_due_s)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
+        self._running.pop(task, None)
         self._wake.set()
 
     async def _deliver(self, claim: Claim) -> None:

@@ -65,7 +65,8 @@ def write_logs(r: redis.Redis, task_id: str, *lines: tuple[float, str, str]) -> 
 def put(settings: Settings, tmp_path: Path, task_id: str, name: str, content: bytes) -> None:
     source = tmp_path / f"source-{uuid.uuid4()}"
     source.write_bytes(content)
-    open_artifacts(settings).put(task_id, name, source)
+    with source.open("rb") as file:
+        open_artifacts(settings).put(task_id, name, file)
 
 
 # -- logs -----------------------------------------------------------------------------------------

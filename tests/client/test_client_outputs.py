@@ -98,7 +98,8 @@ def store_file(settings: Settings, task_id: str, name: str, content: bytes) -> d
     assert settings.artifacts_dir is not None
     source = settings.artifacts_dir.parent / "source"
     source.write_bytes(content)
-    LocalArtifacts(settings.artifacts_dir).put(task_id, name, source)
+    with source.open("rb") as file:
+        LocalArtifacts(settings.artifacts_dir).put(task_id, name, file)
     return {"name": name, "size": len(content), "sha256": hashlib.sha256(content).hexdigest()}
 
 

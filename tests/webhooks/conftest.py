@@ -26,6 +26,7 @@ from tests.webhooks.receiver import Receiver, receiving
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OWNER = "11111111-1111-1111-1111-111111111111"
+OTHER = "22222222-2222-2222-2222-222222222222"
 TOKEN = "lease-token"
 
 
@@ -52,10 +53,10 @@ class Jobs:
     recorder: JobRecorder
     settings: Settings
 
-    async def create(self, webhook: str | None) -> str:
+    async def create(self, webhook: str | None, owner: str = OWNER) -> str:
         job_id = str(uuid.uuid4())
         job = NewJob(job_id, "short", 1.0, webhook=webhook)
-        await write_job(self.store.redis, self.settings, OWNER, job)
+        await write_job(self.store.redis, self.settings, owner, job)
         return job_id
 
     def start(self, job_id: str) -> bool:

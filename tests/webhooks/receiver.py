@@ -1,5 +1,6 @@
 """A webhook receiver on loopback for the tests: a real HTTP server in a thread that records
-every delivery and answers each with the next status of a script (then 200)."""
+every delivery and answers each with the next status of a script (then 200); a slow one holds
+every answer until the test releases them."""
 
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ class Delivery:
 
 
 class Receiver:
-    """Records deliveries; answers them with `answers` in turn, then 200."""
+    """Records deliveries as they arrive; answers them with `answers` in turn, then 200; with
+    `hold`, not before release()."""
 
-    def __init__(self, answers: list[int] | None = None) -> None:
+    def __init__(self, answers: list[int] | None = None, hold: bool = False) -> None:
         self.answers = list(answers or [])
         self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
+        self._released = threading.Event()
+        if not hold:
+            self._released.set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -46,6 +51,10 @@ class Receiver:
         with self._lock:
             return list(self.deliveries) if len(self.deliveries) >= count else None
 
+    def release(self) -> None:
+        """Answer the deliveries held so far, and every later one at once."""
+        self._released.set()
+
     def _record(self, delivery: Delivery) -> int:
         with self._lock:
             self.deliveries.append(delivery)
@@ -59,6 +68,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 code = receiver._record(Delivery(self.path, headers, body))
+                receiver._released.wait()
                 self.send_response(code)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -73,6 +83,7 @@ class Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()

@@ -47,6 +47,99 @@ def test_a_public_address_is_not(address: str) -> None:
     assert blocked(ipaddress.ip_address(address)) is None
 
 
+#: IANA's special-purpose blocks that are not globally reachable, as their first and last
+#: addresses (written out here, not derived from the code's table), and the public addresses
+#: just outside each.
+NOT_GLOBAL = [
+    ("0.0.0.0", "0.255.255.255", ["1.0.0.0"]),
+    ("10.0.0.0", "10.255.255.255", ["9.255.255.255", "11.0.0.0"]),
+    ("100.64.0.0", "100.127.255.255", ["100.63.255.255", "100.128.0.0"]),
+    ("127.0.0.0", "127.255.255.255", ["126.255.255.255", "128.0.0.0"]),
+    ("169.254.0.0", "169.254.255.255", ["169.253.255.255", "169.255.0.0"]),
+    ("172.16.0.0", "172.31.255.255", ["172.15.255.255", "172.32.0.0"]),
+    ("192.0.0.0", "192.0.0.255", ["191.255.255.255", "192.0.1.0"]),
+    ("192.0.2.0", "192.0.2.255", ["192.0.1.255", "192.0.3.0"]),
+    ("192.88.99.0", "192.88.99.255", ["192.88.98.255", "192.88.100.0"]),
+    ("192.168.0.0", "192.168.255.255", ["192.167.255.255", "192.169.0.0"]),
+    ("198.18.0.0", "198.19.255.255", ["198.17.255.255", "198.20.0.0"]),
+    ("198.51.100.0", "198.51.100.255", ["198.51.99.255", "198.51.101.0"]),
+    ("203.0.113.0", "203.0.113.255", ["203.0.112.255", "203.0.114.0"]),
+    ("224.0.0.0", "255.255.255.255", ["223.255.255.255"]),  # multicast, reserved, broadcast
+    # IPv6: all but 2000::/3 (global unicast), and within it 2001::/23, 2001:db8::/32, 3fff::/20
+    ("::", "1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ["2000::"]),
+    ("4000::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ["3ffe:ffff:ffff:ffff::"]),
+    ("2001::", "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", ["2000:ffff::", "2001:200::"]),
+    ("2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", ["2001:db7:ffff::", "2001:db9::"]),
+    ("3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", ["3ffe:ffff::", "3fff:1000::"]),
+]
+
+
+@pytest.mark.parametrize(("first", "last", "outside"), NOT_GLOBAL, ids=[r[0] for r in NOT_GLOBAL])
+def test_each_special_purpose_block_is_refused_from_its_first_address_to_its_last(
+    first: str, last: str, outside: list[str]
+) -> None:
+    start, end = ipaddress.ip_address(first), ipaddress.ip_address(last)
+    middle = ipaddress.ip_address((int(start) + int(end)) // 2)
+    for address in (start, middle, end):
+        assert blocked(address) is not None, address
+    for address in map(ipaddress.ip_address, outside):
+        assert blocked(address) is None, address
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "192.0.0.8",  # IPv4 dummy address
+        "192.0.0.9",  # PCP anycast: the nearest server answers, maybe one inside the network
+        "192.88.99.1",  # 6to4 relay anycast, deprecated
+        "192.0.0.10",  # TURN anycast
+        "192.0.0.170",  # NAT64 discovery
+        "2001::1",  # Teredo
+        "2001:1::1",  # PCP anycast
+        "2001:3::1",  # AMT
+        "2001:20::1",  # ORCHIDv2
+        "64:ff9b:1::1",  # NAT64, local use
+        "100::1",  # discard-only
+        "5f00::1",  # SRv6 segment ids
+    ],
+)
+def test_an_address_inside_a_block_that_is_not_globally_reachable_is_refused(
+    address: str,
+) -> None:
+    assert blocked(ipaddress.ip_address(address)) is not None
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("::ffff:192.0.0.9", False),  # IPv4-mapped
+        ("::ffff:192.88.99.1", False),
+        ("::ffff:100.64.0.1", False),
+        ("::ffff:8.8.8.8", True),
+        ("::8.8.8.8", False),  # IPv4-compatible: deprecated, refused whatever it carries
+        ("::10.0.0.1", False),
+        ("::127.0.0.1", False),
+        ("64:ff9b::c000:9", False),  # NAT64 of 192.0.0.9
+        ("64:ff9b::808:808", True),  # NAT64 of 8.8.8.8
+        ("2002:c000:8::", False),  # 6to4 of 192.0.0.8
+        ("2002:808:808::", True),  # 6to4 of 8.8.8.8
+    ],
+)
+def test_an_ipv6_address_that_carries_an_ipv4_one_is_judged_by_it(
+    address: str, public: bool
+) -> None:
+    assert (blocked(ipaddress.ip_address(address)) is None) is public
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["192.31.196.1", "192.52.193.1", "192.175.48.1", "2620:4f:8000::1"],
+)
+def test_a_special_purpose_block_that_is_globally_reachable_is_allowed(address: str) -> None:
+    """AS112 and AMT have blocks of their own that the registries mark globally reachable."""
+    assert blocked(ipaddress.ip_address(address)) is None
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -1,7 +1,8 @@
 """The sender process (`python -m app.webhooks`) against a receiver on loopback: a job's end,
 brought about through the store's scripts, reaches the receiver as the job's status, signed so
 that standardwebhooks verifies it; a receiver that fails gets the same delivery again, with the
-same webhook-id, until it answers 2xx or the attempts run out; two senders share the work."""
+same webhook-id, until it answers 2xx or the attempts run out; two senders share the work; one
+account's slow receiver holds up no other account's webhook."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import redis
 from app.dev import processes
 from app.models import Status
 from app.settings import Settings
-from app.store.keys import METRICS, WEBHOOKS_DUE
+from app.store.keys import METRICS, WEBHOOKS_ACCOUNTS
+from app.webhooks.sender import ATTEMPT_S, CONCURRENCY
 from tests.support import wait_for
-from tests.webhooks.conftest import SECRET, Jobs
+from tests.webhooks.conftest import OTHER, SECRET, Jobs
 from tests.webhooks.receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -74,7 +76,7 @@ async def test_a_finished_jobs_status_arrives_signed(
     assert delivery.headers["content-type"] == "application/json"
     assert delivery.headers["webhook-signature"].startswith("v1,")
     wait_for(lambda: counted(r, "webhooks_delivered", 1), what="the delivery counted")
-    assert r.zcard(WEBHOOKS_DUE) == 0
+    assert r.zcard(WEBHOOKS_ACCOUNTS) == 0  # nothing scheduled
 
 
 async def test_a_failing_receiver_gets_retries_with_the_same_id(
@@ -124,7 +126,7 @@ async def test_a_receiver_that_keeps_failing_is_given_up_after_the_last_attempt(
 
         assert len(down.deliveries) == 2
         assert int(r.hget(METRICS, "webhooks_failed") or 0) == 2
-        assert r.zcard(WEBHOOKS_DUE) == 0
+        assert r.zcard(WEBHOOKS_ACCOUNTS) == 0  # nothing scheduled
 
 
 async def test_a_delivery_that_was_handed_over_before_the_sender_started_is_sent(
@@ -151,6 +153,33 @@ async def test_two_senders_deliver_each_webhook_once(
     wait_for(lambda: counted(r, "webhooks_delivered", 20), what="20 deliveries")
 
     assert sorted(d.headers["webhook-id"] for d in receiver.deliveries) == sorted(job_ids)
+
+
+async def test_one_accounts_slow_receiver_leaves_slots_for_another_accounts_webhook(
+    jobs: Jobs, receiver: Receiver, start_sender: Start, r: redis.Redis
+) -> None:
+    """Cancelling a queued job is free and still sends its webhook: 64 of them aimed at a
+    receiver that does not answer must not keep another account's webhook waiting."""
+    start_sender()
+    with Receiver(hold=True) as slow:
+        try:
+            for _ in range(64):
+                await jobs.store.revoke(await jobs.create(slow.url))
+            wait_for(lambda: slow.got(CONCURRENCY // 2), what="the jammer's half of the slots")
+            other = await jobs.create(receiver.url, owner=OTHER)
+            await jobs.store.revoke(other)
+
+            [delivery] = wait_for(lambda: receiver.got(1), ATTEMPT_S, "the other's webhook")
+
+            # ...while every slow delivery was still under way: none had failed or timed out
+            assert int(r.hget(METRICS, "webhooks_failed") or 0) == 0
+            assert int(r.hget(METRICS, "webhooks_delivered") or 0) <= 1
+            assert delivery.headers["webhook-id"] == other
+            assert len(slow.deliveries) <= CONCURRENCY // 2  # the jammer held at most its share
+        finally:
+            slow.release()
+        wait_for(lambda: counted(r, "webhooks_delivered", 65), what="every webhook")
+    assert len(slow.deliveries) == 64
 
 
 def test_a_sender_without_a_secret_waits_quietly_for_its_stop(
