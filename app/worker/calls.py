@@ -61,10 +61,11 @@ class Reply:
     seconds: float | None = None
 
     def ended(self, seconds: float) -> Ended:
-        """The end, timed: the worker's measure, or the job's own where that is less (a worker
-        paused or frozen while the job ran does not lengthen it)."""
+        """The end, timed by the job's own process where it measured (a worker paused or frozen
+        while the job ran does not lengthen it, nor does the worker's late look at the pipe
+        shorten it), else by the worker's measure."""
         if self.seconds is not None:
-            seconds = min(seconds, self.seconds)
+            seconds = self.seconds
         return Ended(
             self.end,
             seconds,

@@ -60,6 +60,7 @@ def test_success_carries_the_output_as_json(registry: Registry) -> None:
     assert reply.seconds is not None and reply.seconds < 1.5
     ended = reply.ended(1.5)  # the worker saw 1.5 s (it was paused): the job's own time counts
     assert (ended.end, ended.seconds, ended.output) == ("success", reply.seconds, reply.output)
+    assert reply.ended(0.0).seconds == reply.seconds  # nor does a late look at the pipe shorten it
     assert Reply("crashed").ended(1.5).seconds == 1.5  # no time of its own: the worker's
 
 
