@@ -102,6 +102,10 @@ class Accounts:
         """
         return self._by_digest.get(digest(key or ""))
 
+    def owner(self, key_digest: str) -> Account | None:
+        """The account that owns the key with this SHA-256 hex digest, or None."""
+        return self._by_digest.get(key_digest)
+
     def get(self, user_id: str) -> Account | None:
         """The account with this id, or None."""
         return self._by_id.get(user_id)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from app import logs
+from app.api.http_protocol import HeadBoundProtocol
 from app.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def main() -> None:
     uvicorn.run(
         APP_FACTORY if several else app_from_environment(),
         factory=several,
+        http=HeadBoundProtocol,  # httptools, with a bound on each request's head
         workers=settings.api_workers,
         host=settings.host,
         port=settings.port,

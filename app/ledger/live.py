@@ -6,14 +6,19 @@ announced on the Redis channel CHANGED once its transaction has committed; every
 follows the channel reads a fresh snapshot at once, so a revoked key stops working within the
 time of one read everywhere. A message missed while Redis was away is made good by a reread
 every REFRESH_S, and at every reconnection.
+
+What outlives a request watches its key (watch): an open event stream learns from the first
+snapshot without the key, or without its account (disabled or removed), that it must end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -28,6 +33,17 @@ REFRESH_S = 30.0
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
+class KeyWatch:
+    """A key in use by something long-lived; `revoked` once the key no longer admits its
+    account, when `wake` is set too."""
+
+    key_digest: str
+    user_id: str
+    wake: asyncio.Event
+    revoked: bool = False
+
+
 class LiveAccounts:
     """The current snapshot of the accounts, and what is asked of it."""
 
@@ -38,6 +54,7 @@ class LiveAccounts:
         # an earlier change) is dropped when it ends, instead of putting older accounts back.
         self._tickets = itertools.count(1)
         self._held = 0
+        self._watches: set[KeyWatch] = set()
         self.current = load()
 
     def put(self, snapshot: Accounts) -> None:
@@ -47,6 +64,27 @@ class LiveAccounts:
     def _hold(self, ticket: int, snapshot: Accounts) -> None:
         if ticket > self._held:
             self._held, self.current = ticket, snapshot
+            for watch in self._watches:
+                self._check(watch)
+
+    @contextlib.contextmanager
+    def watch(self, key_digest: str, user_id: str, wake: asyncio.Event) -> Iterator[KeyWatch]:
+        """Watch a key (by its digest) for as long as the block runs: once the snapshot in hand
+        no longer has it belong to user_id's enabled account (it was revoked, the account
+        disabled or removed), the watch is marked revoked and `wake` is set."""
+        watch = KeyWatch(key_digest, user_id, wake)
+        self._watches.add(watch)
+        self._check(watch)  # a change held since the key was checked
+        try:
+            yield watch
+        finally:
+            self._watches.discard(watch)
+
+    def _check(self, watch: KeyWatch) -> None:
+        owner = self.current.owner(watch.key_digest)
+        if owner is None or owner.user_id != watch.user_id:
+            watch.revoked = True
+            watch.wake.set()
 
     def authenticate(self, key: str | None) -> Account | None:
         """The enabled account that owns this live key, or None."""

@@ -1,5 +1,6 @@
 """A job's changes as server-sent events: GET /task-status/stream/{task_id}, with replay from
-Last-Event-ID, the queued job's place as it moves, and a Redis outage ridden out."""
+Last-Event-ID, the queued job's place as it moves, a Redis outage ridden out, and an end as soon
+as the caller's key is revoked or its account disabled."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.live.outage import RECONNECT_MS, Outage, RedisAwayError, error_event
 from app.api.live.places import Place
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job, placed_status
-from app.api.routing import KeyedRoute
+from app.api.routing import Caller, KeyedRoute
 from app.api.runtime import Runtime
 from app.models import Kind, Status, TaskStatus
 from app.store import JobRecord
@@ -29,6 +30,7 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 MAX_PART = 2**64 - 1
 ETA_SLACK_S = 5.0  # a guess at when some of the account's jobs will have started
+REVOKED = "the API key was revoked or its account disabled"
 
 
 def _event_shape(name: str, data: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -85,7 +87,9 @@ STREAM_EVENT = {
             "keep-alive comments go on and the stream resumes from its last event. Past that, or "
             "on an internal error, it ends with `event: error`, a `retry:` field (milliseconds, "
             '2,000 to 10,000) and `data: {"detail": "..."}`, without an id: reconnect '
-            "with Last-Event-ID and nothing is missed",
+            "with Last-Event-ID and nothing is missed. A stream whose API key is revoked, or "
+            "whose account is disabled, ends with `event: error` too, within a second of the "
+            f'change: `data: {{"detail": "{REVOKED}"}}`',
             "content": {
                 "text/event-stream": {"schema": STREAM_EVENT},
             },
@@ -106,7 +110,7 @@ async def task_stream(
         # The client has seen the end already: 204 tells an EventSource to stop reconnecting.
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     return EventSourceResponse(
-        _events(runtime, task_id, job.kind, after),
+        _events(runtime, caller, task_id, job.kind, after),
         ping=runtime.settings.sse_keepalive_s,
     )
 
@@ -124,12 +128,12 @@ def resume_point(last_event_id: str | None) -> str:
 
 
 async def _events(
-    runtime: Runtime, task_id: str, kind: Kind, after: str
+    runtime: Runtime, caller: Caller, task_id: str, kind: Kind, after: str
 ) -> AsyncIterator[ServerSentEvent]:
     """The job's events; a stream that cannot go on ends with `event: error`, never silently."""
     extra = {"task_id": task_id}
     try:
-        async for event in _changes(runtime, task_id, kind, after):
+        async for event in _changes(runtime, caller, task_id, kind, after):
             yield event
     except RedisAwayError as exc:
         log.warning("stream of %s ended: %s", task_id, exc, extra=extra)
@@ -149,30 +153,35 @@ class _Seen:
 
 
 async def _changes(
-    runtime: Runtime, task_id: str, kind: Kind, after: str
+    runtime: Runtime, caller: Caller, task_id: str, kind: Kind, after: str
 ) -> AsyncIterator[ServerSentEvent]:
     outage = Outage(runtime.hub, runtime.settings.sse_outage_s)
     seen = _Seen(after)
+    key, user_id = caller.key_digest, caller.account.user_id
     async with (
         runtime.hub.subscribe(task_id) as changed,
         runtime.places.watch(kind, task_id) as place,
     ):
-        while True:
-            changed.clear()
-            try:
-                # The job before its events: a status read first is never newer than the events
-                # read after it, so an end seen here is among them, or was before `after`.
-                job = await runtime.store.get(task_id)
-                async for event in _replay(runtime, task_id, seen, place):
+        # A revocation sets `changed` too, which ends the wait of the round in progress.
+        with runtime.accounts.watch(key, user_id, changed) as watch:
+            while not watch.revoked:
+                changed.clear()
+                try:
+                    # The job before its events: a status read first is never newer than the
+                    # events read after it, so an end seen here is among them, or before `after`.
+                    job = await runtime.store.get(task_id)
+                    async for event in _replay(runtime, task_id, seen, place):
+                        yield event
+                except RedisError as exc:
+                    await outage.wait(exc)  # Redis away: read again from `after` once back
+                    continue
+                outage.over()
+                if seen.ended or job is None or job.status.terminal:
+                    return  # ended now, expired, or its end was before `after`
+                async for event in _follow_place(runtime, job, seen, changed, place):
                     yield event
-            except RedisError as exc:
-                await outage.wait(exc)  # Redis away: read again from `after` once it may be back
-                continue
-            outage.over()
-            if seen.ended or job is None or job.status.terminal:
-                return  # ended now, expired, or its end was before `after`
-            async for event in _follow_place(runtime, job, seen, changed, place):
-                yield event
+    log.info("stream of %s ended: %s", task_id, REVOKED, extra={"task_id": task_id})
+    yield error_event(REVOKED)
 
 
 async def _replay(
