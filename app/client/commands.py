@@ -210,7 +210,8 @@ def tasks(
             typer.echo(_json_page(found, next_cursor))
             return
         if found:
-            out().print(tasks_table(found))
+            console = out()
+            console.print(tasks_table(found, console.width))
         elif next_cursor is None:
             out().print("No tasks.")
         else:

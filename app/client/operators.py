@@ -8,24 +8,30 @@ goes to the server as null, and the default applies.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
-from app.admin_models import AccountInfo
+from app.admin_models import AccountInfo, AuditEntry
 from app.client.errors import OneLineUsage, fail, session
-from app.client.fit import Column, fitted_table
+from app.client.fit import Cell, Column, fitted_table
 from app.client.options import JsonOption, KeyOption, UrlOption
 from app.client.render import fields_table, out
 from app.client.transport import DEFAULT_URL
 from app.client.usage import admin_usage
-from app.client.words import money
+from app.client.words import moment, money
 
 accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")
 keys = typer.Typer(help="Issue, revoke and list API keys (admins).")
 NONE = "none"
+#: The characters of an account id the audit table keeps when the whole one does not fit
+#: (--json has it whole).
+ID_SHOWN = 8
 
 Description = Annotated[str | None, typer.Option(help="what the account is for")]
 Share = Annotated[float | None, typer.Option(help="its weight in the fair queues (1 = equal)")]
@@ -113,7 +119,7 @@ def list_accounts(
         Column("state"),
         Column("keys", justify="right"),
         Column("budget", optional=True),
-        Column("description", optional=True),
+        Column("description", optional=True, wrap=True),
     ]
     rows = [
         [
@@ -224,7 +230,12 @@ def list_keys(
     if as_json:
         typer.echo("[" + ",".join(k.model_dump_json() for k in found) + "]")
         return
-    columns = [Column("id"), Column("state"), Column("made"), Column("label", optional=True)]
+    columns = [
+        Column("id"),
+        Column("state"),
+        Column("made"),
+        Column("label", optional=True, wrap=True),
+    ]
     rows = [
         [
             k.id,
@@ -287,29 +298,49 @@ def audit(
     if as_json:
         typer.echo("[" + ",".join(e.model_dump_json() for e in found) + "]")
         return
+    console = out()
+    console.print(audit_table(found, console.width))
+
+
+def audit_table(found: list[AuditEntry], width: int) -> Table:
+    """Audit entries, one a row, in width columns: the account ids cut to their first
+    characters when the whole ones leave the change no room."""
     columns = [
         Column("id", justify="right"),
         Column("when"),
-        Column("who"),
+        Column("who", short=ID_SHOWN),
         Column("what"),
-        Column("account"),
-        Column("detail", optional=True),
+        Column("account", short=ID_SHOWN),
+        Column("change", wrap=True),
     ]
-    rows = [
-        [str(e.id), _moment(e.at), e.actor, e.action, e.target, _detail(e.detail)] for e in found
+    now = time.time()
+    rows: list[list[Cell]] = [
+        [str(e.id), moment(e.at, now), e.actor, e.action, e.target, change(e.detail)] for e in found
     ]
-    console = out()
-    console.print(fitted_table(columns, rows, console.width))
+    return fitted_table(columns, rows, width)
 
 
-def _detail(detail: dict[str, object]) -> str:
-    after = detail.get("after")
-    shown = after if isinstance(after, dict) else detail
-    return ", ".join(f"{k}={v}" for k, v in shown.items())
+def change(detail: dict[str, Any]) -> str:
+    """An audit entry's detail for people: "share 1 → 3, max_queued none → 5" for an update
+    (the log keeps each field's value before and after), "share 1, admin no" otherwise."""
+    before, after = detail.get("before"), detail.get("after")
+    if isinstance(before, dict) and isinstance(after, dict):
+        return ", ".join(
+            f"{name} {_value(before.get(name))} → {_value(value)}" for name, value in after.items()
+        )
+    return ", ".join(f"{name} {_value(value)}" for name, value in detail.items()) or "-"
 
 
-def _moment(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M")
+def _value(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        return f"{value:g}"
+    if isinstance(value, str) and value and not any(mark in value for mark in ' ,"'):
+        return value
+    return json.dumps(value, ensure_ascii=False)  # quoted: where a description ends is clear
 
 
 def _day(at: float) -> str:

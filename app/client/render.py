@@ -247,7 +247,7 @@ def _where(state: TaskStatus, now: float) -> str:
     if state.status is Status.PENDING:
         return waiting(state, now)
     ran = _ran(state, now)
-    where = _worker(state)
+    where = _worker(state).removeprefix("on ")  # the column says where
     if ran is not None:
         where += f", {'ran' if state.status.terminal else 'running'} {span(ran)}"
     if state.error:
@@ -255,48 +255,66 @@ def _where(state: TaskStatus, now: float) -> str:
     return where.strip(", ")
 
 
-def tasks_table(found: list[TaskStatus]) -> Table:
-    """Jobs, one a row."""
+def tasks_table(found: list[TaskStatus], width: int) -> Table:
+    """Jobs, one a row, in width columns: the task ids whole (they are what the other commands
+    take), where / when wrapped, or left out when even that does not fit."""
     now = time.time()
-    table = Table()
-    table.add_column("task", no_wrap=True, min_width=36)
-    for name in ("status", "kind", "submitted", "tries"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("where / when", overflow="fold")
+    columns = [
+        Column("task"),
+        Column("status"),
+        Column("kind"),
+        Column("submitted"),
+        Column("tries", justify="right"),
+        Column("where / when", optional=True, wrap=True),
+    ]
+    rows: list[list[Cell]] = []
     for state in found:
         submitted = state.enqueued_at or (state.result.enqueued_at if state.result else None)
-        table.add_row(
-            state.task_id,
-            Text(state.status.value, style=STYLE[state.status]),
-            state.kind,
-            "" if submitted is None else clock(submitted, now),
-            str(state.attempts),
-            _where(state, now),
+        rows.append(
+            [
+                state.task_id,
+                Text(state.status.value, style=STYLE[state.status]),
+                state.kind,
+                "" if submitted is None else moment(submitted, now),
+                str(state.attempts),
+                _where(state, now),
+            ]
         )
-    return table
+    return fitted_table(columns, rows, width)
 
 
 def types_table(found: list[JobTypeView], width: int) -> Table:
     """Job types, one a row, in width columns (the description is left out when it does not
-    fit)."""
+    fit). "max s" is the longest a submit may ask for in the type's queue, then in the other
+    queue where that differs: "60 (long 3000)"."""
     columns = [
         Column("name"),
         Column("queue"),
         Column("max s", justify="right"),
-        Column("available"),
-        Column("description", optional=True),
+        Column("available", wrap=True),
+        Column("description", optional=True, wrap=True),
     ]
     rows = [
         [
             t.name,
             t.queue,
-            f"{t.max_duration_s:g}",
+            _longest(t),
             _availability(t),
             one_line(t.description),
         ]
         for t in found
     ]
     return fitted_table(columns, rows, width)
+
+
+def _longest(job_type: JobTypeView) -> str:
+    own = job_type.max_duration_s
+    others = [
+        f"{queue} {limit:g}"
+        for queue, limit in job_type.max_duration_s_by_queue.items()
+        if queue != job_type.queue and limit != own
+    ]
+    return f"{own:g} ({', '.join(others)})" if others else f"{own:g}"
 
 
 def _availability(job_type: JobTypeView) -> str:
@@ -317,7 +335,7 @@ def billing_table(bills: list[BillingRecord], width: int) -> Table:
         Column("kind"),
         Column("GPU-s", justify="right"),
         Column("cost", justify="right", footer=total),
-        Column("description", optional=True),
+        Column("description", optional=True, wrap=True),
     ]
     rows = [
         [
@@ -335,7 +353,7 @@ def billing_table(bills: list[BillingRecord], width: int) -> Table:
 
 def workers_table(view: QueuesView, width: int) -> Table:
     """Each worker heard from, one a row: its queues and its state (a broken one says why)."""
-    columns = [Column("worker"), Column("queues"), Column("state")]
+    columns = [Column("worker"), Column("queues"), Column("state", wrap=True)]
     rows: list[list[Cell]] = [
         [worker.name, ", ".join(worker.queues), _worker_state(worker)] for worker in view.workers
     ]

@@ -47,6 +47,8 @@
     jobsLive: byId("jobs-live"),
     jobsRefresh: byId("jobs-refresh"),
     billBody: byId("bill-body"),
+    billScroll: byId("bill-scroll"),
+    billMore: byId("bill-more"),
     billTotal: byId("bill-total"),
     billRefresh: byId("bill-refresh"),
     queuesPanel: byId("queues-panel"),
@@ -912,6 +914,28 @@
   // ---------------------------------------------------------------------------------------
   // The bill
 
+  // A scroll area that hides rows below its bottom edge says so: the line under it counts
+  // them ("3 more rows below: scroll the bill"), and the area fades out at the bottom. Looked
+  // at again as the area scrolls or changes size; call the returned function after a reload.
+  function scrollCue(area, note, what) {
+    const update = () => {
+      const bottom = area.getBoundingClientRect().bottom;
+      let below = 0;
+      for (const row of area.querySelectorAll("tbody tr")) {
+        if (row.getBoundingClientRect().bottom > bottom + 1) below += 1;
+      }
+      const rows = below === 1 ? "1 more row" : `${below} more rows`;
+      note.textContent = below ? `${rows} below: scroll ${what}` : "";
+      note.hidden = below === 0;
+      area.classList.toggle("more-below", below > 0);
+    };
+    area.addEventListener("scroll", update, { passive: true });
+    new ResizeObserver(update).observe(area);
+    return update;
+  }
+
+  const billCue = scrollCue(ui.billScroll, ui.billMore, "the bill");
+
   function billSoon(owner) {
     if (owner.billSoon !== null) return;
     owner.billSoon = later(owner, 300, () => {
@@ -943,6 +967,7 @@
         rows.push(row);
       }
       ui.billBody.replaceChildren(...rows);
+      billCue();
       const count = data.length === 1 ? "1 job" : `${data.length} jobs`;
       const partial = data.length >= BILL_LIMIT ? ` (latest ${BILL_LIMIT} only)` : "";
       const total = totalMicros / MICROS;
@@ -1073,6 +1098,7 @@
     ui.keyHint.hidden = false;
     ui.accountLine.textContent = "";
     ui.billBody.replaceChildren();
+    billCue();
     ui.billTotal.textContent = "";
     delete ui.billTotal.dataset.total;
     delete ui.billTotal.dataset.count;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from importlib.metadata import entry_points
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -13,8 +14,11 @@ from urllib.parse import urlsplit, urlunsplit
 from rich.console import Console
 
 from app.auth import Accounts
+from app.dev.port import PortInUseError
 from app.dev.stack import Stack
-from app.settings import get_settings
+from app.jobs.registry import BUILTIN_MODULE, ENTRY_POINT_GROUP, RegistryError, load_registry
+from app.settings import Settings, get_settings
+from app.worker.broker_check import consumer_timeout_problem
 
 DEMO_KEY = "default_api_key"
 SIGNAL_CHECK_S = 0.5
@@ -44,7 +48,8 @@ def run(port: int, workers: int) -> None:
             stack.start()
     except (RuntimeError, TimeoutError, OSError) as exc:
         stack.stop()  # what did start
-        console.print(f"fairgpu dev could not start: {exc}", markup=False)
+        said = f"fairgpu dev could not start: {exc}"
+        console.print(str(exc) if isinstance(exc, PortInUseError) else said, markup=False)
         raise SystemExit(1) from None
     try:
         banner(console, stack, accounts, str(settings.users_file))
@@ -56,7 +61,8 @@ def run(port: int, workers: int) -> None:
 
 
 def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> None:
-    """Where the stack is, a key to try it with, and a first command."""
+    """Where the stack is, the broker, database and job types it uses, a key to try it with,
+    a first command, and a warning about the broker's settings if it needs one."""
     where = "embedded, stops with the stack" if stack.redis_server else "from REDIS_URL"
     redis_is = f"{without_password(stack.redis_url)} ({where})"
     sentinels = stack.settings.redis_sentinels
@@ -69,14 +75,44 @@ def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> N
         f"Redis: {redis_is}; {stack.worker_count} CPU worker(s); logs in {stack.log_dir}",
         markup=False,
     )
-    out.print(webhook_line(stack), markup=False, highlight=False)
+    for line in (store_line(stack), jobs_line(stack.settings), webhook_line(stack)):
+        out.print(line, markup=False, highlight=False)
     demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)
     if demo is not None:
         out.print(
             f"Demo key: [bold]{DEMO_KEY}[/] (account {demo.user_id}); every key is in {users_file}"
         )
     out.print(curl_example(stack.url), markup=False, highlight=False)
+    if problem := consumer_timeout_problem(stack.settings):  # each worker's log says it too
+        out.print(f"Warning: {problem}", markup=False, highlight=False, style="bold red")
     out.print("Ctrl-C stops everything; a process that dies is started again.")
+
+
+def store_line(stack: Stack) -> str:
+    """The Celery broker and the SQL database the stack's processes use."""
+    settings = stack.settings
+    broker = "the Redis above"
+    if settings.celery_broker_url:
+        broker = f"{without_password(settings.celery_broker_url)} (CELERY_BROKER_URL)"
+    source = "DATABASE_URL" if settings.database_url else "the default"
+    database = f"{without_password(settings.database)} ({source})"
+    if stack.own_database:
+        database = f"{settings.database} (made for this run; set DATABASE_URL to keep one)"
+    return f"Broker: {broker}; database: {database}"
+
+
+def jobs_line(settings: Settings) -> str:
+    """The job types the stack runs, and the modules and entry points they come from."""
+    modules = [BUILTIN_MODULE, *settings.job_modules]
+    points = [point.value for point in entry_points(group=ENTRY_POINT_GROUP)]
+    origin = ", ".join(modules) + (f" and the entry points {', '.join(points)}" if points else "")
+    if not settings.job_modules:
+        origin += " (JOB_MODULES adds yours)"
+    try:
+        names = ", ".join(job_type.name for job_type in load_registry(settings.job_modules).types())
+    except RegistryError as exc:
+        return f"Jobs: from {origin}; cannot list them: {exc}"
+    return f"Jobs: {names} from {origin}"
 
 
 def webhook_line(stack: Stack) -> str:

@@ -5,6 +5,10 @@ which also kill its workers and so leave supervision off.
 
 What the environment leaves unset, the stack sets for its processes: ARTIFACTS_DIR is a folder in
 its workdir, and WEBHOOK_SECRET a key made for this run (the banner prints it).
+
+The API's port is checked before anything starts (port.py), and the stack is up only once the
+socket that answers on it is its own API's: a server that another program (another fairgpu, say)
+runs on that port is never taken for it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pydantic import SecretStr
 
 from app import connections
 from app.auth import Accounts
-from app.dev import processes
+from app.dev import port, processes
 from app.dev.redis_server import RedisServer
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.service import build
@@ -90,6 +94,8 @@ class Stack:
         self.webhooks: subprocess.Popen[bytes] | None = None
         #: The WEBHOOK_SECRET the stack made, when the environment gave none.
         self.generated_secret: str | None = None
+        #: Whether the SQL database is the stack's own SQLite file (DATABASE_URL was unset).
+        self.own_database = False
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self._queues: dict[str, str] = {}  # each worker's queues, to start it again alike
         self._lock = threading.RLock()  # the supervisor's ticks and the stack's own changes
@@ -104,9 +110,11 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Stack:
-        """Start everything and wait until the API answers /health. Under Sentinel
+        """Start everything and wait until the API answers /health; port.PortInUseError, with
+        nothing started, when another program holds the API's port. Under Sentinel
         (REDIS_SENTINELS) the stack uses the primary the Sentinels elect, and never starts a
         Redis of its own, nor one in place of a lost primary: the Sentinels replace it."""
+        port.check_free(self.settings.host, self.port)
         if self.settings.redis_sentinels:
             self.redis_url = self.settings.redis_url
         elif self._given_redis and reachable(self._given_redis):
@@ -124,7 +132,7 @@ class Stack:
         self._start_webhooks()
         for i in range(1, self.worker_count + 1):
             self.start_worker(f"cpu{i}")
-        self._wait_healthy()
+        self.wait_for_api()
         self._reclaimer = threading.Thread(target=self._reclaim_loop, name="reclaim", daemon=True)
         self._reclaimer.start()
         if self.supervise:
@@ -140,6 +148,7 @@ class Stack:
             defaults["artifacts_dir"] = self.workdir / "artifacts"
         if self.settings.database_url is None:
             defaults["database_url"] = f"sqlite:///{self.workdir / 'fairgpu.db'}"
+            self.own_database = True
         secret = self.settings.webhook_secret
         if secret is None or not secret.get_secret_value():
             self.generated_secret = new_webhook_secret()
@@ -199,6 +208,7 @@ class Stack:
         return slots
 
     def _restart_api(self) -> None:
+        port.check_free(self.settings.host, self.port)  # else the supervisor says who holds it
         self.api = self._spawn("api", "app.api.serve", {})
 
     def _restarter(self, name: str) -> Callable[[], object]:
@@ -207,18 +217,33 @@ class Stack:
     def _ping(self) -> bool:
         return primary_reachable(self.settings)
 
-    def _wait_healthy(self) -> None:
-        processes.wait_until(self._healthy, START_TIMEOUT_S, "the API's /health")
+    def wait_for_api(self) -> None:
+        """Wait until api_answers(). PortInUseError, or RuntimeError with the last line of its log,
+        at once if the API's process has exited."""
+        processes.wait_until(self.api_answers, START_TIMEOUT_S, "the API's /health")
 
-    def _healthy(self) -> bool:
-        """Whether the API answers /health; RuntimeError at once if its process has exited."""
+    def api_answers(self) -> bool:
+        """Whether the stack's own API answers /health with 200 (another server on its port
+        does not count); PortInUseError or RuntimeError once its process has exited."""
         assert self.api is not None
         if self.api.poll() is not None:
-            raise RuntimeError(f"the API exited at start; see {self.log_dir / 'api.log'}")
+            if not port.is_free(self.settings.host, self.port):  # taken since the check
+                raise port.PortInUseError(self.port)
+            # The log's own words: the log itself goes with the workdir when the stack stops.
+            raise RuntimeError(f"the API exited at start: {last_line(self.log_dir / 'api.log')}")
+        if not self._api_listens():
+            return False
         try:
             return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def _api_listens(self) -> bool:
+        """Whether the socket listening on the port is the API process's own (True where /proc
+        cannot tell: the port was free when the stack started)."""
+        assert self.api is not None
+        listening, its_own = port.listening(self.port), port.sockets_of(self.api.pid)
+        return listening is None or its_own is None or bool(listening & its_own)
 
     def _reclaim_loop(self) -> None:
         """The dev stack's own timer in place of Celery Beat: the artifact sweep (when due), and
@@ -287,6 +312,15 @@ class Stack:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def last_line(log: Path) -> str:
+    """The last line a process wrote to its log, on one line ("no output" for none)."""
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no output"
+    return one_line(lines[-1]) if lines else "no output"
 
 
 def new_webhook_secret() -> str:

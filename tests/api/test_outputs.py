@@ -315,6 +315,34 @@ async def test_a_success_lists_its_artifacts(api: Api, worker: Worker, r: redis.
     assert (await status(api, task_id))["result"]["artifacts"] == ARTIFACTS
 
 
+async def test_the_owner_lists_a_job_s_artifacts_as_its_status_does(
+    api: Api, worker: Worker, r: redis.Redis
+) -> None:
+    task_id = await submit(api)
+    listed = await api.client.get(f"/tasks/{task_id}/artifacts", headers=KEY)
+    assert (listed.status_code, listed.json()) == (200, [])  # queued: none yet
+    token = worker.lease()
+    worker.start(task_id, token)
+    r.hset(job_key(task_id), "artifacts", json.dumps(ARTIFACTS))  # as finish.lua writes it
+    assert worker.succeed(task_id, token)
+
+    listed = await api.client.get(f"/tasks/{task_id}/artifacts", headers=KEY)
+
+    assert (listed.status_code, listed.json()) == (200, ARTIFACTS)
+    assert listed.json() == (await status(api, task_id))["result"]["artifacts"]
+
+
+async def test_another_account_s_artifact_list_is_the_404_of_an_unknown_task(
+    api: Api, r: redis.Redis
+) -> None:
+    task_id = await submit(api)
+    r.hset(job_key(task_id), "artifacts", json.dumps(ARTIFACTS))
+    theirs = await api.client.get(f"/tasks/{task_id}/artifacts", headers=SECOND_KEY)
+    unknown = await api.client.get(f"/tasks/{uuid.uuid4()}/artifacts", headers=KEY)
+    assert (theirs.status_code, theirs.json()) == (404, NOT_FOUND)
+    assert (unknown.status_code, unknown.json()) == (404, NOT_FOUND)
+
+
 async def test_only_a_success_lists_artifacts(api: Api, worker: Worker, r: redis.Redis) -> None:
     task_id = await submit(api)
     token = worker.lease()
@@ -323,6 +351,8 @@ async def test_only_a_success_lists_artifacts(api: Api, worker: Worker, r: redis
     worker.fail(task_id, token, "ValueError: boom")
 
     assert (await status(api, task_id))["result"]["artifacts"] is None
+    listed = await api.client.get(f"/tasks/{task_id}/artifacts", headers=KEY)
+    assert (listed.status_code, listed.json()) == (200, [])
 
 
 # -- metrics --------------------------------------------------------------------------------------

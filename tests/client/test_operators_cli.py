@@ -91,7 +91,7 @@ def test_the_audit_log_shows_who_changed_what(url: str) -> None:
         ("account.update", OWNER, "audited"),
         ("account.create", OWNER, "audited"),
     ]
-    assert "share=3.0" in ok(fairgpu(url, "admin", "audit", "--limit", "1"))
+    assert "share 1 → 3" in ok(fairgpu(url, "admin", "audit", "--limit", "1"))  # before → after
 
 
 def test_the_month_end_report_is_csv_with_a_total(url: str, worker: Worker, r: Any) -> None:

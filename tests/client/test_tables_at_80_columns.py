@@ -1,17 +1,31 @@
-"""The `billing` and `queues` tables on an 80-column terminal: every line fits and no cell is
-broken in the middle of a word; and amounts are exact until they are shown."""
+"""The client's tables on an 80-column terminal (and wider): every line fits, no cell is broken
+in the middle of a word, an id or a number with its unit, and no column is left empty; and
+amounts are exact until they are shown."""
 
 from __future__ import annotations
 
 import io
+import re
 import time
 
 from rich.console import Console
 from rich.table import Table
 
-from app.client.render import billing_table, queues_table, workers_table
+from app.admin_models import AuditEntry
+from app.client.fit import Column, fitted_table
+from app.client.operators import audit_table
+from app.client.render import billing_table, queues_table, tasks_table, workers_table
 from app.client.words import money
-from app.models import AccountQueued, BillingRecord, QueuesView, QueueView, WorkerView
+from app.models import (
+    AccountQueued,
+    BillingRecord,
+    JobResult,
+    QueuesView,
+    QueueView,
+    Status,
+    TaskStatus,
+    WorkerView,
+)
 
 TASKS = [f"0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c{i:02d}" for i in range(3)]
 OWNER = "11111111-1111-1111-1111-111111111111"
@@ -137,3 +151,103 @@ def test_amounts_are_exact_until_shown() -> None:
     assert money(1_234_000) == "1.234"
     many = [bill(TASKS[0], 2_500, 0.005, "Short GPU job", time.time()) for _ in range(4)]
     assert shown(billing_table(many, 80), 80)[-1].split() == ["total", "0.01"]
+
+
+def task(task_id: str, status: Status, **fields: object) -> TaskStatus:
+    """A job submitted 5 s ago; an ended one ran 0.5 s."""
+    now = time.time()
+    if status.terminal:
+        fields["result"] = JobResult(
+            worker="cpu1@gpu-node-7",
+            duration_s=2,
+            enqueued_at=now - 5,
+            started_at=now - 3,
+            finished_at=now - 2.5,
+        )
+    return TaskStatus.model_validate(
+        {"task_id": task_id, "status": status, "kind": "short", "attempts": 1, **fields}
+        | {"enqueued_at": now - 5}
+    )
+
+
+def jobs() -> list[TaskStatus]:
+    """An ended job, a queued one that starts in about 40 s, and a failed one."""
+    return [
+        task(TASKS[0], Status.SUCCESS),
+        task(TASKS[1], Status.PENDING, position=3, estimated_start_at=time.time() + 40),
+        task(TASKS[2], Status.FAILURE, error="ValueError: the input was not what the job expected"),
+    ]
+
+
+def test_tasks_keep_whole_ids_and_leave_no_empty_column_at_80_columns() -> None:
+    lines = shown(tasks_table(jobs(), 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].split() == ["task", "status", "kind", "submitted", "tries"]
+    for task_id in TASKS:
+        assert sum(task_id in line for line in lines) == 1
+
+
+def test_tasks_never_break_a_number_from_its_unit() -> None:
+    for width in (100, 110, 120):
+        lines = shown(tasks_table(jobs(), width), width)
+        assert max(len(line) for line in lines) <= width
+        assert "where / when" in lines[0]
+        assert sum("ran 0.5 s" in line for line in lines) == 2, (width, lines)
+        assert any("cpu1@gpu-node-7" in line for line in lines)
+        assert any(re.search(r"~\d+ s", line) for line in lines)
+
+
+AUDIT = [
+    AuditEntry(
+        id=12,
+        at=time.time(),
+        actor=OWNER,
+        action="account.update",
+        target="22222222-2222-2222-2222-222222222222",
+        detail={
+            "before": {"share": 1.0, "max_queued": None},
+            "after": {"share": 3.0, "max_queued": 5},
+        },
+    ),
+    AuditEntry(
+        id=11,
+        at=time.time(),
+        actor="seed",
+        action="account.create",
+        target="a-team",
+        detail={"description": "The vision team", "share": 1.0, "admin": False},
+    ),
+]
+
+
+def test_the_audit_shows_each_change_before_and_after_in_80_columns() -> None:
+    lines = shown(audit_table(AUDIT, 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "1111-" not in text  # an id is whole or cut with "…", never broken over lines
+    [update] = [line for line in lines if line.startswith("12 ")]
+    assert update.split()[2:5] == ["11111111…", "account.update", "22222222…"]
+    changes = lines[0].index("change")  # the column's text, line after line
+    said = " ".join(line[changes:].strip() for line in lines[2:])
+    assert said == (
+        'share 1 → 3, max_queued none → 5 description "The vision team", share 1, admin no'
+    )
+
+
+def test_the_audit_keeps_ids_whole_where_they_fit() -> None:
+    lines = shown(audit_table(AUDIT, 200), 200)
+    assert any(OWNER in line and "22222222-2222-2222-2222-222222222222" in line for line in lines)
+
+
+def test_a_wrapped_column_breaks_between_words_and_never_inside_one() -> None:
+    text = "the quick brown fox jumps over the lazy dog, after 0.5 s, again and again"
+    words = text.split(" ")
+    columns = [Column("id", short=8), Column("text", wrap=True)]
+    rows = [[TASKS[0], text]]
+    for width in range(30, 120):
+        lines = shown(fitted_table(columns, rows, width), width)
+        assert max(len(line) for line in lines) <= width, (width, lines)
+        tokens = {token for line in lines for token in line.split()}
+        assert set(words) <= tokens, (width, lines)
+        assert any("0.5 s," in line for line in lines), (width, lines)
+        assert TASKS[0] in tokens or f"{TASKS[0][:8]}…" in tokens, (width, lines)

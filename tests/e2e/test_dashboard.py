@@ -219,6 +219,18 @@ def test_dashboard_follows_jobs_live_cancels_bills_and_shows_queues_to_admins(
     assert count == 2
     assert float(total.get_attribute("data-total") or "nan") == pytest.approx(cost)
     expect(page.locator("#bill-body tr")).to_have_count(2)
+    # Rows hidden in the bill's scroll area are announced: made one row high here, as a long
+    # bill would be, it says so until scrolled to the end.
+    more, area = page.locator("#bill-more"), page.locator("#bill-scroll")
+    expect(more).to_be_hidden()
+    area.evaluate(
+        "a => { const top = a.getBoundingClientRect().top;"
+        " const row = a.querySelector('tbody tr').getBoundingClientRect();"
+        " a.style.maxHeight = `${row.bottom - top}px`; }"
+    )
+    expect(more).to_have_text("1 more row below: scroll the bill", timeout=WAIT_MS)
+    area.evaluate("a => { a.scrollTop = a.scrollHeight; }")
+    expect(more).to_be_hidden(timeout=WAIT_MS)
 
     # One job running and one waiting, for the screenshot.
     running = submit(page, "long", 900)

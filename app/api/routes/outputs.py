@@ -1,4 +1,5 @@
-"""What a job leaves besides its status: its log lines and its artifacts, to its owner only.
+"""What a job leaves besides its status: its log lines, the list of its artifacts and each
+artifact's file, to its owner only.
 
 Built per app (`build`), since the largest `tail` the schema allows is the MAX_LOG_LINES setting.
 No `from __future__ import annotations` here: FastAPI must see that bound in the annotation of a
@@ -19,7 +20,7 @@ from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, owned_job
 from app.api.routing import KeyedRoute
 from app.artifacts import ArtifactFile, BadNameError, check_name
-from app.models import ErrorBody, TaskLogs
+from app.models import Artifact, ErrorBody, TaskLogs
 from app.settings import Settings
 
 NO_ARTIFACT = "artifact not found"
@@ -72,6 +73,20 @@ def build(settings: Settings) -> APIRouter:
         await owned_job(runtime, caller.account, task_id)
         lines = await runtime.store.logs(task_id, tail)
         return TaskLogs(lines=lines)
+
+    @router.get(
+        "/tasks/{task_id}/artifacts",
+        response_model=list[Artifact],
+        responses={**ERRORS, **NOT_YOURS},
+    )
+    async def task_artifacts(
+        task_id: TaskIdDep, caller: CallerDep, runtime: RuntimeDep
+    ) -> list[Artifact]:
+        """The files the job left, as its status's `result.artifacts` lists them (name, size,
+        SHA-256): empty until it has ended SUCCESS, and for a success that left none."""
+        job = await owned_job(runtime, caller.account, task_id)
+        result = job.status_view().result
+        return (result.artifacts if result is not None else None) or []
 
     @router.get(
         "/tasks/{task_id}/artifacts/{name:anypath}",
