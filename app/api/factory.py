@@ -15,7 +15,7 @@ from starlette.routing import Match, Route
 
 from app.api import schema
 from app.api.fast_submit import SubmitFastPath
-from app.api.limits import BodyLimit
+from app.api.limits import BodyLimit, ErrorRate
 from app.api.responses import OrjsonResponse, json_error
 from app.api.routes import (
     accounts,
@@ -60,6 +60,7 @@ def create_app(settings: Settings, *, submit_fast_path: bool = True) -> FastAPI:
         default_response_class=OrjsonResponse,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ErrorRate)  # outside BodyLimit, to count its 413s too
     if submit_fast_path:
         app.add_middleware(SubmitFastPath, api=app, max_bytes=settings.max_body_bytes)
     app.add_exception_handler(RequestValidationError, _invalid_request)

@@ -1,18 +1,35 @@
-"""Request limits: BodyLimit (413 for bodies over a size, before they are read) and RateLimiter
-(429 for a key that sends too many requests a second)."""
+"""Request limits: BodyLimit (413 for bodies over a size, before they are read), RateLimiter
+(429 for a key that sends too many requests a second) and ErrorRate (which counts the requests
+that end in an error against their key's rate too)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.clock import RedisClock
+from app.auth import digest
 from app.store.keys import RATE_TTL_S, rate_key
 
 #: How long a caller over its rate is told to wait (Retry-After).
 RETRY_AFTER_S = 1
+#: Where a request's scope says that it was counted against its key's rate (mark_counted).
+COUNTED = "fairgpu.rate_counted"
+
+
+def over_rate(per_second: int) -> str:
+    """The detail of the one 429 of a key over its rate, whoever counted it."""
+    return f"more than {per_second} requests a second with this key"
+
+
+def mark_counted(scope: Scope) -> None:
+    """Note that this request was counted against its key's rate, so that ErrorRate does not
+    count it again when its answer is an error."""
+    scope[COUNTED] = True
 
 
 class BodyLimit:
@@ -110,3 +127,82 @@ class RateLimiter:
             pipe.expire(key, RATE_TTL_S)
             count, _ = await pipe.execute()
         return None if int(count) <= limit else RETRY_AFTER_S
+
+
+class ErrorRate:
+    """ASGI middleware: a request with a valid key that ends in an error before it was counted
+    (a 4xx: a body over the limit, a malformed task id, an invalid body, an admin path to a
+    non-admin key; or a crash, which the server answers 500 and logs) counts against its key's
+    rate all the same, so that errors cost a client what served requests do; a 4xx past the rate
+    is the 429 instead.
+
+    A request without a valid key (the 401) counts nothing: there is no key to count it against,
+    and it sends Redis no command (docs/security.md, "Request limits").
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        replaced = False
+
+        async def counted(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the rest of the answer the 429 replaced
+            status: int = message.get("status", 0)
+            if message["type"] == "http.response.start" and 400 <= status < 500:
+                per_second = await _over_rate(scope, status)
+                if per_second is not None:
+                    replaced = True
+                    await _too_many(send, per_second)
+                    return
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        except Exception:
+            await _over_rate(scope, 500)  # counted, then answered (and logged) as a crash
+            raise
+
+
+async def _over_rate(scope: Scope, status: int) -> int | None:
+    """Count a request that ended in an error against its key, if it has a valid one and was not
+    counted yet; the key's limit when that puts it over, else None."""
+    if status in (401, 429) or scope.get(COUNTED):
+        return None  # 401: no valid key; 429: counted by whoever refused it
+    key = _header(scope, b"x-api-key")
+    runtime: Any = getattr(scope["app"].state, "runtime", None)
+    if key is None or runtime is None or runtime.accounts.authenticate(key) is None:
+        return None
+    mark_counted(scope)
+    limiter: RateLimiter = runtime.limiter
+    try:
+        waited = await limiter.spend(digest(key))
+    except (RedisError, OSError):  # Redis away: the error goes out uncounted
+        return None
+    return None if waited is None else limiter.per_second
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first value of a header, as Starlette reads it (latin-1), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+async def _too_many(send: Send, per_second: int) -> None:
+    """The 429 of a key over its rate, as the app's own handler writes it."""
+    body = json.dumps({"detail": over_rate(per_second)}, separators=(",", ":")).encode()
+    headers = [
+        (b"content-length", str(len(body)).encode()),
+        (b"content-type", b"application/json"),
+        (b"retry-after", str(RETRY_AFTER_S).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

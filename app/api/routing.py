@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from fastapi import HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.types import Scope
 
-from app.api.limits import RETRY_AFTER_S, RateLimiter
+from app.api.limits import RETRY_AFTER_S, RateLimiter, mark_counted, over_rate
 from app.auth import Account, digest
 
 UNAUTHORIZED = "missing or invalid API key (header X-API-Key)"
@@ -42,7 +43,7 @@ def too_many_requests(per_second: int) -> HTTPException:
     """The one 429 of a key over its rate, whoever counted it."""
     return HTTPException(
         status.HTTP_429_TOO_MANY_REQUESTS,
-        detail=f"more than {per_second} requests a second with this key",
+        detail=over_rate(per_second),
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )
 
@@ -138,7 +139,8 @@ def authenticated(request: Request) -> Caller | None:
 
 class KeyedRoute(APIRoute):
     """An endpoint that needs an API key: 401 first, then strict JSON, then one count against
-    the key's rate once the request has passed validation (a refused request writes nothing).
+    the key's rate once the request has passed validation (a request refused before that is
+    counted by ErrorRate, app/api/limits.py, as its answer goes out).
 
     The key is checked once, here; the endpoint's Caller comes from `request.state.caller`.
     Counting wraps the endpoint itself, which FastAPI calls only for a valid request, so no
@@ -148,7 +150,7 @@ class KeyedRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         _require_async(endpoint)
-        counted = endpoint if counts_itself(endpoint) else _counted(endpoint)
+        counted = _entered(endpoint) if counts_itself(endpoint) else _counted(endpoint)
         super().__init__(path, counted, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -166,7 +168,7 @@ class KeyedRoute(APIRoute):
             if required or (optional and _has_body(request)):
                 require_json(request)
             request.state.caller = caller
-            _visit.set((caller, request.app.state.runtime.limiter))
+            _visit.set((caller, request.app.state.runtime.limiter, request.scope))
             return await handle(StrictJSONRequest(request.scope, request.receive))
 
         return keyed
@@ -192,8 +194,8 @@ class AdminRoute(KeyedRoute):
         return HTTPException(status.HTTP_404_NOT_FOUND, detail=HIDDEN)
 
 
-#: The caller and rate limiter of the request in progress, for the endpoint's wrapper.
-_visit: ContextVar[tuple[Caller, RateLimiter]] = ContextVar("fairgpu_visit")
+#: The caller, rate limiter and scope of the request in progress, for the endpoint's wrapper.
+_visit: ContextVar[tuple[Caller, RateLimiter, Scope]] = ContextVar("fairgpu_visit")
 
 
 def _require_async(endpoint: Callable[..., Any]) -> None:
@@ -208,9 +210,22 @@ def _counted(endpoint: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(endpoint)  # FastAPI reads the parameters through __wrapped__
     async def counted(*args: Any, **kwargs: Any) -> Any:
-        caller, limiter = _visit.get()
+        caller, limiter, scope = _visit.get()
+        mark_counted(scope)
         if await limiter.spend(caller.key_digest) is not None:
             raise too_many_requests(limiter.per_second)
         return await endpoint(*args, **kwargs)
 
     return counted
+
+
+def _entered(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """An endpoint that counts its request itself (counts_own_rate), noting that it was reached:
+    whatever it answers was counted there."""
+
+    @functools.wraps(endpoint)
+    async def entered(*args: Any, **kwargs: Any) -> Any:
+        mark_counted(_visit.get()[2])
+        return await endpoint(*args, **kwargs)
+
+    return entered

@@ -80,8 +80,8 @@ def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Subm
 async def checked_submission(
     body: EnqueueRequest | TypedEnqueueRequest, job_types: Registry, settings: Settings
 ) -> Submission:
-    """submission(), its webhook checked too: a 422 when this deployment sends none, or when
-    its URL is not an http(s) one whose host resolves to public addresses only (unless
+    """submission(), its webhook checked too: a 422 when its URL is not an http(s) one, when this
+    deployment sends none, or when its host does not resolve to public addresses only (unless
     WEBHOOK_ALLOW_PRIVATE)."""
     job = submission(body, job_types, settings)
     if job.webhook is not None:
@@ -90,6 +90,10 @@ async def checked_submission(
 
 
 async def _check_webhook(url: str, settings: Settings) -> None:
+    try:  # the URL's form first, whatever the deployment: the schema states it (app/models.py)
+        destination.parse(url)
+    except destination.RefusedError as exc:
+        raise _invalid(("webhook",), exc.kind, exc.reason) from None
     if not _sends_webhooks(settings):
         raise _invalid(
             ("webhook",),
@@ -106,18 +110,18 @@ def _sends_webhooks(settings: Settings) -> bool:
     try:
         return signer(settings) is not None
     except ValueError as exc:  # the operator's mistake: said in the log, not to the client
-        log.error("webhooks are off: %s", exc)
+        _log_once(logging.ERROR, "webhooks are off: %s", str(exc))
         return False
 
 
 def _runnable(job_types: Registry, name: str) -> JobType:
     """The registered type called name, if it can run here."""
     job_type = job_types.get(name)
-    if job_type is None:
-        raise _invalid(("type",), "job_type", f"no job type {name!r}: GET /job-types lists them")
+    if job_type is None:  # the name is not echoed: a 422 never says the input back
+        raise _invalid(("type",), "job_type", "unknown job type: GET /job-types lists them")
     reason = job_type.unavailable
     if reason is not None:
-        raise _invalid(("type",), "job_type_unavailable", f"job type {name!r} {reason}")
+        raise _invalid(("type",), "job_type_unavailable", f"this job type {reason}")
     return job_type
 
 
@@ -137,7 +141,30 @@ def _checked_input(job_type: JobType, raw: dict[str, Any]) -> str:
             for e in exc.errors(include_url=False)
         ]
         raise RequestValidationError(errors) from None
+    except Exception as exc:  # a type's validator that raised what pydantic does not catch:
+        # the input is what it could not take, so a 422; the operator hears of the type's bug
+        _log_once(
+            logging.WARNING,
+            "job type %s: its input check raised %s",
+            job_type.name,
+            type(exc).__name__,
+        )
+        raise _invalid(
+            ("input",), "input_unreadable", "the job type cannot read this input"
+        ) from None
     return text
+
+
+#: The lines _log_once has written in this process.
+_logged: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _log_once(level: int, message: str, *args: str) -> None:
+    """A line about the deployment (a type's bug, a bad setting) that a request revealed, written
+    once per process: refused requests cannot make the log grow."""
+    if (message, args) not in _logged:
+        _logged.add((message, args))
+        log.log(level, message, *args)
 
 
 def _duration(job_type: JobType, kind: Kind, asked: float | None, queue_limit: float) -> float:

@@ -2,7 +2,10 @@
 
 An operator writes a job type as a function `f(ctx, inp) -> Out` or as a class with
 `setup(self, ctx)` (once per worker's child process) and `run(self, ctx, inp) -> Out`, where
-`inp` and `Out` are pydantic models, and decorates it with `@job(...)`. The registry imports
+`inp` and `Out` are pydantic models, and decorates it with `@job(...)`. An input is read as
+JSON and strictly, whatever its model's own config says: no value is coerced (not "5" nor true
+for an integer), and a field the model does not name is refused; a type opts out with
+`@job(..., strict_input=False)`, and its model then reads inputs as it says. The registry imports
 the built-in types (app.jobs.builtin), the modules named by JOB_MODULES and the entry points
 of the group `fairgpu.jobs`, and collects every JobType it finds there. A name registered twice,
 or a module that cannot be imported, is a RegistryError: the process stops at start.
@@ -14,6 +17,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +25,8 @@ from types import ModuleType
 from typing import Any, Protocol, cast, get_type_hints
 
 from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from app.jobs.context import JobContext
 from app.models import KINDS, Kind
@@ -58,6 +64,7 @@ class JobType:
     output_model: type[BaseModel]
     target: Callable[..., Any] = field(repr=False)
     requires: tuple[str, ...] = ()
+    strict_input: bool = True
 
     @property
     def module(self) -> str:
@@ -80,8 +87,32 @@ class JobType:
         return _FunctionJob(self.target)
 
     def parse_input(self, raw: object) -> BaseModel:
-        """The input as the type's model; pydantic's ValidationError when it does not fit."""
-        return self.input_model.model_validate(raw)
+        """The input (a JSON value, as json.loads reads it) as the type's model; pydantic's
+        ValidationError when it does not fit. Read as JSON, so that the API, which reads the
+        request, and the worker, which reads the input the API stored, judge the same text
+        alike; strictly unless the type opted out (see the module's docstring)."""
+        text = json.dumps(raw)
+        if not self.strict_input:
+            return self.input_model.model_validate_json(text)
+        return self.input_model.model_validate_json(text, strict=True, extra="forbid")
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the input as parse_input reads it: a strict type's objects, nested
+        ones too, take no property they do not name."""
+        if not self.strict_input:
+            return self.input_model.model_json_schema()
+        return self.input_model.model_json_schema(schema_generator=_ClosedObjects)
+
+
+class _ClosedObjects(GenerateJsonSchema):
+    """JSON Schema of a strict input: extra="forbid" at validation applies to every model in
+    it, which its own config may not say."""
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        """The model's object, closed to properties it does not name."""
+        json_schema = super().model_schema(schema)
+        json_schema["additionalProperties"] = False
+        return json_schema
 
 
 class _FunctionJob:
@@ -106,9 +137,12 @@ def job(
     max_duration_s: float = 60,
     description: str = "",
     requires: Sequence[str] = (),
+    strict_input: bool = True,
 ) -> Callable[[Callable[..., Any]], JobType]:
     """Register a function or class as a job type (see the module's docstring). `requires` names
-    importable packages it needs; where one is missing the type is listed as unavailable."""
+    importable packages it needs; where one is missing the type is listed as unavailable.
+    `strict_input=False` reads inputs as the input model's own config says, coercion and
+    unknown fields included, instead of strictly."""
 
     def register(target: Callable[..., Any]) -> JobType:
         _checked_name(name)  # before the annotations: the name is what an error names
@@ -126,6 +160,7 @@ def job(
             output_model=output_model,
             target=target,
             requires=tuple(requires),
+            strict_input=strict_input,
         )
 
     return register

@@ -123,7 +123,8 @@ def parse(url: str) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
-        raise _bad_url(f"not a URL: {exc}") from None
+        # httpx quotes the part it refused after a colon; a 422 never says the input back
+        raise _bad_url(f"not a URL: {str(exc).split(':', 1)[0]}") from None
     if parsed.scheme not in DEFAULT_PORTS:
         raise _bad_url("a webhook URL starts with http:// or https://")
     if parsed.userinfo:

@@ -41,6 +41,7 @@ async def test_a_type_is_listed_with_its_queue_budget_and_schemas(api: Api) -> N
         "name": ECHO,
         "queue": "long",
         "max_duration_s": ECHO_MAX_S,
+        "max_duration_s_by_queue": {"short": ECHO_MAX_S, "long": ECHO_MAX_S},
         "description": "Says its text back.",
         "input_schema": EchoIn.model_json_schema(),
         "output_schema": EchoOut.model_json_schema(),
@@ -56,7 +57,9 @@ async def test_the_built_in_types_are_listed_and_available(api: Api) -> None:
 
     assert types["burn"]["input_schema"] == BurnIn.model_json_schema()
     assert types["burn"]["output_schema"] == BurnOut.model_json_schema()
-    assert (types["burn"]["queue"], types["burn"]["max_duration_s"]) == ("short", 3000)
+    # burn may last 3000 s, but a short job no more than MAX_SHORT_S: the limits are a submit's.
+    assert (types["burn"]["queue"], types["burn"]["max_duration_s"]) == ("short", 60)
+    assert types["burn"]["max_duration_s_by_queue"] == {"short": 60, "long": 3000}
     assert types["vad"]["available"] is True
     assert types["vad"]["unavailable_reason"] is None
 

@@ -58,6 +58,7 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
         "429": ERROR,
         "503": ERROR,
     },
+    ("get", "/tasks/{task_id}/artifacts"): {"401": ERROR, "404": ERROR, "429": ERROR, "503": ERROR},
     ("get", "/tasks/{task_id}/artifacts/{name}"): {
         "401": ERROR,
         "404": ERROR,

@@ -12,6 +12,7 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from app.models import WEBHOOK_PATTERN
 from app.settings import Settings
 from app.store.keys import job_key
 from tests.api.conftest import Api, open_api
@@ -167,7 +168,13 @@ async def test_the_schema_describes_the_webhook_in_both_bodies(api: Api) -> None
     for shape in ("EnqueueRequest", "TypedEnqueueRequest"):
         webhook = schemas[shape]["properties"]["webhook"]
         assert webhook["anyOf"] == [
-            {"type": "string", "minLength": 1, "maxLength": 2048},
+            {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 2048,
+                "format": "uri",
+                "pattern": WEBHOOK_PATTERN,
+            },
             {"type": "null"},
         ]
         assert "private or loopback" in webhook["description"]

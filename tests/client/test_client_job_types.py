@@ -53,7 +53,8 @@ def test_types_lists_each_type_and_whether_it_can_run(url: str) -> None:
     assert rows[ECHO][:3] == ["long", f"{ECHO_MAX_S:g}", "yes"]
     assert " ".join(rows[ECHO][3:]) == "Says its text back."
     assert " ".join(rows[MISSING]).startswith("short 60 no: needs fairgpu_no_such_package")
-    assert rows["burn"][:3] == ["short", "3000", "yes"]
+    # What a submit accepts: 60 s in burn's own queue (MAX_SHORT_S), 3000 s in long.
+    assert rows["burn"][:5] == ["short", "60", "(long", "3000)", "yes"]
     assert rows["vad"][2] == "yes"
 
 
@@ -102,7 +103,7 @@ def test_submit_keeps_the_original_way(url: str) -> None:
 
 def test_a_refused_typed_job_is_one_line_naming_the_field(url: str) -> None:
     line = one_error_line(fairgpu(url, "submit", "--type", "nope"))
-    assert line.startswith("fairgpu: 422 type: no job type 'nope'")
+    assert line.startswith("fairgpu: 422 type: unknown job type")
 
     bad = '{"text": "hi", "points": [{"x": 1}]}'
     line = one_error_line(fairgpu(url, "submit", "--type", ECHO, "--input", bad))

@@ -140,6 +140,8 @@ def test_speech_chunks_join_into_segments() -> None:
         (b64(wav(pcm([0] * 1000), rate=44_100)), "44100 Hz"),
         (b64(wav(pcm([0] * 1000), channels=2)), "2 channel"),
         (b64(b"RIFF" + b"\0" * 40), "not a readable WAV"),
+        # a fmt chunk that runs past the file's end: wave raises RuntimeError, not wave.Error
+        ("UklGRqQMAABXQVZFZm10IP////8BAAEAgD4AAAB9AAACABAAZGF0YYAMAAA=", "not a readable WAV"),
         (b64(b"\0\0\0"), "even"),
         ("not base64!", "not base64"),
     ],

@@ -26,6 +26,8 @@ HIDDEN = 64  # units of the one hidden layer
 LEARNING_RATE = 0.01
 BATCH = 32
 SPLIT_SEED = 0  # the held-out images are the same whatever the input's seed
+#: The largest seed: scikit-learn hands it to numpy, whose generators take 0 to 2**32 - 1.
+MAX_SEED = 2**32 - 1
 
 
 class DigitsIn(BaseModel):
@@ -34,7 +36,9 @@ class DigitsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     epochs: int = Field(10, ge=1, le=50, description="passes over the training images")
-    seed: int = Field(0, description="seed of the initial weights and of the batches' order")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="seed of the initial weights and of the batches' order"
+    )
 
 
 class DigitsOut(BaseModel):

@@ -83,6 +83,8 @@ def _from_wav(raw: bytes) -> bytes:
             frames = clip.readframes(clip.getnframes())
     except (wave.Error, EOFError) as exc:
         raise ValueError(f"audio is not a readable WAV file: {exc}") from exc
+    except Exception:  # a crafted file makes wave raise whatever it meets (RuntimeError, ...)
+        raise ValueError("audio is not a readable WAV file") from None
     if (rate, width, channels) != (RATE, WIDTH, 1):
         raise ValueError(
             f"the WAV file is {rate} Hz, {8 * width}-bit, {channels} channel(s): "
