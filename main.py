@@ -1,4 +1,4 @@
-"""The fairgpu API: `uv run main.py` serves it on HOST:PORT (see app/serve.py and the README)."""
+"""The fairgpu API: `uv run main.py` serves it on HOST:PORT (app/api/serve.py; the README)."""
 
 from app.api.serve import main
 

@@ -3,7 +3,16 @@
     FairGPUError
      ├── IdempotencyMismatchError    submit.lua's IDEMPOTENCY_MISMATCH: an Idempotency-Key used
      │                               again with another request (the API's 422)
-     └── RateLimitedError            a submit over its key's rate (app/store/submit.py)
+     ├── RateLimitedError            a submit over its key's rate (app/store/submit.py; 429)
+     └── OverBudgetError             a submit its account's monthly budget cannot cover
+                                     (app/store/submit.py; 402)
+
+The worker's own (app/worker/calls.py, gpu.py) stop a worker rather than answer a request:
+
+    ChildStartError                  the job child cannot load the job types
+     └── DeviceBrokenError           a fresh child's device check failed: the card is unusable
+    DeviceError                      CUDA_VISIBLE_DEVICES names more than one device, or none
+                                     that torch can use
 
 The fair queue's own errors (DuplicateTaskError, QueueFullError, ...) are in app/vtrr/errors.py;
 a submit's hooks run in the queue's enqueue, so a job id that exists already is its

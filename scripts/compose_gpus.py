@@ -1,5 +1,5 @@
 """`uv run python scripts/compose_gpus.py [--gpus N]`: the Compose override for a host with N
-GPUs, one worker per card (app/deploy_compose.py, docs/operations.md).
+GPUs, one worker per card (scripts/compose_override.py, docs/operations.md).
 
 Without --gpus (or --device-ids) it counts the host's cards with `nvidia-smi -L`. It writes
 docker-compose.gpus.yml next to docker-compose.yml (or --output), to start with
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app import deploy_compose
+from scripts import compose_override as deploy_compose
 
 ROOT = Path(__file__).resolve().parents[1]
 NVIDIA_SMI_TIMEOUT_S = 30

@@ -24,8 +24,8 @@ from app.artifacts import (
 )
 from app.auth import Accounts
 from app.models import RECLAIM_QUEUE
-from app.service import SWEEP_TASK, build
 from app.settings import Settings
+from app.wiring.service import SWEEP_TASK, build
 from tests import s3_server
 from tests.s3_server import new_bucket
 from tests.support import FIXTURES

@@ -4,8 +4,8 @@ Nothing here runs Docker. The compose file is parsed with PyYAML (anchors and `<
 resolve as Compose resolves them); the Dockerfile is split into its instructions. Where the
 meaning of a value depends on our own code (which device a worker picks), the test asks that
 code rather than restating it. A host with N GPUs runs the base file merged with the override
-that scripts/compose_gpus.py writes (app/deploy_compose.py): the GPU workers are checked in that
-merged model, for several N.
+that scripts/compose_gpus.py writes (scripts/compose_override.py): the GPU workers are checked
+in that merged model, for several N.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from app import deploy_compose
 from app.models import RECLAIM_QUEUE
 from app.settings import Settings
 from app.webhooks.signing import signer
 from app.worker import gpu
 from scripts import compose_gpus
+from scripts import compose_override as deploy_compose
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -742,8 +742,8 @@ def test_the_template_must_be_card_0s_only_gpu_worker(compose):
 
 
 def test_the_generator_module_does_not_import_yaml():
-    # PyYAML is a development dependency: the service must import app.deploy_compose without it.
-    probe = "import sys, app.deploy_compose; assert 'yaml' not in sys.modules"
+    # PyYAML is a development dependency: the generator must import without it.
+    probe = "import sys, scripts.compose_override; assert 'yaml' not in sys.modules"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

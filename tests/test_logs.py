@@ -33,7 +33,7 @@ def test_a_job_event_is_one_json_line_with_its_task_id_and_account(
 ) -> None:
     logs.configure("json", "INFO")
 
-    logging.getLogger("app.service").info(
+    logging.getLogger("app.wiring.service").info(
         "job started", extra={"task_id": "t-1", "account": "acct-1", "attempt": 2}
     )
 
@@ -41,7 +41,7 @@ def test_a_job_event_is_one_json_line_with_its_task_id_and_account(
     record = json.loads(line)
     assert record["message"] == "job started"
     assert record["level"] == "INFO"
-    assert record["logger"] == "app.service"
+    assert record["logger"] == "app.wiring.service"
     assert (record["task_id"], record["account"], record["attempt"]) == ("t-1", "acct-1", 2)
     assert "time" in record
 

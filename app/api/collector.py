@@ -23,11 +23,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from app.billing import MICROS, MS
 from app.models import KINDS, ChildReplacement, ErrorKind, Kind, Status
-from app.service import fairness_lag_s
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
 from app.vtrr import VTRRQueue
 from app.vtrr.wire import as_text
+from app.wiring.service import fairness_lag_s
 
 #: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
 BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)

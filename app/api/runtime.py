@@ -23,10 +23,10 @@ from app.jobs import Registry, load_registry
 from app.ledger.live import LiveAccounts
 from app.ledger.stores import Ledger, open_ledger
 from app.models import Kind
-from app.service import Service, build
 from app.settings import Settings
 from app.store import JobStore
 from app.vtrr.aio import AsyncFairQueue
+from app.wiring.service import Service, build
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.
 REDIS_TIMEOUT_S = 2.0

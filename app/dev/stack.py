@@ -38,8 +38,8 @@ from app.auth import Accounts
 from app.dev import port, processes
 from app.dev.redis_server import RedisServer
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
-from app.service import build
 from app.settings import Settings
+from app.wiring.service import build
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0

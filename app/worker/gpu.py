@@ -1,20 +1,12 @@
-"""The device a worker drives, and the workload a job runs on it.
-
-A worker owns at most one GPU: CUDA_VISIBLE_DEVICES names one device, or none for a CPU worker.
-On a GPU the job multiplies bf16 matrices on that device until its duration has passed and
-reports the TFLOP/s it reached; without one it sleeps for its duration, so the scheduling
-behaves the same on any machine. torch is an optional extra and is only imported for a GPU.
+"""The device a worker drives: CUDA_VISIBLE_DEVICES names one device, or none for a CPU worker;
+more than one is refused. torch is an optional extra: without it a worker is a CPU worker.
+(The `burn` job type's workload is app/jobs/builtin/burn.py's.)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-MATRIX_N = 8192  # 2 * 8192^3 = 1.1 TFLOP per product: milliseconds on a modern GPU
-CHECK_EVERY_S = 0.5  # how often a running job looks at its stop flag
 
 
 class DeviceError(RuntimeError):
@@ -84,70 +76,3 @@ def torch_cuda_count() -> int:
     except ImportError:
         return 0
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a workload ended: seconds it ran, TFLOP/s reached (GPU only), stopped early or not."""
-
-    seconds: float
-    tflops: float | None
-    stopped: bool
-
-
-def run(
-    device: Device, duration_s: float, should_stop: Callable[[], bool] = lambda: False
-) -> Outcome:
-    """Keep the device busy for duration_s seconds, or until should_stop() says so."""
-    if device.gpu_id is None:
-        return _sleep(duration_s, should_stop)
-    return _matmul(duration_s, should_stop)
-
-
-def _sleep(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
-    start = time.monotonic()
-    end = start + duration_s
-    while (left := end - time.monotonic()) > 0:
-        if should_stop():
-            return Outcome(time.monotonic() - start, None, stopped=True)
-        time.sleep(min(left, CHECK_EVERY_S))  # the job's work is to wait: this is the workload
-    return Outcome(time.monotonic() - start, None, stopped=False)
-
-
-def _matmul(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
-    return matmul("cuda", MATRIX_N, duration_s, should_stop)
-
-
-def matmul(device: str, n: int, duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
-    """Multiply two n x n bf16 matrices on device (a torch device name) again and again until
-    duration_s has passed or should_stop() says so; the TFLOP/s counts finished products only."""
-    import torch
-
-    torch_any: Any = torch
-    on_gpu = device.startswith("cuda")
-
-    def synchronize() -> None:
-        if on_gpu:  # GPU work is queued: wait for it, so the clock measures finished work
-            torch_any.cuda.synchronize()
-
-    a = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
-    b = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
-    synchronize()
-    start = time.monotonic()
-    end, next_check, products, stopped = start + duration_s, start + CHECK_EVERY_S, 0, False
-    while True:
-        a @ b
-        products += 1
-        if products % 8 == 0:
-            synchronize()
-            now = time.monotonic()
-            if now >= end:
-                break
-            if now >= next_check:
-                next_check = now + CHECK_EVERY_S
-                if should_stop():
-                    stopped = True
-                    break
-    synchronize()
-    seconds = time.monotonic() - start
-    return Outcome(seconds, 2 * n**3 * products / seconds / 1e12, stopped)

@@ -28,12 +28,12 @@ from app import logs
 from app.auth import Accounts
 from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
-from app.service import Service
 from app.settings import Settings, get_settings
+from app.wiring.celery_app import worker_argv
+from app.wiring.service import Service
 from app.worker import gpu
 from app.worker.broker_check import consumer_timeout_problem
 from app.worker.calls import ChildStartError
-from app.worker.celery_app import worker_argv
 from app.worker.presence import Presence
 from app.worker.runner import JobRunner, build_worker, worker_name
 

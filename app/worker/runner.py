@@ -30,12 +30,12 @@ from tenacity import (
 from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import AccountBook
 from app.models import ChildReplacement, Kind, Status
-from app.service import Service, build, job_weight
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
 from app.store.keys import MOVES
 from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
+from app.wiring.service import Service, build, job_weight
 from app.worker import gpu
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended
 from app.worker.child import JobChild

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.dev import processes
 from app.dev.redis_server import RedisServer
-from app.worker.celery_app import worker_argv
+from app.wiring.celery_app import worker_argv
 
 from .host import ROOT
 
@@ -39,7 +39,7 @@ def embedded_redis(workdir: Path) -> Iterator[RedisServer]:
 
 def celery_worker(app_module: str, queues: Sequence[str], hostname: str, *extra: str) -> list[str]:
     """The command line of a worker of another Celery app, run as fairgpu's workers are
-    (app.worker.celery_app.worker_argv: solo pool, prefetch 1) but at log level WARNING, so
+    (app.wiring.celery_app.worker_argv: solo pool, prefetch 1) but at log level WARNING, so
     that no variant pays for a log line per task; extra options go last."""
     argv = worker_argv(list(queues), hostname)
     argv[argv.index("--loglevel") + 1] = "WARNING"

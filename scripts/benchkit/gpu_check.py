@@ -39,8 +39,8 @@ from typing import Any
 import httpx
 
 from app.dev.stack import Stack
+from app.jobs.builtin.burn import MATRIX_N, matmul
 from app.settings import Settings
-from app.worker import gpu
 from scripts.benchkit.host import ROOT
 from scripts.benchkit.stats import percentile
 
@@ -188,10 +188,10 @@ def _gaps(runs: list[Run]) -> list[float]:
 
 def plain_loop(device: str) -> Callable[[], float]:
     """The reference: the same bf16 products in a plain torch loop, in this process."""
-    n = gpu.MATRIX_N if device == "cuda" else 256
+    n = MATRIX_N if device == "cuda" else 256
 
     def measure() -> float:
-        outcome = gpu.matmul(device, n, BURN_S, should_stop=lambda: False)
+        outcome = matmul(device, n, BURN_S, should_stop=lambda: False)
         if device == "cuda":
             import torch
 

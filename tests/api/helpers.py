@@ -19,9 +19,9 @@ from app import billing
 from app.auth import Accounts
 from app.billing import Charge
 from app.models import Kind, Status
-from app.service import Service, build
 from app.settings import Settings
 from app.store import JobRecord, JobRecorder
+from app.wiring.service import Service, build
 
 USERS_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "users.json"
 

@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 
 from app.api.clock import RedisClock
 from app.api.live.estimates import Estimator
-from app.service import job_weight
 from app.store.keys import METRICS, WORKERS
 from app.vtrr import FairQueue, Item
+from app.wiring.service import job_weight
 
 pytestmark = pytest.mark.anyio
 

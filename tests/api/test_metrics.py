@@ -21,10 +21,10 @@ from app.api.collector import ENDS
 from app.dev.processes import spawn, stop
 from app.dev.stack import as_environment
 from app.models import KINDS, ChildReplacement, Status
-from app.service import fairness_lag_s
 from app.settings import Settings
 from app.store.keys import WORKERS, job_key
 from app.store.workers import ALIVE_BEATS
+from app.wiring.service import fairness_lag_s
 from app.worker.presence import Presence
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, OWNER, SECOND, SECOND_KEY, TEAM, TEAM_KEY, Worker

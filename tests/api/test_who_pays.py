@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from app.auth import Accounts
 from app.jobs import JobContext, Registry, job
-from app.service import Service
 from app.settings import Settings
+from app.wiring.service import Service
 from app.worker.inline import InlineExecutor
 from app.worker.runner import JobRunner, build_worker
 from tests.api.conftest import Api, open_api

@@ -22,7 +22,7 @@ SERVER_MODULES = (
     "app.dev",
     "app.api",
     "app.store",
-    "app.service",
+    "app.wiring.service",
     "app.worker",
 )
 #: Loads the command, runs `--help` and a `status` that finds no server, and prints the modules.

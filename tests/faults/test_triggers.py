@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from app.auth import Accounts
-from app.service import build
+from app.wiring.service import build
 from tests.faults.conftest import (
     DEMO_KEY,
     FAULT_WORKER,

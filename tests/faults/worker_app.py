@@ -30,9 +30,9 @@ from app.jobs import JobContext, JobType, Registry, job
 from app.jobs.builtin.burn import BurnIn, BurnOut
 from app.jobs.builtin.burn import burn as builtin_burn
 from app.settings import Settings, get_settings
+from app.wiring.celery_app import worker_argv
 from app.worker import gpu
 from app.worker.calls import Call, Ended
-from app.worker.celery_app import worker_argv
 from app.worker.inline import InlineExecutor
 from app.worker.live import NO_EVENTS, JobEvents
 from app.worker.runner import build_worker, worker_name

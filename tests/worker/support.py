@@ -13,9 +13,9 @@ from pydantic import BaseModel
 from app.auth import Accounts
 from app.jobs import JobContext, JobType, Registry, job
 from app.models import Kind
-from app.service import Service
 from app.settings import Settings
 from app.store.keys import input_key, job_key
+from app.wiring.service import Service
 from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
 

@@ -1,4 +1,4 @@
-"""The Celery app's settings that follow from the service's own (app/worker/celery_app.py)."""
+"""The Celery app's settings that follow from the service's own (app/wiring/celery_app.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import Settings
+from app.wiring.celery_app import create_celery
 from app.worker.broker_check import consumer_timeout_problem
-from app.worker.celery_app import create_celery
 from tests.support import FIXTURES
 
 

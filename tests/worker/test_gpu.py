@@ -1,4 +1,4 @@
-"""The worker's device choice and the CPU workload; the GPU path runs on a GPU machine only."""
+"""The worker's device choice (the burn workload's tests are in tests/jobs/test_burn.py)."""
 
 from __future__ import annotations
 
@@ -53,35 +53,5 @@ def test_a_device_named_by_uuid_is_refused_with_a_reason() -> None:
         gpu.choose_device({"CUDA_VISIBLE_DEVICES": "GPU-8f2a"}, one_cuda)
 
 
-def test_cpu_workload_sleeps_for_its_duration() -> None:
-    outcome = gpu.run(gpu.CPU, 0.05)
-    assert outcome.seconds >= 0.05
-    assert outcome.tflops is None
-    assert not outcome.stopped
-
-
-def test_cpu_workload_stops_when_asked() -> None:
-    outcome = gpu.run(gpu.CPU, 30, should_stop=lambda: True)
-    assert outcome.stopped
-    assert outcome.seconds < 30
-
-
 def test_torch_cuda_count_is_zero_without_torch_or_gpu() -> None:
     assert gpu.torch_cuda_count() >= 0
-
-
-def test_matmul_workload_runs_for_its_duration_and_reports_tflops() -> None:
-    """The GPU workload's loop, run on torch's CPU device (skipped where torch is absent)."""
-    pytest.importorskip("torch")
-    outcome = gpu.matmul("cpu", 64, 0.2, should_stop=lambda: False)
-    assert outcome.seconds >= 0.2
-    assert outcome.tflops is not None
-    assert outcome.tflops > 0
-    assert not outcome.stopped
-
-
-def test_matmul_workload_stops_when_asked() -> None:
-    pytest.importorskip("torch")
-    outcome = gpu.matmul("cpu", 64, 30, should_stop=lambda: True)
-    assert outcome.stopped
-    assert outcome.seconds < 30

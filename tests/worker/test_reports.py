@@ -20,9 +20,9 @@ import redis
 
 from app.auth import Accounts
 from app.jobs import load_registry
-from app.service import Service
 from app.settings import Settings
 from app.store.keys import METRICS, events_key, job_key, logs_key
+from app.wiring.service import Service
 from app.worker.calls import Call, Ended
 from app.worker.inline import InlineExecutor
 from app.worker.live import JobEvents, LogLine

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from app.models import Kind
-from app.worker.short_first import order
+from app.wiring.short_first import order
 from tests.worker.support import BOB, Worker
 
 

@@ -16,10 +16,10 @@ from app.auth import Accounts
 from app.billing import price
 from app.jobs import JobContext, JobType, Registry, job, load_registry
 from app.models import Status
-from app.service import Service, job_weight
 from app.settings import Settings
 from app.store import JobRecorder
 from app.store.keys import job_key
+from app.wiring.service import Service, job_weight
 from app.worker.inline import InlineExecutor
 from app.worker.runner import build_worker
 from tests.support import bills_of

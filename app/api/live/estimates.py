@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from app.api.clock import RedisClock
 from app.api.live import eta
 from app.models import KINDS, Kind
-from app.service import WEIGHT_PER_S, job_weight
 from app.store import workers as heartbeats
 from app.store.keys import WORKERS
 from app.vtrr.keys import Keys
+from app.wiring.service import WEIGHT_PER_S, job_weight
 
 SNAPSHOT_S = 1.0
 

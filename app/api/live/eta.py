@@ -1,6 +1,6 @@
 """When a queued job should start: from the declared work ahead of it, when each worker serving
 its queue is free again, and, for a worker that also serves the other queue, what the short-first
-policy (app/worker/short_first.py) makes it run of that queue in between.
+policy (app/wiring/short_first.py) makes it run of that queue in between.
 
 The work ahead comes from running sums, not from a read of the jobs ahead: each fair queue keeps
 the count and the summed weight (declared GPU-milliseconds, at least 1 s a job) of its queued

@@ -30,10 +30,10 @@ from app.models import (
     TaskStatus,
     WorkerView,
 )
-from app.service import fairness_lag_s
 from app.store import JobRecord
 from app.store import workers as heartbeats
 from app.store.keys import MOVES, WORKERS
+from app.wiring.service import fairness_lag_s
 
 log = logging.getLogger(__name__)
 TOP_ACCOUNTS = 10

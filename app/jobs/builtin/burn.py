@@ -1,16 +1,23 @@
 """burn: the stand-in workload, kept as a job type. It keeps its device busy for its whole
-budget (`duration_s`): bf16 matrix products on a GPU, a sleep on a CPU worker. The old request
-body `{"kind", "duration_s"}` is a burn job."""
+budget (`duration_s`): on a GPU it multiplies bf16 matrices until its time has passed and
+reports the TFLOP/s it reached; on a CPU worker it sleeps, so that scheduling behaves the same
+on any machine. The old request body `{"kind", "duration_s"}` is a burn job. torch is imported
+only for a GPU."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.jobs.context import JobCancelledError, JobContext
 from app.jobs.registry import job
-from app.worker import gpu
+
+MATRIX_N = 8192  # 2 * 8192^3 = 1.1 TFLOP per product: milliseconds on a modern GPU
+CHECK_EVERY_S = 0.5  # how often a running job looks at its stop flag
 
 
 class BurnIn(BaseModel):
@@ -34,8 +41,76 @@ class BurnOut(BaseModel):
 )
 def burn(ctx: JobContext, inp: BurnIn) -> BurnOut:
     """Keeps its GPU busy for duration_s."""
-    device = gpu.Device(ctx.gpu_id)
-    outcome = gpu.run(device, max(0.0, ctx.deadline - time.time()), lambda: ctx.cancelled)
+    on_gpu = ctx.gpu_id is not None
+    outcome = run(on_gpu, max(0.0, ctx.deadline - time.time()), lambda: ctx.cancelled)
     if outcome.stopped:
         raise JobCancelledError(f"stopped after {outcome.seconds:.1f} s")
     return BurnOut(seconds=outcome.seconds, tflops=outcome.tflops)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a workload ended: seconds it ran, TFLOP/s reached (GPU only), stopped early or not."""
+
+    seconds: float
+    tflops: float | None
+    stopped: bool
+
+
+def run(
+    on_gpu: bool, duration_s: float, should_stop: Callable[[], bool] = lambda: False
+) -> Outcome:
+    """Keep the worker's GPU busy (or, on a CPU worker, wait) for duration_s seconds, or until
+    should_stop() says so."""
+    if not on_gpu:
+        return _sleep(duration_s, should_stop)
+    return _matmul(duration_s, should_stop)
+
+
+def _sleep(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
+    start = time.monotonic()
+    end = start + duration_s
+    while (left := end - time.monotonic()) > 0:
+        if should_stop():
+            return Outcome(time.monotonic() - start, None, stopped=True)
+        time.sleep(min(left, CHECK_EVERY_S))  # the job's work is to wait: this is the workload
+    return Outcome(time.monotonic() - start, None, stopped=False)
+
+
+def _matmul(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
+    return matmul("cuda", MATRIX_N, duration_s, should_stop)
+
+
+def matmul(device: str, n: int, duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
+    """Multiply two n x n bf16 matrices on device (a torch device name) again and again until
+    duration_s has passed or should_stop() says so; the TFLOP/s counts finished products only."""
+    import torch
+
+    torch_any: Any = torch
+    on_gpu = device.startswith("cuda")
+
+    def synchronize() -> None:
+        if on_gpu:  # GPU work is queued: wait for it, so the clock measures finished work
+            torch_any.cuda.synchronize()
+
+    a = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
+    b = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
+    synchronize()
+    start = time.monotonic()
+    end, next_check, products, stopped = start + duration_s, start + CHECK_EVERY_S, 0, False
+    while True:
+        a @ b
+        products += 1
+        if products % 8 == 0:
+            synchronize()
+            now = time.monotonic()
+            if now >= end:
+                break
+            if now >= next_check:
+                next_check = now + CHECK_EVERY_S
+                if should_stop():
+                    stopped = True
+                    break
+    synchronize()
+    seconds = time.monotonic() - start
+    return Outcome(seconds, 2 * n**3 * products / seconds / 1e12, stopped)

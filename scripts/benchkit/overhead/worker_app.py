@@ -29,7 +29,7 @@ from celery import Celery, Task
 
 from app.settings import Settings
 from app.vtrr import VTRRQueue, VTRRTask
-from app.worker.celery_app import create_celery
+from app.wiring.celery_app import create_celery
 
 URL_ENV = "BENCH_REDIS_URL"
 BROKER_ENV = "BENCH_BROKER_URL"  # Celery's broker when it is not that Redis (RabbitMQ)

@@ -6,7 +6,7 @@ Each queue is a VTRRQueue whose partitions are accounts (weighted by their share
 are jobs: item id = job id, weight = the GPU-seconds the job asks for (at least 1). The job tasks
 are registered in every process, since the API sends their triggers; only a worker's run them.
 In a process whose WORKER_QUEUES holds both queues, a trigger of either runs the job that
-app/worker/short_first.py picks: short first, long every LONG_EVERY-th dispatch while both wait.
+app/wiring/short_first.py picks: short first, long every LONG_EVERY-th dispatch while both wait.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
 from app.store.recorder import internal_end
 from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
-from app.worker.celery_app import create_celery
-from app.worker.short_first import ShortFirst
+from app.wiring.celery_app import create_celery
+from app.wiring.short_first import ShortFirst
 
 if TYPE_CHECKING:
     from app.worker.runner import Ran
