@@ -1,5 +1,6 @@
-"""Pricing: what a run costs its account, exactly. The charge itself is written once per task id,
-atomically with the job's end (see app/store/lua/finish.lua and store.JobRecorder.finish).
+"""Pricing: what a run costs its account, exactly, as a Charge (app/bill.py, where a bill's
+fields and shapes are). The charge itself is written once per task id, atomically with the
+job's end (see app/store/lua/finish.lua and store.JobRecorder.finish).
 
 Money is counted in integer micro-units (millionths of the currency) and time in whole
 milliseconds, so bills add up exactly: a bill is the kind's price per second times the seconds
@@ -10,34 +11,26 @@ never to the cent). Only totals that a person reads are rounded, where they are 
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
-from app.models import BillingRecord, Kind
+from app.bill import MICROS, MS, Charge
+from app.models import Kind
 from app.settings import Settings
 
+#: MICROS, MS and Charge are app/bill.py's, named here as well for the callers of price().
+__all__ = [
+    "DESCRIPTIONS",
+    "ENDED",
+    "MICROS",
+    "MS",
+    "Charge",
+    "micros_per_s",
+    "milliseconds",
+    "price",
+]
+
 DESCRIPTIONS: dict[Kind, str] = {"short": "Short GPU job", "long": "Long GPU job"}
-MICROS = 1_000_000  # micro-units in one unit of money
-MS = 1000  # milliseconds in a second
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One bill: its exact cost, what it says, the GPU-seconds the run used and those billed."""
-
-    cost: Decimal
-    description: str
-    gpu_seconds: float
-    billed_seconds: float = 0.0
-
-    @property
-    def micros(self) -> int:
-        """The cost in micro-units."""
-        return int(Decimal(self.cost) * MICROS)
 
 
 def micros_per_s(price: float) -> int:
@@ -89,29 +82,8 @@ def price(
     elif run_ms < used_ms:
         description += f" (billed its budget of {run_ms / MS:g} s)"
     return Charge(
-        cost=Decimal(cost_micros).scaleb(-6),
+        cost_micros=cost_micros,
         description=description,
         gpu_seconds=used_ms / MS,
-        billed_seconds=billed_ms / MS,
-    )
-
-
-def record(bill: str | Mapping[str, Any]) -> BillingRecord:
-    """A billing record as finish.lua writes it (JSON text, or parsed): cost in micro-units,
-    seconds billed in milliseconds. Records kept from before exact billing (a float cost) read
-    as they were."""
-    raw = json.loads(bill) if isinstance(bill, str) else bill
-    micros = int(raw["cost_micros"]) if "cost_micros" in raw else round(raw["cost"] * MICROS)
-    billed_ms = raw.get("billed_ms")
-    return BillingRecord(
-        user_id=raw["user_id"],
-        task_id=raw["task_id"],
-        cost=micros / MICROS,  # the float nearest the exact cost; JSON writes it digit for digit
-        cost_micros=micros,
-        description=raw["description"],
-        kind=raw["kind"],
-        gpu_seconds=raw["gpu_seconds"],
-        billed_seconds=raw["gpu_seconds"] if billed_ms is None else billed_ms / MS,
-        billed_at=raw["billed_at"],
-        type=raw.get("type") or "burn",
+        billed_ms=billed_ms,
     )

@@ -313,17 +313,22 @@ class AccountView(BaseModel):
 
 
 class BillingRecord(BaseModel):
-    """One charge: a finished job billed once to its account."""
+    """One charge: an ended job billed once to its account (app/bill.py Bill.record)."""
 
     user_id: str
     task_id: str
     cost: float = Field(description="price per second x billed_seconds, exact to the micro-unit")
     cost_micros: int = Field(description="the cost in millionths: bills add up exactly")
-    description: str
-    kind: Kind
-    gpu_seconds: float = Field(description="GPU-seconds used (asked for, when it succeeded)")
-    billed_seconds: float = Field(description="gpu_seconds, at least MIN_BILLED_S (1 s)")
-    billed_at: float
+    description: str = Field(description="what was billed, and how the job ended if not well")
+    kind: Kind = Field(description="the job's queue")
+    gpu_seconds: float = Field(
+        description="the seconds the job's runs measured from their start to their end, a "
+        "started millisecond counting in full"
+    )
+    billed_seconds: float = Field(
+        description="gpu_seconds, never more than the job's duration_s, at least MIN_BILLED_S"
+    )
+    billed_at: float = Field(description="when it was billed: Unix seconds, Redis's clock")
     type: str = Field("burn", description="the job's type")
 
 

@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)
     unit = worker["unit_tier"] if worker is not None else _unit_tier(config)
     if unit:
-        support.examples_share = support.UNIT_TIER_SHARE
+        support.unit_tier = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app import billing
+from app.bill import Bill
 from app.settings import Settings
 
 SETTINGS = Settings()
@@ -51,7 +52,7 @@ def test_a_price_that_is_not_a_whole_thousandth_a_second_rounds_each_bill_to_the
 ):
     settings = Settings(price_short_per_s=0.000694, min_billed_s=0)  # 2.50 an hour
     charge = billing.price(settings, "short", 0.001)  # 0.694 micro-units
-    assert (charge.cost, charge.micros) == (Decimal("0.000001"), 1)
+    assert (charge.cost, charge.cost_micros) == (Decimal("0.000001"), 1)
 
 
 @pytest.mark.parametrize("price", ["0.0000001", "1e-9", "inf", "nan", "-1"])
@@ -68,7 +69,7 @@ def test_a_stored_record_from_before_exact_billing_reads_as_it_was() -> None:
         '{"user_id": "u", "task_id": "t", "kind": "short", "cost": 1.25,'
         ' "description": "Short GPU job", "gpu_seconds": 2.5, "billed_at": 1.0}'
     )
-    record = billing.record(text)
+    record = Bill.read(text).record()
     assert (record.cost, record.cost_micros, record.billed_seconds) == (1.25, 1_250_000, 2.5)
 
 

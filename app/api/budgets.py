@@ -35,8 +35,8 @@ def budget(
     return Budget(
         billed_ms=None if limit_s is None else billing.milliseconds(limit_s),
         cost_micros=account.budget_cost_micros,
-        most_ms=round(most.billed_seconds * MS),
-        most_micros=most.micros,
+        most_ms=most.billed_ms,
+        most_micros=most.cost_micros,
     )
 
 

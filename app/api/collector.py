@@ -25,19 +25,18 @@ from app.billing import MICROS, MS
 from app.models import KINDS, ChildReplacement, ErrorKind, Kind, Status
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
+from app.store.metrics import BEYOND, BUCKETS, SUM, Counter, Histogram, bucket_label, field
 from app.vtrr import VTRRQueue
 from app.vtrr.wire import as_text
 from app.wiring.service import fairness_lag_s
 
-#: The histograms' bucket bounds: the same list as BUCKETS in app/lua/_lib.lua.
-BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 #: How a job ended, as fairgpu_jobs_ended_total's `end` label says it.
 ENDS = ("success", *get_args(ErrorKind))
 #: The `type` label of jobs whose type is not registered in this process.
 OTHER_TYPE = "other"
 HISTOGRAMS = {
-    "wait": ("fairgpu_job_wait_seconds", "Seconds from submission to a job's first start"),
-    "run": ("fairgpu_job_run_seconds", "Seconds a run of a job took, by how it ended"),
+    Histogram.WAIT: ("fairgpu_job_wait_seconds", "Seconds from submission to a job's first start"),
+    Histogram.RUN: ("fairgpu_job_run_seconds", "Seconds a run of a job took, by how it ended"),
 }
 
 
@@ -51,15 +50,10 @@ def histogram_buckets(
 ) -> list[tuple[str, float]]:
     """Cumulative buckets of one histogram, from the per-bucket counts the scripts keep."""
     buckets, total = [], 0.0
-    for label in [*map(bucket_label, BUCKETS), "+Inf"]:
-        total += counters.get(f"{name}:{kind}:{label}", 0.0)
+    for label in [*map(bucket_label, BUCKETS), BEYOND]:
+        total += counters.get(field(name, kind, label), 0.0)
         buckets.append((label, total))
     return buckets
-
-
-def bucket_label(bound: float) -> str:
-    """A bucket's bound as the Lua scripts write it (1 -> "1", 0.5 -> "0.5")."""
-    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
 
 
 class ServiceCollector(Collector):
@@ -90,7 +84,7 @@ class ServiceCollector(Collector):
                 family.add_metric(
                     [kind],
                     histogram_buckets(counters, key, kind),
-                    counters.get(f"{key}_sum:{kind}", 0.0),
+                    counters.get(field(key + SUM, kind), 0.0),
                 )
             yield family
         yield _replacements(counters)
@@ -134,13 +128,14 @@ class ServiceCollector(Collector):
         )
         for kind in KINDS:
             for status in (s for s in Status if s.terminal):
-                finished.add_metric([kind, status], counters.get(f"finished:{kind}:{status}", 0))
-            attempts.add_metric([kind], counters.get(f"attempts:{kind}", 0))
+                ended = counters.get(field(Counter.FINISHED, kind, status), 0)
+                finished.add_metric([kind, status], ended)
+            attempts.add_metric([kind], counters.get(field(Counter.ATTEMPTS, kind), 0))
             # exact integer totals; the float ones are what releases before exact billing
             # counted, added so that the counters never go down across an upgrade
-            billed = counters.get(f"billed_micros:{kind}", 0) / MICROS
+            billed = counters.get(field(Counter.BILLED_MICROS, kind), 0) / MICROS
             cost.add_metric([kind], billed + counters.get(f"billed_cost:{kind}", 0))
-            billed_s = counters.get(f"billed_ms:{kind}", 0) / MS
+            billed_s = counters.get(field(Counter.BILLED_MS, kind), 0) / MS
             gpu_s.add_metric([kind], billed_s + counters.get(f"billed_gpu_seconds:{kind}", 0))
         yield from (finished, attempts, cost, gpu_s)
 
@@ -154,10 +149,10 @@ class ServiceCollector(Collector):
         )
         names = sorted(self.job_types - {OTHER_TYPE})
         totals = {(name, end): 0.0 for name in [*names, OTHER_TYPE] for end in ENDS}
-        for field, count in counters.items():
-            what, _, rest = field.partition(":")
+        for name, count in counters.items():
+            what, _, rest = name.partition(":")
             job_type, _, end = rest.partition(":")
-            if what == "ended" and end in ENDS:
+            if what == Counter.ENDED and end in ENDS:
                 label = job_type if job_type in self.job_types else OTHER_TYPE
                 totals[label, end] += count
         for labels, count in totals.items():
@@ -209,7 +204,7 @@ def _output_counters(counters: Mapping[str, float]) -> Iterator[Metric]:
         "fairgpu_log_lines_dropped",
         "Log lines left out of event streams by the throttle (GET /tasks/{id}/logs keeps them)",
     )
-    dropped.add_metric([], counters.get("log_lines_dropped", 0.0))
+    dropped.add_metric([], counters.get(Counter.LOG_LINES_DROPPED, 0.0))
     stored = CounterMetricFamily("fairgpu_artifact_bytes", "Bytes of artifacts stored")
     stored.add_metric([], counters.get("artifact_bytes", 0.0))
     yield from (dropped, stored)
@@ -218,20 +213,28 @@ def _output_counters(counters: Mapping[str, float]) -> Iterator[Metric]:
 
 #: The webhook sender's counters (app/webhooks): name, what it counts, field in the hash.
 WEBHOOK_COUNTERS = (
-    ("fairgpu_webhooks_delivered", "Webhooks a receiver accepted (2xx)", "webhooks_delivered"),
-    ("fairgpu_webhooks_failed", "Webhook deliveries that failed (retried)", "webhooks_failed"),
+    (
+        "fairgpu_webhooks_delivered",
+        "Webhooks a receiver accepted (2xx)",
+        Counter.WEBHOOKS_DELIVERED,
+    ),
+    (
+        "fairgpu_webhooks_failed",
+        "Webhook deliveries that failed (retried)",
+        Counter.WEBHOOKS_FAILED,
+    ),
     (
         "fairgpu_webhooks_given_up",
         "Webhooks given up after their last attempt",
-        "webhooks_given_up",
+        Counter.WEBHOOKS_GIVEN_UP,
     ),
 )
 
 
 def _webhook_counters(counters: Mapping[str, float]) -> Iterator[Metric]:
-    for name, documentation, field in WEBHOOK_COUNTERS:
+    for name, documentation, counter in WEBHOOK_COUNTERS:
         family = CounterMetricFamily(name, documentation)
-        family.add_metric([], counters.get(field, 0.0))
+        family.add_metric([], counters.get(counter, 0.0))
         yield family
 
 

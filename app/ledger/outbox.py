@@ -9,12 +9,12 @@ another writer claims them and writes them again, which changes nothing that was
 a crash between Redis and the database loses nothing and doubles nothing.
 
 Until a bill is written it is still an entry of the stream: readers of the ledger add those
-(`unwritten`), so a bill is visible as soon as its job has ended.
+(`unwritten`), so a bill is visible as soon as its job has ended. An entry is one field, `bill`,
+the JSON that finish.lua writes; app/bill.py's Bill.read reads it, of any release.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable
@@ -25,10 +25,10 @@ from redis.exceptions import RedisError, ResponseError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app import billing
+from app.bill import Bill
 from app.ledger import bills
 from app.ledger.database import Database
-from app.ledger.schema import Bill
+from app.ledger.schema import BILLS
 from app.store.keys import LEDGER
 
 STREAM = LEDGER
@@ -50,17 +50,14 @@ def ensure_group(client: redis.Redis) -> None:
             raise
 
 
-def _decoded(entries: Iterable[Any]) -> list[tuple[str, dict[str, Any]]]:
+def _decoded(entries: Iterable[Any]) -> list[tuple[str, Bill]]:
     """Stream entries as (id, bill) pairs."""
     out = []
     for entry_id, fields in entries:
         if not fields:
             continue  # deleted meanwhile
-        raw = fields.get(b"bill") or fields.get("bill")
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        out.append(
-            (entry_id.decode() if isinstance(entry_id, bytes) else entry_id, json.loads(text))
-        )
+        bill = Bill.read(fields.get(b"bill") or fields["bill"])
+        out.append((entry_id.decode() if isinstance(entry_id, bytes) else entry_id, bill))
     return out
 
 
@@ -90,7 +87,7 @@ class LedgerWriter:
         if not entries:
             return 0
         with self.db.sessions.begin() as session:
-            written = bills.record(session, [bills.bill_row(bill) for _, bill in entries])
+            written = bills.record(session, [bill for _, bill in entries])
         ids = [entry_id for entry_id, _ in entries]
         with self.client.pipeline(transaction=True) as pipe:
             pipe.xack(STREAM, GROUP, *ids)
@@ -106,9 +103,8 @@ class LedgerWriter:
         written = 0
         for key in self.client.scan_iter(match=f"{OLD_LISTS}*", count=500):
             texts: Any = self.client.lrange(key, 0, -1)
-            rows = [bills.bill_row(_as_bill(text)) for text in texts]
             with self.db.sessions.begin() as session:
-                written += bills.record(session, rows)
+                written += bills.record(session, [Bill.read(text) for text in texts])
             self.client.delete(key)
         return written
 
@@ -138,34 +134,26 @@ class LedgerWriter:
             self._thread.join(timeout=5)
 
 
-def _as_bill(text: bytes | str) -> dict[str, Any]:
-    """A bill of an old list as finish.lua writes bills now (the oldest lists kept a float cost
-    and no milliseconds: app.billing.record reads both)."""
-    record = billing.record(text.decode() if isinstance(text, bytes) else text)
-    return {
-        **record.model_dump(),
-        "billed_ms": round(record.billed_seconds * billing.MS),
-    }
-
-
-def unwritten(client: redis.Redis, user_id: str | None = None) -> list[dict[str, Any]]:
+def unwritten(client: redis.Redis, user_id: str | None = None) -> list[Bill]:
     """The bills still on their way to the ledger (of one account, or all)."""
     raw: Any = client.xrange(STREAM)
     found = [bill for _, bill in _decoded(raw or [])]
-    return [b for b in found if user_id is None or b.get("user_id") == user_id]
+    return [b for b in found if user_id is None or b.user_id == user_id]
 
 
 def bills_everywhere(
     client: redis.Redis, db: Database | None, user_id: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[Bill]:
     """Every bill of an account (or every account), wherever it is now, for a check of
     exactly-once: each entry of the outbox (so a job billed twice there shows twice) and the
     ledger's rows of the jobs not in it (a bill being written is in both for a moment)."""
     found = unwritten(client, user_id)
     if db is None:
         return found
-    streamed = {bill["task_id"] for bill in found}
-    query = select(Bill) if user_id is None else select(Bill).where(Bill.user_id == user_id)
+    streamed = {bill.task_id for bill in found}
+    query = select(BILLS)
+    if user_id is not None:
+        query = query.where(BILLS.c.user_id == user_id)
     with db.sessions() as session:
-        rows = [bills.as_bill(row) for row in session.scalars(query)]
-    return found + [row for row in rows if row["task_id"] not in streamed]
+        rows = bills.read(session, query)
+    return found + [row for row in rows if row.task_id not in streamed]

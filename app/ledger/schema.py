@@ -1,36 +1,21 @@
-"""The tables. Times are Unix seconds (Redis's clock, as the job records keep them); a bill
-also keeps its UTC day, so that usage can be grouped by day the same way on every database."""
+"""The tables. Times are Unix seconds (Redis's clock, as the job records keep them). The bills'
+table is declared with the bill itself (app/bill.py table), so that a bill's fields are named in
+one module."""
 
 from __future__ import annotations
 
-from datetime import date
-
-from sqlalchemy import BigInteger, Boolean, Date, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.bill import table
 
 
 class Base(DeclarativeBase):
     """The metadata of every table (Alembic's target)."""
 
 
-class Bill(Base):
-    """One bill: what a job's run cost its owner. The job id is the key: a bill is written
-    once, however many times its writer is told of it."""
-
-    __tablename__ = "bills"
-
-    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(128))
-    queue: Mapped[str] = mapped_column(String(16))
-    type: Mapped[str] = mapped_column(String(128))
-    cost_micros: Mapped[int] = mapped_column(BigInteger)
-    gpu_seconds: Mapped[float] = mapped_column(Float)
-    billed_ms: Mapped[int] = mapped_column(BigInteger)
-    billed_at: Mapped[float] = mapped_column(Float)
-    day: Mapped[date] = mapped_column(Date)
-    description: Mapped[str] = mapped_column(Text, default="")
-
-    __table_args__ = (Index("bills_by_account", "user_id", "billed_at"),)
+#: One row per bill, its job id the key (app/bill.py Bill.row, Bill.from_row).
+BILLS = table(Base.metadata)
 
 
 class AccountRow(Base):

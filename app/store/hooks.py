@@ -25,13 +25,13 @@ from app.store.keys import (
     logs_key,
     owned_key,
 )
-from app.store.scripts import LUA_DIR
+from app.store.scripts import LUA_DIR, constants_lua
 
 
 @cache
 def hooks_lua() -> str:
-    """The chunk the queues' enqueue and step run (see lua/hooks.lua): the store's helpers, the
-    run functions, the key names, the submit functions, then the hooks."""
+    """The chunk the queues' enqueue and step run (see lua/hooks.lua): the store's constants and
+    helpers, the run functions, the key names, the submit functions, then the hooks."""
     names = {
         "job": job_key(""),
         "events": events_key(""),
@@ -45,7 +45,8 @@ def hooks_lua() -> str:
         "moves": MOVES,
     }
     table = ", ".join(f"{name} = '{key}'" for name, key in names.items())
-    parts = ["local KEYS = {}", _read("_lib"), _read("runs"), f"local NAMES = {{{table}}}"]
+    parts = ["local KEYS = {}", constants_lua(), _read("_lib"), _read("runs")]
+    parts.append(f"local NAMES = {{{table}}}")
     parts += [_read("submit"), _read("hooks")]  # submit.lua reads NAMES
     return "\n".join(parts)
 

@@ -4,12 +4,12 @@ billing records, cancel and requeue jobs. A job is written in the call that queu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from app.bill import Bill
 from app.models import LogLine, LogStream, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
@@ -74,12 +74,12 @@ class JobStore:
         entries = await self.redis.xrevrange(logs_key(job_id), count=tail) or []
         return [_log_line(decode(fields)) for _, fields in reversed(entries) if fields]
 
-    async def unwritten_bills(self, user_id: str | None = None) -> list[dict[str, Any]]:
-        """The bills still on their way to the SQL ledger (of one account, or every one's), as
-        finish.lua wrote them: the ledger's writers keep this short (app/ledger/outbox.py)."""
+    async def unwritten_bills(self, user_id: str | None = None) -> list[Bill]:
+        """The bills still on their way to the SQL ledger (of one account, or every one's): the
+        ledger's writers keep this short (app/ledger/outbox.py)."""
         entries = await self.redis.xrange(LEDGER) or []
-        found = [json.loads(as_text(f[b"bill"])) for _, f in entries if f and b"bill" in f]
-        return [bill for bill in found if user_id is None or bill.get("user_id") == user_id]
+        found = [Bill.read(f[b"bill"]) for _, f in entries if f and b"bill" in f]
+        return [bill for bill in found if user_id is None or bill.user_id == user_id]
 
     async def usage(self, user_id: str) -> dict[str, int]:
         """The account's use of its monthly budgets (keys.usage_key): field -> integer."""

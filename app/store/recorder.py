@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from app.billing import MS, Charge
+from app.bill import Charge
 from app.models import ErrorKind, Status, StoppedBy
 from app.settings import Settings
 from app.store.keys import (
@@ -52,22 +52,56 @@ class Started:
     input: str = "{}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunEnd:
-    """How a run ended, as recorded: output is the job's JSON text; error_kind defaults to
-    'exception' for a FAILURE and 'cancelled' for a REVOKED; artifacts is the JSON list of the
-    files stored for a SUCCESS; charge None bills nothing."""
+    """How a run of a job ended, as the store records it: the job and its account; the end
+    (status, and for one that did not succeed its error_kind: 'exception' for a FAILURE and
+    'cancelled' for a REVOKED unless said); the seconds the run measured (what its charge was
+    priced from); what it left (the error's text, its output as JSON text, the JSON list of
+    the artifacts stored for a SUCCESS, its peaks); and its charge (None bills nothing)."""
 
+    job_id: str
+    owner: str
     status: Status
     charge: Charge | None
-    owner: str
-    error: str = ""
-    tflops: float | None = None
+    seconds: float = 0.0
     error_kind: ErrorKind | None = None
+    error: str = ""
     output: str | None = None
+    tflops: float | None = None
     peak_gpu_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
     artifacts: str | None = None
+
+    def how(self) -> ErrorKind | None:
+        """How the run ended where it did not succeed: its error_kind, or the status's."""
+        if self.status is Status.SUCCESS:
+            return None
+        return self.error_kind or ("cancelled" if self.status is Status.REVOKED else "exception")
+
+    def to_lua(self) -> str:
+        """The end as lua/runs.lua's finish_run takes it (finish.lua's ARGV[5], the last
+        argument of the queues' `done` hook): one JSON object, its fields by name. `job` holds
+        what is written on the job's hash as it is, as text (none of what is empty); `bill`,
+        where it is billed, the charge (app/bill.py)."""
+        job = {
+            "error": self.error,
+            "error_kind": self.how(),
+            "output": self.output,
+            "tflops": self.tflops,
+            "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "artifacts": self.artifacts,
+        }
+        end: dict[str, Any] = {
+            "owner": self.owner,
+            "status": self.status.value,
+            "job": {name: _text(value) for name, value in job.items() if value not in (None, "")},
+        }
+        if self.charge is not None:
+            end["bill"] = self.charge.to_lua()
+        # UTF-8 as it is: the Lua keeps the text byte for byte
+        return json.dumps(end, ensure_ascii=False, separators=(",", ":"))
 
 
 #: What a job's owner reads when the service, not the job, failed as the job ended.
@@ -80,7 +114,15 @@ INTERNAL_ERROR = (
 def internal_end(end: RunEnd) -> RunEnd:
     """The end to record in place of one that could not be completed: FAILURE, internal,
     billed as the run was, without what failed (output, artifacts)."""
-    return RunEnd(Status.FAILURE, end.charge, end.owner, INTERNAL_ERROR, error_kind="internal")
+    return RunEnd(
+        job_id=end.job_id,
+        owner=end.owner,
+        status=Status.FAILURE,
+        charge=end.charge,
+        seconds=end.seconds,
+        error=INTERNAL_ERROR,
+        error_kind="internal",
+    )
 
 
 def started_of(raw: Any) -> Started:
@@ -146,18 +188,19 @@ class JobRecorder:
         """Record the run's end, and bill it once with `charge`, whatever the status (None: no
         bill); False when this run no longer holds the job (its lease was reclaimed and another
         run took over, or an operator ended it). `end` holds RunEnd's other fields."""
-        return self.record_end(job_id, token, RunEnd(status, **end))
+        return self.record_end(token, RunEnd(job_id=job_id, status=status, **end))
 
-    def record_end(self, job_id: str, token: str, end: RunEnd) -> bool:
+    def record_end(self, token: str, end: RunEnd) -> bool:
         """finish() with the end as one value (what a worker hands the fair queue's step when
         the end goes there: app/store/hooks.py)."""
-        args = self.end_args(end)[1:]  # without the owner, whose bills the keys name
+        job_id = end.job_id
         keys = [job_key(job_id), events_key(job_id), usage_key(end.owner), billed_key(job_id)]
         keys += [METRICS, input_key(job_id), logs_key(job_id), WEBHOOKS, LEDGER]
+        args = [job_id, token, *self.end_args(end)]
         if not self._replicas:
-            return bool(self._scripts.run("finish", keys, [job_id, token, *args]))
+            return bool(self._scripts.run("finish", keys, args))
         # A repeat of the finish is refused, so the first reply says whether this run ended it.
-        finish = partial(self._scripts.run_replicated, "finish", keys, [job_id, token, *args])
+        finish = partial(self._scripts.run_replicated, "finish", keys, args)
         wait = partial(finish, METRICS, (self._replicas, REPLICA_WAIT_MS))
         recorded = bool(until_replicated(wait, self._replicas, self.patience_s))
         if recorded:
@@ -171,18 +214,11 @@ class JobRecorder:
             self.redis.publish(job_channel(job_id), job_id)
 
     def end_args(self, end: RunEnd) -> list[str | int]:
-        """The owner, then finish.lua's ARGV from its third (after the job id and token): what
-        the queues' `done` hook takes (app/store/hooks.py)."""
-        bill: list[str | int] = ["", "", "", ""]
-        if end.charge is not None:
-            ms = round(end.charge.billed_seconds * MS)
-            bill = [end.charge.micros, end.charge.description, repr(end.charge.gpu_seconds), ms]
-        args: list[str | int] = [end.owner, end.status.value, end.error, _text(end.tflops), *bill]
+        """finish.lua's ARGV from its third (after the job id and token), which the queues'
+        `done` hook takes too (app/store/hooks.py): the channel, the records' ttl, the end."""
         # Under replicas the end is announced after WAIT, not by the script (announce).
         channel = "" if self._replicas else CHANNEL
-        args += [channel, self._ttl, end.error_kind or "", end.output or ""]
-        args += [_text(end.peak_gpu_memory_bytes), _text(end.peak_rss_bytes), end.artifacts or ""]
-        return args
+        return [channel, self._ttl, end.to_lua()]
 
     def count_child_replacement(self, reason: str) -> None:
         """Add one to the replacements of a job child for this reason (see worker/hygiene.py)."""
@@ -237,6 +273,6 @@ def _line(line: Line) -> dict[str, object]:
     return {"at": round(at, 6), "stream": stream, "text": text}
 
 
-def _text(number: float | None) -> str:
-    """A number as a script argument; '' for none."""
-    return "" if number is None else repr(number)
+def _text(value: str | float) -> str:
+    """A value as the job's hash keeps it: a number in its shortest exact form."""
+    return value if isinstance(value, str) else repr(value)

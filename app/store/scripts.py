@@ -1,8 +1,14 @@
 """The one way into the store's Lua (lua/*.lua, each after _lib.lua): error replies become the
-exceptions of app/errors.py here, for the API's asyncio client and the workers' blocking one."""
+exceptions of app/errors.py here, for the API's asyncio client and the workers' blocking one.
+
+What the Python spells too (key prefixes, the statuses that end a job, the metrics' fields and
+buckets) is not spelled in the Lua: `constants` names it for the Lua, whose scripts get it as
+locals before _lib.lua (tests/store/test_lua_constants.py checks both).
+"""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +18,10 @@ from redis.commands.core import AsyncScript, Script
 from redis.exceptions import ResponseError
 
 from app.errors import from_reply
+from app.models import Status
+from app.store import metrics
+from app.store.keys import CHANNEL, MOVES, usage_key
+from app.vtrr.layout import LuaValue, lua_locals
 
 LUA_DIR = Path(__file__).with_name("lua")
 Args = list[str | int]
@@ -19,11 +29,33 @@ Args = list[str | int]
 RUNS = ("start", "finish")
 
 
+def constants() -> dict[str, LuaValue]:
+    """The Lua name and value of each constant the store's Lua (and the webhook sender's)
+    shares with the Python."""
+    return {
+        "USAGE": usage_key(""),
+        "MOVES_SUFFIX": MOVES.removeprefix(CHANNEL),
+        "TERMINAL": frozenset(status.value for status in Status if status.terminal),
+        "BUCKETS": metrics.BUCKETS,
+        "BUCKET_LABELS": [metrics.bucket_label(bound) for bound in metrics.BUCKETS],
+        "BEYOND": metrics.BEYOND,
+        "HISTOGRAM_SUM": metrics.SUM,
+        **{f"HISTOGRAM_{h.name}": h.value for h in metrics.Histogram},
+        **{f"METRIC_{c.name}": c.value for c in metrics.Counter},
+    }
+
+
+@cache
+def constants_lua() -> str:
+    """The constants as Lua locals, for the head of a script."""
+    return lua_locals(constants())
+
+
 def source(name: str) -> str:
-    """The text of one script: the helpers of lua/_lib.lua, the run functions where it calls
-    them, then the script."""
+    """The text of one script: the constants, the helpers of lua/_lib.lua, the run functions
+    where it calls them, then the script."""
     parts = ["_lib", *(("runs",) if name in RUNS else ()), name]
-    return "\n".join((LUA_DIR / f"{part}.lua").read_text() for part in parts)
+    return "\n".join([constants_lua(), *((LUA_DIR / f"{part}.lua").read_text() for part in parts)])
 
 
 class Scripts:

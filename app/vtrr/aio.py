@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
+from app.vtrr.layout import FAIR, FRONT
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
 from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
 from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
@@ -70,7 +71,7 @@ class AsyncFairQueue:
         ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return [], 0
-        placement = "front" if front else "fair"
+        placement = FRONT if front else FAIR
         limit = -1 if max_queued is None else max_queued
         reply = await self._scripts.run(
             "enqueue",
@@ -110,7 +111,7 @@ class AsyncFairQueue:
             "enqueue",
             partition_key,
             self._trigger_cap,
-            "fair",
+            FAIR,
             0,
             limit,
             *hooked_args(hook_args),

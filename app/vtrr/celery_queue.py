@@ -33,6 +33,7 @@ from app.vtrr.delivery import Delivery, Taken, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
+from app.vtrr.layout import TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND
 from app.vtrr.queue import FairQueue, Item, Shares
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
@@ -291,7 +292,7 @@ class VTRRQueue(FairQueue):
                 count,
                 exc_info=True,
             )
-            self._scripts.run("triggers", "unsend", count - sent, self._trigger_cap)
+            self._scripts.run("triggers", TRIGGERS_UNSEND, count - sent, self._trigger_cap)
 
     def _trigger_keys(self) -> tuple[str, str]:
         """The scripts' trigger keys: (this process's stored message, the broker's list) when
@@ -339,9 +340,9 @@ class VTRRQueue(FairQueue):
             return 0
         depth = self._broker_depth()
         if depth is None:
-            count, pushed = self._scripts.run("triggers", "topup", 0, self._trigger_cap)
+            count, pushed = self._scripts.run("triggers", TRIGGERS_TOPUP, 0, self._trigger_cap)
         else:
-            count, pushed = self._scripts.run("triggers", "sync", depth, self._trigger_cap)
+            count, pushed = self._scripts.run("triggers", TRIGGERS_SYNC, depth, self._trigger_cap)
         self._publish(int(count))
         return int(count) + int(pushed)
 

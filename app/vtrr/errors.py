@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from redis.exceptions import ResponseError
 
+from app.vtrr.layout import DUPLICATE, FULL
+
 
 class VTRRError(Exception):
     """Base of the fair queue's own errors."""
@@ -53,8 +55,8 @@ class DropRefusedError(VTRRError, ValueError):
 def from_reply(exc: ResponseError) -> Exception:
     """The exception that a Lua error reply stands for (the reply itself when it is not ours)."""
     code, _, detail = str(exc).partition(" ")
-    if code == "DUPLICATE":
+    if code == DUPLICATE:
         return DuplicateTaskError(detail)
-    if code == "FULL":
+    if code == FULL:
         return QueueFullError(int(detail))
     return exc

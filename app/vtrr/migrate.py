@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import redis
 
 from app.vtrr.keys import Keys
+from app.vtrr.layout import Field, Stat, index_entry
 from app.vtrr.wire import as_text
 
 OLD_PARTS = ("task", "meta", "inflight_task", "lease", "timeouts")
@@ -87,7 +88,7 @@ def _move_batch(
             if leased and expiry is not None:
                 pipe.zadd(keys.inflight, {task_id: round(expiry * 1_000_000)})
             elif not leased:
-                pipe.zadd(keys.partition_items, {fields["x"]: 0})  # the old index could lack it
+                pipe.zadd(keys.partition_items, {fields[Field.ENTRY]: 0})  # old index: maybe not
         pipe.execute()
     return sum(meta is not None for meta in metas)
 
@@ -95,23 +96,24 @@ def _move_batch(
 def _fields(
     info: dict[str, str], payload: str, token: bytes | str | None, times: bytes | str | None
 ) -> dict[str, str]:
-    """An item's hash from its old meta, payload, lease token and timeouts."""
+    """An item's hash from its old meta (cjson {p, c, w, m, k}: 0.1's own names, kept as they
+    were), payload, lease token and timeouts."""
     partition, member = str(info["p"]), str(info["m"])
-    fields = {
-        "p": partition,
-        "c": str(info["c"]),
-        "d": payload,
-        "m": member,
-        "x": f"{len(partition.encode())}:{partition}:{member}",
+    fields: dict[str, str] = {
+        Field.PARTITION: partition,
+        Field.COST: str(info["c"]),
+        Field.PAYLOAD: payload,
+        Field.MEMBER: member,
+        Field.ENTRY: index_entry(partition, member),
     }
     if "w" in info:  # items of before 0.1 kept weights have none, and are never credited
-        fields["w"] = str(info["w"])
+        fields[Field.WEIGHT] = str(info["w"])
     if info.get("k"):
-        fields["k"] = str(info["k"])
+        fields[Field.CREDITED] = str(info["k"])
     if token is not None:
-        fields["l"] = as_text(token)
+        fields[Field.LEASE] = as_text(token)
     if times is not None:
-        fields["t"] = as_text(times)
+        fields[Field.TIMEOUTS] = as_text(times)
     return fields
 
 
@@ -121,13 +123,14 @@ def _keep_counts(client: redis.Redis, keys: Keys, queued: int, in_flight: int) -
     raw = {as_text(k): int(v) for k, v in client.hgetall(keys.stats).items()}
     if "dequeued" not in raw and "acked" not in raw:
         return
-    requeued = raw.get("released", 0) + raw.get("reclaimed", 0)
-    dequeued, acked = raw.get("dequeued", 0), raw.get("acked", 0)
-    dropped_queued = raw.get("enqueued", 0) + requeued - raw.get("cancelled", 0) - queued - dequeued
+    requeued = raw.get(Stat.RELEASED, 0) + raw.get(Stat.RECLAIMED, 0)
+    dequeued, acked = raw.get("dequeued", 0), raw.get("acked", 0)  # 0.1's counters
+    enqueued, cancelled = raw.get(Stat.ENQUEUED, 0), raw.get(Stat.CANCELLED, 0)
+    dropped_queued = enqueued + requeued - cancelled - queued - dequeued
     dropped_in_flight = dequeued - requeued - in_flight - acked
     with client.pipeline(transaction=True) as pipe:
-        pipe.hincrby(keys.stats, "dropped_queued", max(dropped_queued, 0))
-        pipe.hincrby(keys.stats, "dropped_in_flight", max(dropped_in_flight, 0))
+        pipe.hincrby(keys.stats, Stat.DROPPED_QUEUED, max(dropped_queued, 0))
+        pipe.hincrby(keys.stats, Stat.DROPPED_IN_FLIGHT, max(dropped_in_flight, 0))
         pipe.hdel(keys.stats, "dequeued", "acked")
         pipe.execute()
 

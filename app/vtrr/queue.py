@@ -20,6 +20,7 @@ from redis import Redis
 from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.keys import Keys
+from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
@@ -114,7 +115,7 @@ class FairQueue:
         *,
         lease_seconds: float = 3900,
         shares: Shares | None = None,
-        reclaim_to: Placement = "fair",
+        reclaim_to: Placement = FAIR,
         reclaim_on_dequeue: bool = True,
         wake_on_enqueue: bool = False,
         replicas: int = 0,
@@ -161,7 +162,7 @@ class FairQueue:
         ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return []
-        placement = "front" if front else "fair"
+        placement = FRONT if front else FAIR
         limit = -1 if max_queued is None else max_queued
         # 0 hook arguments: no hook runs (see AsyncFairQueue.admit_and_enqueue)
         reply = self._scripts.run(
@@ -185,7 +186,7 @@ class FairQueue:
             micros(self.lease_seconds),
             token,
             int(consumes_trigger),
-            "last" if from_rear else "first",
+            LAST if from_rear else FIRST,
             self._reclaim_limit,
             self._trigger_cap,
             self._reclaim_to,
@@ -346,7 +347,7 @@ class FairQueue:
             return 0.0
         with self.redis.pipeline(transaction=False) as pipe:
             for member, _ in head:
-                pipe.hget(self.keys.item_key(task_id_of(member)), "p")
+                pipe.hget(self.keys.item_key(task_id_of(member)), Field.PARTITION)
             partitions = pipe.execute()
         first: dict[str, float] = {}
         for (_, score), partition in zip(head, partitions, strict=True):

@@ -10,7 +10,8 @@ and a call is one FCALL. On Redis 6.2, which has none, each operation is a scrip
 (the helpers, then the operation), run with EVALSHA. Either way a server that lost them (a
 restart without persistence, FUNCTION FLUSH, SCRIPT FLUSH) gets them again at the next call.
 The library's name carries a digest of its text, so processes of two versions of fairgpu can
-share a server during an upgrade, each calling its own.
+share a server during an upgrade, each calling its own. What the Python spells too (layout.py)
+goes before the helpers, as Lua locals: set once when the library loads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import NoPermissionError, ResponseError
 
+from app.vtrr import layout
 from app.vtrr.errors import NotReplicatedError, from_reply
 from app.vtrr.keys import Keys
 from app.vtrr.replicated import Replicas
@@ -127,7 +129,9 @@ def operation(name: str) -> Operation:
 
 @cache
 def lib() -> str:
-    return (LUA_DIR / "_lib.lua").read_text()
+    """The helpers every operation shares: the constants the Python spells too (layout.py), as
+    locals, then lua/_lib.lua."""
+    return f"{layout.lua()}\n{(LUA_DIR / '_lib.lua').read_text()}"
 
 
 def hooks_source(hooks: str) -> str:

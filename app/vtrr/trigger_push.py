@@ -15,11 +15,9 @@ from celery import Celery, Task
 from kombu import Connection
 from redis import Redis
 
-log = logging.getLogger(__name__)
+from app.vtrr.layout import TRIGGER_ID
 
-#: Where a stored trigger message has each trigger's own id (task id, correlation id, delivery
-#: tag); the scripts put a fresh id there. Letters only: it is a Lua pattern there.
-TRIGGER_ID = "VTRRTRIGGERID"
+log = logging.getLogger(__name__)
 
 
 def broker_is(celery_app: Celery, client: Redis) -> bool:

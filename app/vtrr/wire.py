@@ -7,19 +7,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MEMBER_PREFIX = 17  # "<1|0><15-digit counter>:" before the task id in a queue member
+from app.vtrr.layout import MEMBER_PREFIX, Stat
+
+#: FairQueue.stats: the counters the scripts keep but drop's, and two that follow from them.
 STAT_NAMES = (
-    "enqueued",
+    Stat.ENQUEUED.value,
     "dequeued",
     "acked",
-    "reclaimed",
-    "cancelled",
-    "released",
-    "promoted",
-    "credited",
+    Stat.RECLAIMED.value,
+    Stat.CANCELLED.value,
+    Stat.RELEASED.value,
+    Stat.PROMOTED.value,
+    Stat.CREDITED.value,
 )
-#: Counted by drop: what it deleted, queued and in flight.
-DROP_STATS = ("dropped_queued", "dropped_in_flight")
 #: The most queued items one credit moves: the work of a call stays bounded however many items
 #: a partition has queued (see credit.lua and docs/vtrr.md).
 CREDIT_MOVES = 256
@@ -84,11 +84,12 @@ def stats_of(raw: Mapping[Any, Any], queued: int, in_flight: int) -> dict[str, i
         acked    = dequeued - released - reclaimed - dropped_in_flight - in_flight
     """
     c = {as_text(k): int(v) for k, v in raw.items()}
-    n = {name: c.get(name, 0) for name in (*STAT_NAMES, *DROP_STATS)}
-    requeued = n["released"] + n["reclaimed"]
-    n["dequeued"] = n["enqueued"] + requeued - n["cancelled"] - n["dropped_queued"] - queued
-    n["acked"] = n["dequeued"] - requeued - n["dropped_in_flight"] - in_flight
-    return {name: n[name] for name in STAT_NAMES}
+    n = {stat: c.get(stat, 0) for stat in Stat}
+    requeued = n[Stat.RELEASED] + n[Stat.RECLAIMED]
+    dequeued = n[Stat.ENQUEUED] + requeued - n[Stat.CANCELLED] - n[Stat.DROPPED_QUEUED] - queued
+    acked = dequeued - requeued - n[Stat.DROPPED_IN_FLIGHT] - in_flight
+    counted = {"dequeued": dequeued, "acked": acked, **{str(s): v for s, v in n.items()}}
+    return {name: counted[name] for name in STAT_NAMES}
 
 
 def micros(seconds: float) -> int:

@@ -31,6 +31,7 @@ from app.store.keys import (
     job_key,
     webhooks_due_key,
 )
+from app.store.scripts import constants_lua
 from app.vtrr.scripts import source
 from app.vtrr.wire import as_text
 
@@ -86,8 +87,8 @@ class Deliveries:
         self.redis = client
         self.consumer = consumer
         self._max_attempts = max_attempts
-        self._scripts = {
-            name: client.register_script(source(name, LUA_DIR))
+        self._scripts = {  # after the store's constants: the metrics' fields (settle.lua)
+            name: client.register_script(f"{constants_lua()}\n{source(name, LUA_DIR)}")
             for name in ("accept", "claim", "settle", "adopt")
         }
 

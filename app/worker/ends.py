@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 
 from app import billing
+from app.bill import Charge
 from app.models import Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
@@ -42,12 +43,19 @@ class RunEnds:
         except Exception as exc:
             ended = internal(job_id, ended, exc)
         try:
-            charge: billing.Charge | None = self._price(kind, started, ended)
+            charge: Charge | None = self._price(kind, started, ended)
         except Exception:
             charge = None  # the price itself failed: nothing it could bill
-        return "failed: internal", internal_end(RunEnd(Status.FAILURE, charge, started.owner))
+        end = RunEnd(
+            job_id=job_id,
+            owner=started.owner,
+            status=Status.FAILURE,
+            charge=charge,
+            seconds=ended.seconds,
+        )
+        return "failed: internal", internal_end(end)
 
-    def _price(self, kind: Kind, started: Started, ended: Ended) -> billing.Charge:
+    def _price(self, kind: Kind, started: Started, ended: Ended) -> Charge:
         """What the run costs: the seconds it ran, at most its budget, at least MIN_BILLED_S."""
         end = None if ended.end == "success" else ended.end
         return billing.price(
@@ -68,12 +76,13 @@ class RunEnds:
         setup() failed (the job never began: the operator's type is at fault, not its owner)."""
         if ended.end == "cancelled":
             return self._stopped(kind, job_id, started, ended)
-        charge: billing.Charge | None = None  # a setup() that failed: the job never began
+        charge: Charge | None = None  # a setup() that failed: the job never began
         if ended.end != "setup":
             charge = self._price(kind, started, ended)
         status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
         end = RunEnd(
-            status, charge, started.owner, error=ended.error or "",
+            job_id=job_id, owner=started.owner, status=status, charge=charge,
+            seconds=ended.seconds, error=ended.error or "",
             error_kind=None if ended.end == "success" else ended.end,
             output=ended.output, tflops=_tflops(started.type, ended.output),
             peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
@@ -93,7 +102,8 @@ class RunEnds:
             return "lease lost", None  # another run owns the job now; leave its end to that run
         charge = self._price(kind, started, ended)
         end = RunEnd(
-            Status.REVOKED, charge if by == "owner" else None, started.owner,
+            job_id=job_id, owner=started.owner, status=Status.REVOKED,
+            charge=charge if by == "owner" else None, seconds=ended.seconds,
             error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes,
         )  # fmt: skip

@@ -124,7 +124,7 @@ class JobRunner:
         ran = self.run_started(kind, job_id, token, started)
         if ran.end is not None:
             who = {"task_id": job_id, "account": started.owner, "queue": kind}
-            recorded = self._finish(who, partial(self.recorder.record_end, job_id, token, ran.end))
+            recorded = self._finish(who, partial(self.recorder.record_end, token, ran.end))
             if not recorded and ran.end.status is not Status.REVOKED:  # a stop says who stopped
                 return "refused: another run owns the job"
         if ran.used_weight:

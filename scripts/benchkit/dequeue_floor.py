@@ -30,21 +30,27 @@ import redis
 from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from app.vtrr.keys import Keys
+from app.vtrr.layout import MEMBER_PREFIX, Field
 from app.vtrr.queue import RECLAIM_BATCH
 from app.vtrr.wire import micros
 from scripts.benchkit.stats import alternate, median, ratio
 
-FLOOR = """#!lua name=floor
+# The item's fields and the task id's place in a member, as the library's (app/vtrr/layout.py):
+# flat_dequeue works on the library's items, and floor_ack acks them.
+LEASE, PAYLOAD_FIELD, TASK_ID_AT = Field.LEASE.value, Field.PAYLOAD.value, MEMBER_PREFIX + 1
+READ = (Field.PARTITION, Field.WEIGHT, Field.PAYLOAD, Field.TIMEOUTS, Field.ENTRY)
+ITEM_FIELDS = ", ".join(f"'{field.value}'" for field in READ)
+FLOOR = f"""#!lua name=floor
 redis.register_function('floor_dequeue', function(KEYS, ARGV)
   local head = redis.call('ZPOPMIN', KEYS[1])
   if not head[1] then return false end
   local t = redis.call('TIME')
-  redis.call('HSET', KEYS[2] .. head[1], 'l', ARGV[1])
+  redis.call('HSET', KEYS[2] .. head[1], '{LEASE}', ARGV[1])
   redis.call('ZADD', KEYS[3], t[1] .. string.sub('00000' .. t[2], -6), head[1])
-  return {head[1], redis.call('HGET', KEYS[2] .. head[1], 'd')}
+  return {{head[1], redis.call('HGET', KEYS[2] .. head[1], '{PAYLOAD_FIELD}')}}
 end)
 redis.register_function('floor_ack', function(KEYS, ARGV)
-  if redis.call('HGET', KEYS[1] .. ARGV[1], 'l') ~= ARGV[2] then return 0 end
+  if redis.call('HGET', KEYS[1] .. ARGV[1], '{LEASE}') ~= ARGV[2] then return 0 end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', KEYS[1] .. ARGV[1])
   return 1
@@ -57,7 +63,7 @@ end)
 #: with an error instead. Its ack is floor_ack: the library's ack runs those three commands.
 #: KEYS: queue, item prefix, inflight, cvt, pqueued, queued_weight, items.
 #: ARGV: lease microseconds, lease token, most leases to reclaim.
-FLAT_DEQUEUE = """
+FLAT_DEQUEUE = f"""
 redis.register_function('flat_dequeue', function(KEYS, ARGV)
   local t = redis.call('TIME')
   t = t[1] .. string.sub('00000' .. t[2], -6)
@@ -66,20 +72,20 @@ redis.register_function('flat_dequeue', function(KEYS, ARGV)
   end
   local head = redis.call('ZPOPMIN', KEYS[1])
   if not head[1] then return false end
-  local id = string.sub(head[1], 18)
+  local id = string.sub(head[1], {TASK_ID_AT})
   redis.call('SET', KEYS[4], head[2])
   local key = KEYS[2] .. id
-  local f = redis.call('HMGET', key, 'p', 'w', 'd', 't', 'x')
+  local f = redis.call('HMGET', key, {ITEM_FIELDS})
   redis.call('ZREM', KEYS[7], f[5])
   if redis.call('HINCRBY', KEYS[5], f[1], '-1') <= 0 then
     return redis.error_reply('flat_dequeue: a partition went idle, which it does not model')
   end
   redis.call('DECRBY', KEYS[6], f[2])
-  redis.call('HSET', key, 'l', ARGV[2])
+  redis.call('HSET', key, '{LEASE}', ARGV[2])
   local expiry = string.format('%d', tonumber(t) + tonumber(ARGV[1]))
   redis.call('ZADD', KEYS[3], expiry, id)
   redis.call('ZCARD', KEYS[1])
-  return {id, f[3], f[4] or '0', expiry}
+  return {{id, f[3], f[4] or '0', expiry}}
 end)
 """
 PAYLOAD = "x" * 100

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message
 
 from app import billing
 from app.auth import Accounts
-from app.billing import Charge
+from app.bill import Charge
 from app.models import Kind, Status
 from app.settings import Settings
 from app.store import JobRecord, JobRecorder
@@ -78,7 +78,7 @@ class Worker:
         return self.recorder.finish(job_id, token, Status.SUCCESS, charge=charge, owner=job.owner)
 
     def fail(self, job_id: str, token: str, error: str) -> bool:
-        charge = Charge(cost=0.0, description="", gpu_seconds=0.0)
+        charge = Charge(cost_micros=0, description="", gpu_seconds=0.0, billed_ms=0)
         owner = self._job(job_id).owner
         return self.recorder.finish(
             job_id, token, Status.FAILURE, charge=charge, owner=owner, error=error

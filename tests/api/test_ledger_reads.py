@@ -11,9 +11,10 @@ import pytest
 import redis
 from sqlalchemy import create_engine
 
-from app.ledger.outbox import LedgerWriter, unwritten
+from app.ledger.outbox import STREAM, LedgerWriter, unwritten
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, OWNER, SECOND, SECOND_KEY, TEAM_KEY, Worker
+from tests.bills_in_flight import ENDED, OUTBOX_ENTRY
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +54,22 @@ async def test_a_bill_is_there_once_before_and_after_the_ledger_has_it(
     assert unwritten(r) == []
     assert await get(api, "/billing-records") == on_the_way
     assert write_ledger(api, r) == 0  # nothing new
+
+
+async def test_a_bill_the_previous_release_left_on_its_way_is_shown_as_it_was(
+    api: Api, r: redis.Redis
+) -> None:
+    r.xadd(STREAM, {"bill": OUTBOX_ENTRY})
+    shown = {
+        "user_id": OWNER, "task_id": ENDED, "cost": 1.25, "cost_micros": 1_250_000,
+        "description": "vad job (long queue), stopped at its time limit after 7.2 s (billed its"
+        " budget of 5 s)",
+        "kind": "long", "gpu_seconds": 7.25, "billed_seconds": 5.0, "billed_at": 1796416205.2245,
+        "type": "vad",
+    }  # fmt: skip
+    assert await get(api, "/billing-records") == [shown]
+    assert write_ledger(api, r) == 1
+    assert await get(api, "/billing-records") == [shown]
 
 
 async def test_pages_follow_the_before_cursor_across_written_and_unwritten_bills(

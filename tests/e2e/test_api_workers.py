@@ -6,7 +6,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -33,6 +33,37 @@ def api_processes(supervisor: int) -> set[int]:
     return found
 
 
+@contextlib.contextmanager
+def only(serving: int, pids: set[int]) -> Iterator[None]:
+    """Every new connection goes to `serving` while the block runs: the others are stopped.
+    uvicorn's supervisor replaces a process that does not answer its ping for 5 s, which on a
+    busy machine may happen to a stopped one meanwhile: one gone is left alone."""
+    others = pids - {serving}
+    for pid in others:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def in_turn(supervisor: int) -> Iterator[tuple[int, set[int]]]:
+    """Each of the two API processes in turn, with the processes there are at its turn: read
+    again each time, since a stopped one may have been replaced meanwhile (see only)."""
+    served: set[int] = set()
+    while len(served) < 2:
+        pids = wait_for(
+            lambda: found if len(found := api_processes(supervisor)) == 2 else None,
+            what="two API processes",
+        )
+        serving = min(pids - served)
+        yield serving, pids
+        served.add(serving)
+
+
 def statuses(stack: Stack, task_id: str) -> list[object]:
     """The statuses a fresh connection's event stream of the job carries, until it ends."""
     return [event["status"] for event in streamed(stack, DEMO_KEY, task_id)]
@@ -53,19 +84,12 @@ def two_api_processes(make_stack: Callable[..., Stack]) -> tuple[Stack, int, set
 def test_each_api_process_serves_jobs_and_their_streams_on_its_own(
     make_stack: Callable[..., Stack],
 ) -> None:
-    stack, _, pids = two_api_processes(make_stack)
-    for serving in sorted(pids):
-        (other,) = pids - {serving}
-        os.kill(other, signal.SIGSTOP)  # every new connection now goes to `serving`
-        try:
+    stack, supervisor, _ = two_api_processes(make_stack)
+    for serving, pids in in_turn(supervisor):
+        with only(serving, pids):
             task_id = submit(stack, DEMO_KEY, duration_s=0.2)
             # The worker's changes reach this process through its own subscription.
             assert statuses(stack, task_id) == ["PENDING", "STARTED", "SUCCESS"]
-        finally:
-            # uvicorn's supervisor replaces a process that does not answer its ping for 5 s;
-            # on a slow machine that may have happened to the stopped one meanwhile.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(other, signal.SIGCONT)
 
 
 def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) -> None:
@@ -90,7 +114,7 @@ def test_an_api_process_that_dies_is_replaced(make_stack: Callable[..., Stack]) 
 def test_a_key_revoked_through_one_api_process_is_refused_by_every_one(
     make_stack: Callable[..., Stack],
 ) -> None:
-    stack, _, pids = two_api_processes(make_stack)
+    stack, supervisor, _ = two_api_processes(make_stack)
     admin = {"X-API-Key": DEMO_KEY}  # the demo account is an admin
     made = httpx.post(f"{stack.url}/admin/accounts", headers=admin, json={"user_id": "fay"})
     assert made.status_code == 201, made.text
@@ -102,15 +126,10 @@ def test_a_key_revoked_through_one_api_process_is_refused_by_every_one(
         """Per API process: the seconds until it answers `code` to the key."""
         seen: dict[int, float] = {}
         began = time.monotonic()
-        for serving in sorted(pids):
-            (other,) = pids - {serving}
-            os.kill(other, signal.SIGSTOP)  # every new connection now goes to `serving`
-            try:
+        for serving, pids in in_turn(supervisor):
+            with only(serving, pids):
                 wait_for(lambda: account_status(stack, key) == code, what=f"{code} from {serving}")
                 seen[serving] = time.monotonic() - began
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(other, signal.SIGCONT)
         return seen
 
     answers_in_each(200)  # both processes know the new key

@@ -106,7 +106,8 @@ def test_killed_worker_s_job_succeeds_on_another_with_one_bill(
     make_stack: Callable[..., Stack],
 ) -> None:
     stack = make_stack(workers=2)
-    task_id = submit(stack, DEMO_KEY, duration_s=3)
+    # long enough that the kill comes while it runs, however slowly its start is seen
+    task_id = submit(stack, DEMO_KEY, duration_s=10)
     started = wait_for(
         lambda: (s := status(stack, DEMO_KEY, task_id))["status"] == "STARTED" and s,
         what="the job to start",
@@ -114,7 +115,7 @@ def test_killed_worker_s_job_succeeds_on_another_with_one_bill(
     victim = str(started["result"]["worker"]).split("@")[0]  # type: ignore[index]
     killed_at = time.time()
     stack.kill_worker(victim)
-    done = wait_for(lambda: finished(stack, DEMO_KEY, task_id), timeout=60, what="the rerun")
+    done = wait_for(lambda: finished(stack, DEMO_KEY, task_id), timeout=90, what="the rerun")
     assert done["status"] == "SUCCESS"
     assert done["attempts"] == 2
     result = done["result"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 
@@ -17,25 +15,11 @@ from app.api.routes.stream import REVOKED
 from app.auth import digest
 from app.dev.stack import Stack
 from tests.e2e.conftest import DEMO_KEY, wait_for
-from tests.e2e.test_api_workers import account_status, api_processes
+from tests.e2e.test_api_workers import account_status, api_processes, only
 from tests.e2e.test_jobs import submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ADMIN = {"X-API-Key": DEMO_KEY}  # the demo account is an admin
-
-
-@contextlib.contextmanager
-def only(serving: int, pids: set[int]) -> Iterator[None]:
-    """Every new connection goes to `serving` while the block runs: the others are stopped."""
-    others = pids - {serving}
-    for pid in others:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def events(lines: Iterator[str], within_s: float = 30.0) -> Iterator[tuple[str, dict[str, object]]]:

@@ -168,7 +168,7 @@ class Faults:
     def billed_ids(self, key: str) -> list[str]:
         """The task ids in the account's billing list, one per record."""
         database = self.stack.settings.database
-        return [b["task_id"] for b in bills_of(self.r, USER_OF[key], database)]
+        return [b.task_id for b in bills_of(self.r, USER_OF[key], database)]
 
     def billed_marker(self, task_id: str) -> bool:
         """Whether the job's "billed" marker exists."""

@@ -118,7 +118,8 @@ def test_redis_gone_for_a_moment_while_a_job_runs_does_not_fail_the_job(
 ) -> None:
     faults, first = proxied_stack_with_one_job_done(make_faults)
     assert faults.proxy is not None
-    task_id = faults.submit(DEMO_KEY, duration_s=2.0)
+    # long enough that the cut comes while it runs, however slowly its start is seen
+    task_id = faults.submit(DEMO_KEY, duration_s=10.0)
     wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the job to start")
 
     # The running job's next cancel check finds Redis gone; it comes back within the lease.
@@ -128,7 +129,7 @@ def test_redis_gone_for_a_moment_while_a_job_runs_does_not_fail_the_job(
     faults.proxy.heal()
     wait_for(lambda: faults.health() == 200, timeout=20, what="/health 200 again")
 
-    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the job's end")
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="the job's end")
     assert (done["status"], done["attempts"]) == ("SUCCESS", 1), done
     assert sorted(faults.billed_ids(DEMO_KEY)) == sorted([first, task_id])
     wait_for(faults.drained, timeout=10, what="both fair queues to empty")

@@ -60,7 +60,7 @@ def test_triggers_deleted_from_the_broker_are_restored_by_the_reclaim_and_every_
             == (6, 2)
             and {*s, *lo}
         ),
-        timeout=10,
+        timeout=30,
         what="reclaim_and_dispatch to send the triggers again",
     )
     assert restored.isdisjoint(sent)  # new messages, not the old ones come back

@@ -33,7 +33,8 @@ def test_sigkilled_worker_s_job_comes_back_within_the_lease_and_succeeds_with_on
     make_faults: Callable[..., Faults],
 ) -> None:
     faults = make_faults(workers=2)
-    task_id = faults.submit(DEMO_KEY, kind="long", duration_s=2)
+    # long enough that the kill comes while it runs, however slowly its start is seen
+    task_id = faults.submit(DEMO_KEY, kind="long", duration_s=8)
     first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
     victim = short_name(first["result"]["worker"])
     killed_at = time.time()
@@ -44,7 +45,7 @@ def test_sigkilled_worker_s_job_comes_back_within_the_lease_and_succeeds_with_on
         timeout=30,
         what="the job to start again",
     )
-    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=30, what="the rerun")
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="the rerun")
     recovery = rerun["result"]["started_at"] - killed_at
     print(f"\nSIGKILL -> job running again on another worker: {recovery:.2f} s (lease 2 s)")
 

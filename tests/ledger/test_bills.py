@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+from app.bill import Bill
 from app.ledger import bills
 from app.ledger.database import Database
 from app.ledger.schema import Base
@@ -17,21 +18,14 @@ DAY = 86_400.0
 START = 1_795_000_000.0  # a day in November 2026
 
 
-def a_bill(task_id: str, user: str = "u1", at: float = START, **more: object) -> dict[str, object]:
-    """A bill as the ledger's row of it."""
-    return bills.bill_row(lua_bill(task_id, user, at, **more))
-
-
-def lua_bill(
-    task_id: str, user: str = "u1", at: float = START, **more: object
-) -> dict[str, object]:
-    """A bill as finish.lua writes it."""
+def a_bill(task_id: str, user: str = "u1", at: float = START, **more: object) -> Bill:
+    """A bill as finish.lua writes it, read back."""
     fields: dict[str, object] = {
         "task_id": task_id, "user_id": user, "kind": "short", "type": "burn",
         "cost_micros": 2_000_000, "gpu_seconds": 1.5, "billed_ms": 1500, "billed_at": at,
         "description": "1.5 GPU-seconds",
     }  # fmt: skip
-    return {**fields, **more}
+    return Bill.read({**fields, **more})
 
 
 def test_the_migrations_make_the_schema_that_the_code_declares(db: Database) -> None:
@@ -90,18 +84,18 @@ def test_usage_adds_up_the_bills_by_each_grouping(db: Database) -> None:
             jobs: Counter[str] = Counter()
             cost: defaultdict[str, int] = defaultdict(int)
             gpu: defaultdict[str, float] = defaultdict(float)
-            for row in rows:
-                key = str(row[field])
+            for bill in rows:
+                key = str(bill.row()[field])
                 jobs[key] += 1
-                cost[key] += int(row["cost_micros"])  # type: ignore[call-overload]
-                gpu[key] += float(row["gpu_seconds"])  # type: ignore[arg-type]
+                cost[key] += bill.cost_micros
+                gpu[key] += bill.gpu_seconds
             found = bills.usage(session, group_by)  # type: ignore[arg-type]
             assert {u.key: u.jobs for u in found} == dict(jobs)
             assert {u.key: u.cost_micros for u in found} == dict(cost)  # exact: integers
             for u in found:
                 assert abs(u.gpu_seconds - gpu[u.key]) < 1e-6 * max(1.0, gpu[u.key])
         mine = bills.usage(session, "account", user_id="u2", start=START, end=START + DAY)
-        expected = [r for r in rows if r["user_id"] == "u2" and float(r["billed_at"]) < START + DAY]  # type: ignore[arg-type]
+        expected = [b for b in rows if b.user_id == "u2" and b.billed_at < START + DAY]
         assert [(u.key, u.jobs) for u in mine] == [("u2", len(expected))]
 
 
@@ -115,11 +109,11 @@ def test_a_page_joins_the_ledger_and_the_bills_on_their_way_each_once(db: Databa
         a_bill("t5", at=START + 5),
     ]
     with db.sessions() as session:
-        ledger = [bills.as_bill(row) for row in bills.bills(session, "u1", limit=3)]
+        ledger = bills.bills(session, "u1", limit=3)
     page = bills.page(ledger, on_the_way, limit=3)
-    assert [b["task_id"] for b in page] == ["t5", "t4", "t3"]  # t3 in both: once
+    assert [b.task_id for b in page] == ["t5", "t4", "t3"]  # t3 in both: once
     later = bills.page(ledger, on_the_way, limit=3, before=(START + 3, "t3"))
-    assert [b["task_id"] for b in later] == ["t2", "t1"]  # the ledger's page held 3 only
+    assert [b.task_id for b in later] == ["t2", "t1"]  # the ledger's page held 3 only
     assert bills.page(ledger, on_the_way, limit=9, start=START + 4, end=START + 5) == [
         on_the_way[1]
     ]
@@ -128,7 +122,7 @@ def test_a_page_joins_the_ledger_and_the_bills_on_their_way_each_once(db: Databa
 def test_usage_counts_a_bill_on_its_way_once_wherever_it_is(db: Database) -> None:
     with db.sessions.begin() as session:
         bills.record(session, [a_bill("t1"), a_bill("t2", user="u2", type="vad")])
-    on_the_way = [lua_bill("t2", user="u2", type="vad"), lua_bill("t3", type="vad")]  # t2 written
+    on_the_way = [a_bill("t2", user="u2", type="vad"), a_bill("t3", type="vad")]  # t2 written
     with db.sessions() as session:
         by_type = bills.usage_with(session, "type", on_the_way)
         mine = bills.usage_with(session, "account", on_the_way, user_id="u1")

@@ -8,9 +8,11 @@ import json
 
 import redis
 
+from app.bill import Bill
 from app.ledger import bills
 from app.ledger.database import Database
 from app.ledger.outbox import GROUP, STREAM, LedgerWriter, ensure_group, unwritten
+from tests.bills_in_flight import ENDED, OUTBOX_ENTRY, OWNER
 
 START = 1_795_000_000.0
 
@@ -35,7 +37,7 @@ def test_a_bill_on_its_way_is_visible_and_then_in_the_ledger_once(
 ) -> None:
     billed(r, "t1")
     billed(r, "t2")
-    assert [b["task_id"] for b in unwritten(r, "u1")] == ["t1", "t2"]
+    assert [b.task_id for b in unwritten(r, "u1")] == ["t1", "t2"]
     assert unwritten(r, "u2") == []
     writer = LedgerWriter(r, db, "w1")
     assert writer.write_once() == 2
@@ -68,7 +70,7 @@ def test_a_writer_that_dies_after_the_database_doubles_nothing(
     entries = r.xreadgroup(GROUP, "dead", {STREAM: ">"}, count=100)
     fields = entries[0][1][0][1]
     with db.sessions.begin() as session:  # its insert committed, its XACK never came
-        bills.record(session, [bills.bill_row(json.loads(fields[b"bill"]))])
+        bills.record(session, [Bill.read(fields[b"bill"])])
     assert LedgerWriter(r, db, "w2", idle_ms=0).write_once() == 0
     assert ledger_ids(db) == ["t1"]
     assert r.xlen(STREAM) == 0
@@ -91,10 +93,25 @@ def test_the_billing_lists_of_older_releases_are_moved_into_the_ledger_once(
     with db.sessions() as session:
         rows = {row.task_id: row for row in bills.bills(session, "u", limit=10)}
     assert (rows["t-new"].cost_micros, rows["t-new"].billed_ms) == (1_500_000, 3000)
-    assert (rows["t-old"].cost_micros, rows["t-old"].billed_ms, rows["t-old"].queue) == (
+    assert (rows["t-old"].cost_micros, rows["t-old"].billed_ms, rows["t-old"].kind) == (
         250_000,
         1000,
         "long",
     )
     r.rpush("fairgpu:billing:u", json.dumps(exact))  # seen again (a crash before the delete)
     assert writer.adopt_old_lists() == 0
+
+
+def test_a_bill_the_previous_release_left_in_the_outbox_is_written_as_it_was(
+    db: Database, r: redis.Redis
+) -> None:
+    r.xadd(STREAM, {"bill": OUTBOX_ENTRY})
+    [on_its_way] = unwritten(r, OWNER)
+
+    assert LedgerWriter(r, db, "w1").write_once() == 1
+
+    with db.sessions() as session:
+        [written] = bills.bills(session, OWNER, limit=10)
+    assert written == on_its_way == Bill.read(OUTBOX_ENTRY)
+    assert (written.task_id, written.kind, written.type) == (ENDED, "long", "vad")
+    assert (written.cost_micros, written.gpu_seconds, written.billed_ms) == (1_250_000, 7.25, 5000)

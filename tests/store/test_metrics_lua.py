@@ -1,36 +1,38 @@
-"""The histogram contract between the job scripts and the metrics reader: app/lua/_lib.lua and
-app.metrics name the same buckets the same way, checked with Redis's own Lua."""
+"""The histogram contract between the job scripts and the metrics reader: the scripts' bucket
+table and labels are generated from app/store/metrics.py, and what observe() files is what
+app/api/collector.py reads, checked with Redis's own Lua."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 import redis
 
-from app.api.collector import BUCKETS, bucket_label, histogram_buckets, read_counters
+from app.api.collector import histogram_buckets, read_counters
 from app.store.keys import METRICS
-from app.store.scripts import LUA_DIR
+from app.store.metrics import BEYOND, BUCKETS, Histogram, bucket_label
+from app.store.scripts import LUA_DIR, constants_lua
 
-LIB = (LUA_DIR / "_lib.lua").read_text()
-
-
-def lua_buckets_text() -> str:
-    """The text between the braces of `local BUCKETS = {...}` in _lib.lua."""
-    match = re.search(r"^local BUCKETS = \{([^}]*)\}", LIB, re.MULTILINE)
-    assert match is not None, "no `local BUCKETS = {...}` in _lib.lua"
-    return match.group(1)
+LIB = constants_lua() + "\n" + (LUA_DIR / "_lib.lua").read_text()
 
 
-def test_the_lua_bucket_list_is_the_python_one() -> None:
-    bounds = [float(x) for x in lua_buckets_text().split(",")]
-    assert bounds == [float(b) for b in BUCKETS]
-    assert bounds == sorted(set(bounds))
+def test_the_lua_buckets_and_labels_are_the_python_ones(r: redis.Redis) -> None:
+    script = f"""{constants_lua()}
+    local bounds, labels = {{}}, {{}}
+    for i, bound in ipairs(BUCKETS) do
+      bounds[i] = string.format('%.17g', bound)
+      labels[i] = BUCKET_LABELS[i]
+    end
+    return {{bounds, labels}}
+    """
+    bounds, labels = r.eval(script, 0)  # type: ignore[misc]
+    assert [float(b) for b in bounds] == [float(b) for b in BUCKETS]
+    assert [label.decode() for label in labels] == [bucket_label(b) for b in BUCKETS]
+    assert list(BUCKETS) == sorted(set(BUCKETS))
 
 
 def test_each_bucket_label_is_what_lua_tostring_writes(r: redis.Redis) -> None:
-    script = f"""
-    local BUCKETS = {{{lua_buckets_text()}}}
+    """The labels Prometheus has always seen: Lua's own print of each bound."""
+    script = f"""{constants_lua()}
     local out = {{}}
     for i, bound in ipairs(BUCKETS) do out[i] = tostring(bound) end
     return out
@@ -51,18 +53,18 @@ VALUES = [0.0, *BUCKETS, *(b + 1e-6 for b in BUCKETS), 0.05, 42.0, 1e6]
 
 
 def test_lua_observations_land_in_the_buckets_the_reader_reports(r: redis.Redis) -> None:
-    observe = LIB + "\nobserve(ARGV[1], 'wait', 'short', tonumber(ARGV[2]))\nreturn 1"
+    observe = LIB + "\nobserve(ARGV[1], HISTOGRAM_WAIT, 'short', tonumber(ARGV[2]))\nreturn 1"
     for v in VALUES:
         r.eval(observe, 0, METRICS, repr(float(v)))
 
-    buckets = histogram_buckets(read_counters(r), "wait", "short")
-    assert [label for label, _ in buckets] == [*map(bucket_label, BUCKETS), "+Inf"]
+    buckets = histogram_buckets(read_counters(r), Histogram.WAIT, "short")
+    assert [label for label, _ in buckets] == [*map(bucket_label, BUCKETS), BEYOND]
     for i, (_, cumulative) in enumerate(buckets[:-1]):
         # Prometheus's le: the observations at most this bound.
         assert cumulative == sum(1 for v in VALUES if v <= BUCKETS[i]), buckets[i]
     assert buckets[-1][1] == len(VALUES)
     assert read_counters(r)["wait_sum:short"] == pytest.approx(sum(VALUES))
-    assert histogram_buckets(read_counters(r), "wait", "long")[-1] == ("+Inf", 0.0)
+    assert histogram_buckets(read_counters(r), Histogram.WAIT, "long")[-1] == (BEYOND, 0.0)
     # No observation was filed under a label the reader does not know.
     known = {f"wait:short:{label}" for label, _ in buckets} | {"wait_sum:short"}
     assert set(read_counters(r)) == known

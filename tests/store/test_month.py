@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.api.budgets import month_of
-from app.store.keys import usage_key
-from app.store.scripts import LUA_DIR
+from app.store.scripts import LUA_DIR, constants_lua
 from tests.support import examples
 
-MONTH_OF = (LUA_DIR / "_lib.lua").read_text() + "\nreturn month_of(tonumber(ARGV[1]))"
+LIB = f"{constants_lua()}\n{(LUA_DIR / '_lib.lua').read_text()}"
+MONTH_OF = LIB + "\nreturn month_of(tonumber(ARGV[1]))"
 LATEST = datetime(2400, 1, 1, tzinfo=UTC).timestamp()
 
 
@@ -35,7 +35,3 @@ def test_every_month_starts_at_its_first_second(r: redis.Redis) -> None:
 @settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_the_scripts_month_is_pythons(r: redis.Redis, at: float) -> None:
     assert lua_month(r, at) == month_of(at)
-
-
-def test_the_scripts_name_the_usage_hash_as_python_does() -> None:
-    assert f"local USAGE = '{usage_key('')}'" in (LUA_DIR / "_lib.lua").read_text()

@@ -57,8 +57,9 @@ def started(primary: RedisServer, job_id: str) -> tuple[JobRecorder, redis.Redis
     return recorder, client
 
 
-def ended() -> RunEnd:
-    return RunEnd(Status.SUCCESS, billing.price(Settings(), "short", 0.5), OWNER)
+def ended(job_id: str) -> RunEnd:
+    charge = billing.price(Settings(), "short", 0.5)
+    return RunEnd(job_id=job_id, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=0.5)
 
 
 def test_the_end_is_announced_once_a_replica_has_it(primary: RedisServer, tmp_path: Path) -> None:
@@ -75,7 +76,7 @@ def test_the_end_is_announced_once_a_replica_has_it(primary: RedisServer, tmp_pa
         linked = lambda: mirror.info("replication").get("master_link_status") == "up"  # noqa: E731
         wait_until(linked, 30, "the replica to have synced")
 
-        assert recorder.record_end(job, "token", ended())
+        assert recorder.record_end("token", ended(job))
 
         message = heard.get_message(timeout=5)
         assert message is not None and message["data"] == job.encode()
@@ -95,7 +96,7 @@ def test_an_end_no_replica_has_is_refused_and_not_announced(primary: RedisServer
     assert heard.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
 
     with pytest.raises(NotReplicatedError, match="0 of 1 replicas"):
-        recorder.record_end(job, "token", ended())
+        recorder.record_end("token", ended(job))
 
     assert client.hget(job_key(job), "status") == b"SUCCESS"  # on the primary all the same
     assert heard.get_message(timeout=0.5) is None  # but no API process was told

@@ -183,7 +183,7 @@ async def test_a_run_given_a_charge_is_billed_whatever_its_end(
     assert recorder.finish(JOB, "token-1", status, charge=charge, owner=OWNER)
 
     [record] = bills_of(r, OWNER)
-    assert (record["task_id"], record["cost_micros"]) == (JOB, 1_500_000)
+    assert (record.task_id, record.cost_micros) == (JOB, 1_500_000)
 
 
 async def test_a_run_given_no_charge_is_not_billed(

@@ -35,7 +35,7 @@ from celery.signals import after_task_publish, task_postrun
 from redis import Redis
 
 from app.vtrr import VTRRQueue, VTRRTask
-from app.vtrr.trigger_push import TRIGGER_ID
+from app.vtrr.layout import TRIGGER_ID
 
 CONFIG_ENV = "VTRR_TEST_CONFIG"
 RUNS_KEY = "test:runs"

@@ -18,7 +18,7 @@ from celery import Celery, Task
 from app.dev.redis_server import RedisServer
 from app.vtrr import VTRRQueue
 from app.vtrr.celery_queue import TRIGGER_MESSAGE_TTL_S
-from app.vtrr.trigger_push import TRIGGER_ID
+from app.vtrr.layout import TRIGGER_ID
 
 
 def make_app(broker_url: str, **conf: Any) -> Celery:

@@ -14,7 +14,7 @@ import redis
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from app.billing import Charge
+from app.bill import Charge
 from app.models import Status
 from app.settings import Settings
 from app.store import JobRecorder, JobStore
@@ -63,7 +63,9 @@ class Jobs:
         return self.recorder.start(job_id, TOKEN, "cpu@test", None).run
 
     def finish(self, job_id: str, status: Status, **fields: Any) -> bool:
-        charge = Charge(cost=0.5, description="Short GPU job", gpu_seconds=1.0)
+        charge = Charge(
+            cost_micros=500_000, description="Short GPU job", gpu_seconds=1.0, billed_ms=1000
+        )
         return self.recorder.finish(job_id, TOKEN, status, charge=charge, owner=OWNER, **fields)
 
     def handed_over(self) -> list[str]:

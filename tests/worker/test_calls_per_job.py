@@ -62,6 +62,6 @@ def test_a_drain_costs_one_scripting_call_per_job_and_one_more(
     for name in names:
         assert r.hget(job_key(name), "status") == b"SUCCESS"
     bills = [b for o in (ALICE, BOB) for b in bills_of(r, o)]
-    assert sorted(b["task_id"] for b in bills if b["task_id"] != "warm-up") == sorted(names)
+    assert sorted(b.task_id for b in bills if b.task_id != "warm-up") == sorted(names)
     queues = w.service.queues
     assert (queues["short"].pending(), queues["long"].pending()) == (0, 0)

@@ -129,7 +129,7 @@ def test_a_failure_of_the_worker_after_the_run_still_ends_the_job_internal_bille
         INTERNAL_ERROR,
     )
     assert "artifacts" not in job and "output" not in job
-    assert [b["task_id"] for b in bills_of(r, ALICE)] == ["J1"]  # billed by the rule, once
+    assert [b.task_id for b in bills_of(r, ALICE)] == ["J1"]  # billed by the rule, once
     assert w.service.queues["short"].pending() == 0  # and only then acked
 
 
@@ -154,7 +154,7 @@ def test_a_run_that_lost_its_lease_ends_nothing_and_its_rerun_is_billed_once(
     job = ended(r, "J1")
     assert (job["status"], job["attempts"]) == ("SUCCESS", "2")
     [bill] = bills_of(r, ALICE)
-    assert bill["task_id"] == "J1"
+    assert bill.task_id == "J1"
     assert w.service.queues["short"].pending() == 0
 
 
@@ -165,7 +165,7 @@ def test_a_bill_never_exceeds_the_jobs_budget(
     w.submit(r, "short", "J1", job_type="overruns", duration_s=0.05)
     w.trigger("short")
     assert ended(r, "J1")["status"] == "SUCCESS"
-    [bill] = [billing.record(b) for b in bills_of(r, ALICE)]
+    [bill] = bills_of(r, ALICE)
     assert bill.billed_seconds == 0.05  # what admission held, not the 0.3 s it ran
     assert bill.gpu_seconds >= 0.3  # the seconds it ran are on the bill
     assert bill.description.endswith("(billed its budget of 0.05 s)")

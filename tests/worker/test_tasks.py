@@ -11,7 +11,6 @@ import pytest
 import redis
 from pydantic import BaseModel
 
-from app import billing
 from app.auth import Accounts
 from app.billing import price
 from app.jobs import JobContext, JobType, Registry, job, load_registry
@@ -113,7 +112,7 @@ def test_a_job_that_raises_fails_with_the_error_and_is_billed_for_its_time(
     assert job.error_kind == "exception"
     assert "RuntimeError: CUDA error: out of memory" in (job.error or "")
     # it held the GPU: billed what it ran, at least the 1 s floor
-    records = [billing.record(x) for x in bills_of(r, OWNER)]
+    records = bills_of(r, OWNER)
     assert [(x.task_id, x.billed_seconds) for x in records] == [("job-2", 1.0)]
 
 
@@ -167,7 +166,7 @@ def test_a_running_job_cancelled_by_its_owner_is_revoked_and_billed_for_its_time
     assert service.runner.run("short", "job-5", token) == "cancelled"
     job = service.recorder.get("job-5")
     assert job is not None and (job.status, job.error_kind) == ("REVOKED", "cancelled")
-    records = [billing.record(x) for x in bills_of(r, OWNER)]
+    records = [x.record() for x in bills_of(r, OWNER)]
     assert [(x.task_id, x.billed_seconds, x.cost) for x in records] == [("job-5", 1.0, 0.5)]
     assert "cancelled after" in records[0].description
 

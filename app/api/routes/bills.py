@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from app import billing
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.responses import ERRORS
 from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
+from app.bill import MICROS, Bill
 from app.ledger import bills
 from app.models import BillingRecord, ErrorBody, GroupBy, UsageReport, UsageRow
 
@@ -68,32 +68,30 @@ async def billing_records(
     unwritten = await runtime.store.unwritten_bills(user_id)
     cursor = None if before is None else await _cursor(runtime, user_id, str(before), unwritten)
 
-    def read() -> list[dict[str, Any]]:
+    def read() -> list[Bill]:
         with runtime.ledger.db.sessions() as session:
-            rows = bills.bills(session, user_id, limit=limit, start=begins, end=ends, before=cursor)
-            return [bills.as_bill(row) for row in rows]
+            return bills.bills(session, user_id, limit=limit, start=begins, end=ends, before=cursor)
 
     written = await asyncio.to_thread(read)
     page = bills.page(written, unwritten, limit=limit, start=begins, end=ends, before=cursor)
-    return [billing.record(bill) for bill in page]
+    return [bill.record() for bill in page]
 
 
 async def _cursor(
-    runtime: Runtime, user_id: str, task_id: str, unwritten: list[dict[str, Any]]
+    runtime: Runtime, user_id: str, task_id: str, unwritten: list[Bill]
 ) -> tuple[float, str]:
     """Where the page before ended: the time and id of the caller's bill of task_id."""
-    bill = next((b for b in unwritten if b["task_id"] == task_id), None)
+    bill = next((b for b in unwritten if b.task_id == task_id), None)
     if bill is None:
 
-        def find() -> dict[str, Any] | None:
+        def find() -> Bill | None:
             with runtime.ledger.db.sessions() as session:
-                row = bills.find(session, user_id, task_id)
-                return None if row is None else bills.as_bill(row)
+                return bills.find(session, user_id, task_id)
 
         bill = await asyncio.to_thread(find)
     if bill is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NO_SUCH_BILL)
-    return float(bill["billed_at"]), task_id
+    return bill.billed_at, task_id
 
 
 @router.get("/usage", response_model=UsageReport, responses={**ERRORS, **BAD_QUERY})
@@ -131,6 +129,6 @@ def _row(used: bills.Usage) -> UsageRow:
         key=used.key,
         gpu_seconds=round(used.gpu_seconds, 3),
         jobs=used.jobs,
-        cost=used.cost_micros / billing.MICROS,
+        cost=used.cost_micros / MICROS,
         cost_micros=used.cost_micros,
     )

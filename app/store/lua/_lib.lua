@@ -1,8 +1,10 @@
 -- _lib.lua: helpers shared by the service's job scripts; prepended to each of them.
 -- Every script gets KEYS[1] = the job's hash and KEYS[2] = the job's event stream.
+-- What the Python spells too is not spelled here: app/store/scripts.py puts its constants
+-- before this file, as locals (TERMINAL, the statuses that end a job; USAGE; MOVES_SUFFIX; the
+-- metrics' fields METRIC_* and HISTOGRAM_*, and BUCKETS with their BUCKET_LABELS).
 
 local JOB, EVENTS = KEYS[1], KEYS[2]
-local TERMINAL = {SUCCESS = true, FAILURE = true, REVOKED = true}
 
 local function now()
   local t = redis.call('TIME')
@@ -25,26 +27,26 @@ local function emit(channel, job_id, ttl)
   return id
 end
 
--- Counters and histograms of the service, all in one hash (see app/metrics.py): a field per
--- counter, `<name>:<kind>:<le>` per histogram bucket (not cumulative; the reader adds them up).
-local BUCKETS = {0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200}
+-- Counters and histograms of the service, all in one hash (see app/store/metrics.py): a field
+-- per counter, `<name>:<kind>:<le>` per histogram bucket (not cumulative; the reader adds them
+-- up).
 local function bump(metrics, field, by)
   redis.call('HINCRBYFLOAT', metrics, field, by or 1)
 end
 local function observe(metrics, name, kind, value)
-  local le = '+Inf'
-  for _, bound in ipairs(BUCKETS) do
-    if value <= bound then le = tostring(bound); break end
+  local le = BEYOND
+  for i, bound in ipairs(BUCKETS) do
+    if value <= bound then le = BUCKET_LABELS[i]; break end
   end
   bump(metrics, name .. ':' .. kind .. ':' .. le)
-  bump(metrics, name .. '_sum:' .. kind, value)
+  bump(metrics, name .. HISTOGRAM_SUM .. ':' .. kind, value)
 end
 
 -- An account's use of its monthly budgets (app/store/keys.py usage_key): `<YYYY-MM>:billed_ms`
 -- and `<YYYY-MM>:cost_micros` per month billed (Redis's clock, UTC), and `held_ms` and
 -- `held_micros`, what the account's unended jobs may still cost (each job's own share is on its
 -- hash as `held_ms` and `held_micros`, set only where the account has a budget: submit.lua).
-local USAGE = 'fairgpu:usage:'
+-- USAGE is the prefix of those hashes' keys.
 
 -- The UTC month ('2026-11') of a Unix time: days since 1970 to a civil date (the proleptic
 -- Gregorian calendar, counted in 400-year eras of 146097 days from 0000-03-01).
@@ -77,14 +79,14 @@ end
 -- fairgpu_jobs_ended_total; a job created before types existed is a burn job. Every script
 -- that ends a job calls this once, so the job's hold on its budget ends here too.
 local function ended(metrics, how)
-  bump(metrics, 'ended:' .. (redis.call('HGET', JOB, 'type') or 'burn') .. ':' .. how)
+  bump(metrics, METRIC_ENDED .. ':' .. (redis.call('HGET', JOB, 'type') or 'burn') .. ':' .. how)
   release_hold()
 end
 
 -- Tell the API processes that the order of a queue changed (a job joined, left or started), so
 -- that the streams of queued jobs recompute their position.
 local function moved(channel, kind)
-  redis.call('PUBLISH', channel .. ':moves', kind)
+  redis.call('PUBLISH', channel .. MOVES_SUFFIX, kind)
 end
 
 -- Hand an ended job's webhook, if it has one, to the sender (app/webhooks/): its id goes on the

@@ -7,14 +7,13 @@
 -- KEYS[7] the job's log stream
 -- KEYS[8] the webhooks stream: the job's webhook, if any, goes there (_lib.lua notify)
 -- KEYS[9] the ledger's outbox stream: the bill goes there, for the SQL ledger
--- ARGV[1] job id  ARGV[2] lease token  ARGV[3] status (SUCCESS|FAILURE|REVOKED)
--- ARGV[4] error ('' none)  ARGV[5] tflops ('' none)
--- ARGV[6] cost in integer micro-units ('' bills nothing)
--- ARGV[7] description  ARGV[8] GPU-seconds used  ARGV[9] seconds billed, in whole milliseconds
--- ARGV[10] channel  ARGV[11] ttl
--- ARGV[12] error kind ('': 'exception' for a FAILURE, 'cancelled' for a REVOKED)
--- ARGV[13] the job's output, JSON ('' none)  ARGV[14] peak GPU memory, bytes ('' unknown)
--- ARGV[15] peak resident memory, bytes ('' unknown)
--- ARGV[16] the artifacts stored, JSON [{"name", "size", "sha256"}] ('' none)
+-- ARGV[1] job id  ARGV[2] lease token  ARGV[3] channel ('': the worker announces the end)
+-- ARGV[4] ttl
+-- ARGV[5] the run's end, one JSON object (app/store/recorder.py RunEnd.to_lua):
+--           owner, status (SUCCESS|FAILURE|REVOKED),
+--           job: {field: text}, written on the job's hash as they are (error, error_kind,
+--                output, tflops, peaks, artifacts: those that are not empty),
+--           bill (absent: no bill): the charge (app/bill.py Charge), kept field by field in
+--                the ledger's outbox with its stamp (runs.lua stamp_bill)
 -- Reply: 1 when recorded, 0 when refused (stale token, or the job is not running).
-return finish_run(KEYS, ARGV)
+return finish_run(KEYS, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), cjson.decode(ARGV[5]))

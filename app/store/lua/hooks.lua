@@ -17,18 +17,18 @@ end
 -- start: the job had ended) or no longer holds its lease (it expired and went back to the queue
 -- while the worker was frozen or cut off: the job's next run ends it and is billed, this one
 -- neither); say that the queue's order changed when the step credited the account.
--- args: the owner, then finish.lua's ARGV[3] onwards. Reply: finish.lua's, or nil.
+-- args: finish.lua's ARGV[3] onwards (the channel, the ttl, the run's end as JSON).
+-- Reply: finish.lua's, or nil.
 local function done(id, token, args, step)
   if step.credited > 0 then
     redis.call('PUBLISH', NAMES.moves, redis.call('HGET', NAMES.job .. id, 'kind') or '')
   end
   if #args == 0 or not step.held then return nil end
-  local keys = {NAMES.job .. id, NAMES.events .. id, USAGE .. args[1],
+  local run = cjson.decode(args[3])
+  local keys = {NAMES.job .. id, NAMES.events .. id, USAGE .. run.owner,
                 NAMES.billed .. id, NAMES.metrics, NAMES.input .. id, NAMES.logs .. id,
                 NAMES.webhooks, NAMES.ledger}
-  local argv = {id, token}
-  for i = 2, #args do argv[#argv + 1] = args[i] end
-  return finish_run(keys, argv)
+  return finish_run(keys, id, token, args[1], tonumber(args[2]), run)
 end
 
 -- admit and enqueued: a submit's checks and its record (submit.lua), around the queue's own

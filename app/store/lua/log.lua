@@ -20,7 +20,7 @@ if #ARGV >= 8 then redis.call('EXPIRE', KEYS[3], ttl) end
 if ARGV[6] ~= '' then
   redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', 'log', 'data', ARGV[6])
   local dropped = tonumber(ARGV[7])
-  if dropped > 0 then bump(KEYS[4], 'log_lines_dropped', dropped) end
+  if dropped > 0 then bump(KEYS[4], METRIC_LOG_LINES_DROPPED, dropped) end
   redis.call('PUBLISH', ARGV[3] .. ':' .. ARGV[1], ARGV[1])
   redis.call('EXPIRE', JOB, ttl)
   redis.call('EXPIRE', EVENTS, ttl)

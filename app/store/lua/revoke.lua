@@ -24,7 +24,7 @@ end
 redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'cancel', by,
            'error_kind', 'cancelled')
 local kind = redis.call('HGET', JOB, 'kind')
-bump(KEYS[3], 'finished:' .. kind .. ':REVOKED')
+bump(KEYS[3], METRIC_FINISHED .. ':' .. kind .. ':REVOKED')
 ended(KEYS[3], 'cancelled')
 notify(KEYS[4])
 moved(ARGV[2], kind)

@@ -1,8 +1,8 @@
--- runs.lua: a run's start and end, as functions of (keys, argv): start.lua and finish.lua
--- call them with their own KEYS and ARGV, and the fair queue's step calls them with keys built
--- from the job's id (hooks.lua), so that a worker's lease and a job's start are one call, and
--- a job's end, its bill, the ack and the next lease another. Their header comments say what
--- keys and argv hold.
+-- runs.lua: a run's start and end, as functions: start.lua and finish.lua call them with their
+-- own KEYS and ARGV, and the fair queue's step calls them with keys built from the job's id
+-- (hooks.lua), so that a worker's lease and a job's start are one call, and a job's end, its
+-- bill, the ack and the next lease another. start.lua's and finish.lua's headers say what
+-- their arguments hold.
 
 local RUN_EWMA_WEIGHT = 0.2
 
@@ -14,7 +14,7 @@ local function start_run(keys, argv)
   if redis.call('HGET', JOB, 'cancel') then
     -- cancelled while its last run was being lost: end it without running it again
     redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'error_kind', 'cancelled')
-    bump(keys[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':REVOKED')
+    bump(keys[3], METRIC_FINISHED .. ':' .. redis.call('HGET', JOB, 'kind') .. ':REVOKED')
     ended(keys[3], 'cancelled')
     notify(keys[5])
     emit(argv[6], argv[1], ttl)
@@ -25,7 +25,7 @@ local function start_run(keys, argv)
   if attempts >= tonumber(argv[5]) then
     redis.call('HSET', JOB, 'status', 'FAILURE', 'finished_at', t, 'error_kind', 'lost', 'error',
                'the worker running it was lost ' .. attempts .. ' times')
-    bump(keys[3], 'finished:' .. redis.call('HGET', JOB, 'kind') .. ':FAILURE')
+    bump(keys[3], METRIC_FINISHED .. ':' .. redis.call('HGET', JOB, 'kind') .. ':FAILURE')
     ended(keys[3], 'lost')
     notify(keys[5])
     emit(argv[6], argv[1], ttl)
@@ -35,9 +35,9 @@ local function start_run(keys, argv)
              'worker', argv[3], 'token', argv[2])
   if argv[4] == '' then redis.call('HDEL', JOB, 'gpu_id') else redis.call('HSET', JOB, 'gpu_id', argv[4]) end
   local kind = redis.call('HGET', JOB, 'kind')
-  bump(keys[3], 'attempts:' .. kind)
+  bump(keys[3], METRIC_ATTEMPTS .. ':' .. kind)
   if attempts == 0 then
-    observe(keys[3], 'wait', kind, t - tonumber(redis.call('HGET', JOB, 'enqueued_at')))
+    observe(keys[3], HISTOGRAM_WAIT, kind, t - tonumber(redis.call('HGET', JOB, 'enqueued_at')))
   end
   moved(argv[6], kind)
   emit(argv[6], argv[1], ttl)
@@ -47,56 +47,51 @@ local function start_run(keys, argv)
   return {'run', attempts + 1, fields[1], fields[2], fields[3] or 'burn', input or '{}'}
 end
 
-local function finish_run(keys, argv)
+-- A bill as the ledger keeps it (app/bill.py Bill): the worker's charge, its fields as they
+-- came, stamped with what the store knows of its own (app/bill.py STAMPED): the job, its
+-- account, queue and type from the job's record, and the time.
+local function stamp_bill(bill, id, t)
+  local job = redis.call('HMGET', JOB, 'owner', 'kind', 'type')
+  bill.task_id, bill.user_id, bill.kind, bill.type = id, job[1], job[2], job[3] or 'burn'
+  bill.billed_at = t
+  return bill
+end
+
+-- The run's end: `run` is app/store/recorder.py RunEnd.to_lua's object, decoded once.
+local function finish_run(keys, id, token, channel, ttl, run)
   JOB, EVENTS = keys[1], keys[2]
-  if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= argv[2] then
+  if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= token then
     return 0
   end
   local t = now()
-  local status = argv[3]
+  local status = run.status
   redis.call('HSET', JOB, 'status', status, 'finished_at', t)
-  local optional = {error = argv[4], tflops = argv[5], output = argv[13],
-                    peak_gpu_memory_bytes = argv[14], peak_rss_bytes = argv[15],
-                    artifacts = argv[16]}
-  for field, value in pairs(optional) do
-    if value ~= '' then redis.call('HSET', JOB, field, value) end
-  end
-  local how = 'success'
-  if status ~= 'SUCCESS' then
-    how = argv[12]
-    if how == '' then how = (status == 'REVOKED') and 'cancelled' or 'exception' end
-    redis.call('HSET', JOB, 'error_kind', how)
-  end
-  local ttl = tonumber(argv[11])
+  for field, value in pairs(run.job) do redis.call('HSET', JOB, field, value) end
+  local how = run.job.error_kind or 'success'  -- the worker names it for every other end
   redis.call('EXPIRE', keys[6], ttl)
   redis.call('EXPIRE', keys[7], ttl)  -- the log lines are kept as long as the record
   local kind = redis.call('HGET', JOB, 'kind')
   local ran = t - tonumber(redis.call('HGET', JOB, 'started_at'))
-  bump(keys[5], 'finished:' .. kind .. ':' .. status)
+  bump(keys[5], METRIC_FINISHED .. ':' .. kind .. ':' .. status)
   ended(keys[5], how)
-  observe(keys[5], 'run', kind, ran)
+  observe(keys[5], HISTOGRAM_RUN, kind, ran)
   if status == 'SUCCESS' then
     -- recent run time per queue, for the estimated start of queued jobs
     local mean = tonumber(redis.call('HGET', keys[5], 'run_ewma:' .. kind) or ran)
     redis.call('HSET', keys[5], 'run_ewma:' .. kind, mean + RUN_EWMA_WEIGHT * (ran - mean))
   end
-  if argv[6] ~= '' and redis.call('SET', keys[4], 1, 'NX', 'EX', ttl) then
-    local fields = redis.call('HMGET', JOB, 'owner', 'kind', 'type')
-    local micros, billed_ms = tonumber(argv[6]), tonumber(argv[9])
-    -- integers all the way (cjson writes them exactly below 1e14): bills and totals add up.
+  if run.bill and redis.call('SET', keys[4], 1, 'NX', 'EX', ttl) then
+    local bill = stamp_bill(run.bill, id, t)
+    -- Integers all the way (cjson writes them exactly below 1e14): bills and totals add up.
     -- The bill goes to the ledger's outbox (app/ledger/outbox.py) in this same step.
-    redis.call('XADD', keys[9], '*', 'bill', cjson.encode({
-      user_id = fields[1], task_id = argv[1], kind = fields[2], type = fields[3] or 'burn',
-      cost_micros = micros, description = argv[7], gpu_seconds = tonumber(argv[8]),
-      billed_ms = billed_ms, billed_at = t,
-    }))
+    redis.call('XADD', keys[9], '*', 'bill', cjson.encode(bill))
     local month = month_of(t)
-    redis.call('HINCRBY', keys[3], month .. ':billed_ms', billed_ms)
-    redis.call('HINCRBY', keys[3], month .. ':cost_micros', micros)
-    redis.call('HINCRBY', keys[5], 'billed_micros:' .. kind, micros)
-    redis.call('HINCRBY', keys[5], 'billed_ms:' .. kind, billed_ms)
+    redis.call('HINCRBY', keys[3], month .. ':billed_ms', bill.billed_ms)
+    redis.call('HINCRBY', keys[3], month .. ':cost_micros', bill.cost_micros)
+    redis.call('HINCRBY', keys[5], METRIC_BILLED_MICROS .. ':' .. kind, bill.cost_micros)
+    redis.call('HINCRBY', keys[5], METRIC_BILLED_MS .. ':' .. kind, bill.billed_ms)
   end
   notify(keys[8])
-  emit(argv[10], argv[1], ttl)
+  emit(channel, id, ttl)
   return 1
 end

@@ -1,16 +1,19 @@
 -- _lib.lua: the helpers every operation shares. On Redis 7 they are one function library's
 -- locals, built once when it loads; on Redis 6.2 this file is prepended to each script.
+-- What the Python spells too (an item's fields F_*, the counters STAT_*, the member's layout,
+-- the words of ARGV and of error replies) is not spelled here: app/vtrr/layout.py puts its
+-- constants before this file, as locals of their own.
 --
 -- Each operation declares the keys it touches in its header (`-- KEYS: queue meta ...`), and
 -- `bind` gives them their names in `K` at the start of each call; a name that the operation
 -- did not declare is an error. All keys share the hash tag {name}. The names:
 --   queue            ZSET  member -> virtual start time
 --   item             the prefix of the items' own keys: item .. <task id> is a HASH from
---                          enqueue until ack: p partition, c cost (weight / share), w weight,
---                          d payload, m its queue member, x its entry in items,
---                          l its lease token while leased,
---                          t times its lease expired and was reclaimed (absent: 0),
---                          k the lease credited since the item was last charged
+--                          enqueue until ack: F_PARTITION, F_COST (weight / share), F_WEIGHT,
+--                          F_PAYLOAD, F_MEMBER its queue member, F_ENTRY its entry in items,
+--                          F_LEASE its lease token while leased,
+--                          F_TIMEOUTS times its lease expired and was reclaimed (absent: 0),
+--                          F_CREDITED the lease credited since the item was last charged
 --   inflight         ZSET  task id -> lease expiry (Redis TIME, whole microseconds)
 --   cvt              STRING the queue's virtual time
 --   pvt              HASH  partition -> virtual finish time of its last item
@@ -27,14 +30,14 @@
 --                          (set by a VTRRQueue whose broker is this Redis)
 --   broker           LIST  the Celery queue those triggers go to
 --
--- An item is queued while its hash has no lease token (l), and in flight while it has one.
--- A queue member is "<1|0><15-digit counter>:<task id>". Equal scores sort by member, so items
--- of equal virtual time leave in arrival order ("1" + arrival counter); "0" marks items put at
--- the front, whose counter runs downwards so the latest one put there leaves first.
+-- An item is queued while its hash has no lease token (F_LEASE), and in flight while it has
+-- one. A queue member is FAIR_MARK or FRONT_MARK, a counter (COUNTER_FORMAT), SEPARATOR, then
+-- the task id (from TASK_ID_AT). Equal scores sort by member, so items of equal virtual time
+-- leave in arrival order (FAIR_MARK and the arrival counter); FRONT_MARK sorts first and marks
+-- items put at the front, whose counter runs down from FRONT_BASE so the latest one put there
+-- leaves first.
 
 local K  -- this call's keys, by name (see bind)
-
-local FRONT_BASE = 999999999999999
 
 -- Redis's clock in whole microseconds, as a string. Lease expiries are kept in microseconds:
 -- an integer parses and prints several times faster than a decimal fraction, which was the
@@ -50,15 +53,16 @@ local function clock_plus(us)
 end
 
 local function task_id_of(member)
-  return string.sub(member, 18)
+  return string.sub(member, TASK_ID_AT)
 end
 
 local function arrival_member(id)
-  return '1' .. string.format('%015d', redis.call('INCR', K.seq)) .. ':' .. id
+  return FAIR_MARK .. string.format(COUNTER_FORMAT, redis.call('INCR', K.seq)) .. SEPARATOR .. id
 end
 
 local function front_member(id)
-  return '0' .. string.format('%015d', FRONT_BASE - redis.call('INCR', K.seq)) .. ':' .. id
+  local n = FRONT_BASE - redis.call('INCR', K.seq)
+  return FRONT_MARK .. string.format(COUNTER_FORMAT, n) .. SEPARATOR .. id
 end
 
 local function current_vt()
@@ -126,10 +130,10 @@ end
 
 -- The index of queued items by partition (items): every queue member, prefixed with its
 -- partition and that partition's length so that one partition's prefix is never another's.
--- All scores are 0, so ZRANGEBYLEX lists a partition's front-placed items ("0...") and then its
--- fair ones ("1...") in arrival order, in O(log N) plus what it returns.
+-- All scores are 0, so ZRANGEBYLEX lists a partition's front-placed items (FRONT_MARK) and then
+-- its fair ones (FAIR_MARK) in arrival order, in O(log N) plus what it returns.
 local function items_prefix(p)
-  return #p .. ':' .. p .. ':'
+  return #p .. SEPARATOR .. p .. SEPARATOR
 end
 
 local function unindex_item(entry)
@@ -167,16 +171,16 @@ end
 -- A fair placement charges it again, so it may be credited again. Returns its payload's key.
 local function requeue(id, front)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, 'p', 'c', 'w')
+  local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT)
   redis.call('ZREM', K.inflight, id)
   local score, member = placement(id, f[1], f[2], front)
   local entry = queue(f[1], f[3], score, member)
   if front then
-    redis.call('HDEL', key, 'l')
+    redis.call('HDEL', key, F_LEASE)
   else
-    redis.call('HDEL', key, 'l', 'k')
+    redis.call('HDEL', key, F_LEASE, F_CREDITED)
   end
-  redis.call('HSET', key, 'm', member, 'x', entry)
+  redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
   return key
 end
 
@@ -184,16 +188,15 @@ end
 local function reclaim(t, limit, front)
   local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
   for _, id in ipairs(expired) do
-    redis.call('HINCRBY', requeue(id, front), 't', 1)
+    redis.call('HINCRBY', requeue(id, front), F_TIMEOUTS, 1)
   end
-  if #expired > 0 then count('reclaimed', #expired) end
+  if #expired > 0 then count(STAT_RECLAIMED, #expired) end
   return #expired
 end
 
 -- Send n triggers. Where a trigger message is stored, push them onto the broker's list here, in
 -- the same call that made them due, exactly as Kombu would (LPUSH of the message, each with a
 -- fresh id where the template says TRIGGER_ID); returns how many the caller must still publish.
-local TRIGGER_ID = 'VTRRTRIGGERID'  -- letters only: it is a gsub pattern
 local pushed = 0  -- triggers this call pushed, for replies that count every trigger sent (bind
                   -- zeroes it: in a function library it outlives the call)
 local function push_triggers(n)
@@ -222,12 +225,12 @@ end
 
 -- Whether token is the item's current lease: every fenced operation starts here.
 local function holds_lease(id, token)
-  return redis.call('HGET', item_key(id), 'l') == token
+  return redis.call('HGET', item_key(id), F_LEASE) == token
 end
 
 -- The queue member of an item that is queued (not leased), else nil.
 local function queued_member(id)
-  local f = redis.call('HMGET', item_key(id), 'm', 'l')
+  local f = redis.call('HMGET', item_key(id), F_MEMBER, F_LEASE)
   if f[1] and not f[2] then return f[1] end
   return nil
 end
@@ -254,11 +257,11 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, fron
     redis.call('SET', K.cvt, head[2])
   end
   local key = item_key(id)
-  local f = redis.call('HMGET', key, 'p', 'w', 'd', 't', 'x')
+  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY)
   unindex_item(f[5])
   partition_queued(f[1], -1)
   weigh(f[2], -1)
-  redis.call('HSET', key, 'l', token)
+  redis.call('HSET', key, F_LEASE, token)
   local expiry = string.format('%d', tonumber(t) + lease_us)
   redis.call('ZADD', K.inflight, expiry, id)
   local queued = reset_if_drained()
@@ -278,20 +281,20 @@ end
 local function credit_item(id, token, used, most)
   if not holds_lease(id, token) then return '0' end
   local key = item_key(id)
-  local info = redis.call('HMGET', key, 'p', 'c', 'w', 'k')
+  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED)
   local p, w = info[1], tonumber(info[3])
   if info[4] or not w or used >= w then return '0' end
   local credit = tonumber(info[2]) * (w - used) / w
-  redis.call('HSET', key, 'k', token)
-  count('credited', 1)
+  redis.call('HSET', key, F_CREDITED, token)
+  count(STAT_CREDITED, 1)
 
   -- Fairly placed items of the partition, in arrival order, which is also their order in the
   -- queue (a partition's fair start times never decrease with arrival). Front-placed ones keep
   -- their place at the front. One more than the limit is read to learn whether it was reached.
   local cvt = current_vt()
   local prefix = items_prefix(p)
-  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. '1', '(' .. prefix .. '2',
-                          'LIMIT', 0, most + 1)
+  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
+                          '(' .. prefix .. AFTER_FAIR_MARK, 'LIMIT', 0, most + 1)
   for i = 1, math.min(#fair, most) do
     local member = string.sub(fair[i], #prefix + 1)
     local score = redis.call('ZSCORE', K.queue, member)
@@ -302,7 +305,7 @@ local function credit_item(id, token, used, most)
   -- The partition's clock moves back too, unless some of its items stay where they were (beyond
   -- the limit, or queued before the index): its next items must still follow those.
   local queued = tonumber(redis.call('HGET', K.pqueued, p) or '0')
-  local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. '2')
+  local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
   local raw = redis.call('HGET', K.pvt, p)
   if raw and #fair <= most and indexed == queued then
     local vt = math.max(cvt, tonumber(raw) - credit)

@@ -4,7 +4,7 @@
 -- Reply: 1 when removed, 0 when the item is not queued.
 local id = ARGV[1]
 local key = item_key(id)
-local f = redis.call('HMGET', key, 'm', 'l', 'p', 'c', 'w', 'x')
+local f = redis.call('HMGET', key, F_MEMBER, F_LEASE, F_PARTITION, F_COST, F_WEIGHT, F_ENTRY)
 local member, p = f[1], f[3]
 if not member or f[2] then return 0 end
 local score = tonumber(redis.call('ZSCORE', K.queue, member))
@@ -16,12 +16,12 @@ redis.call('DEL', key)
 local raw = redis.call('HGET', K.pvt, p)
 if raw then
   local pvt = tonumber(raw)
-  if string.sub(member, 1, 1) == '1' and pvt == score + tonumber(f[4]) then pvt = score end
+  if string.sub(member, 1, 1) == FAIR_MARK and pvt == score + tonumber(f[4]) then pvt = score end
   if tonumber(redis.call('HGET', K.pqueued, p)) == 1 then pvt = math.min(pvt, current_vt()) end
   redis.call('HSET', K.pvt, p, pvt)
 end
 partition_queued(p, -1)
 weigh(f[5], -1)
-count('cancelled', 1)
+count(STAT_CANCELLED, 1)
 reset_if_drained()
 return 1

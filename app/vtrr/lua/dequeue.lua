@@ -9,5 +9,5 @@
 -- ARGV[7] "front" or "fair": where reclaimed items go
 -- Reply: {triggers to publish} when nothing is queued, else
 --        {triggers to publish, task id, payload, timeouts, lease expiry (microseconds)}
-return lease_next(tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4] == 'last',
-                  tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == 'front')
+return lease_next(tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4] == LAST,
+                  tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == FRONT)

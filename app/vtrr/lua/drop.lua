@@ -23,6 +23,6 @@ for _, key in ipairs(KEYS) do
 end
 redis.call('DEL', unpack(doomed))
 -- What it deleted is counted, so that dequeued and acked still follow from the counters.
-count('dropped_queued', #queued)
-count('dropped_in_flight', #in_flight)
+count(STAT_DROPPED_QUEUED, #queued)
+count(STAT_DROPPED_IN_FLIGHT, #in_flight)
 return {queued, in_flight}

@@ -17,7 +17,7 @@
 -- Errors, after which nothing of the queue is written: "DUPLICATE <task id>" when an id is
 --        queued or in flight, or appears twice in the batch; "FULL <limit>" when the batch
 --        would take the partition past its limit.
-local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == 'front', ARGV[4] == '1'
+local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == FRONT, ARGV[4] == '1'
 local limit, m = tonumber(ARGV[5]), tonumber(ARGV[6])
 local first = 7 + m
 local n = (#ARGV - first + 1) / 4
@@ -35,13 +35,13 @@ if hooked and HOOKS.admit then
   if stop ~= nil then return {0, stop} end
 end
 if limit >= 0 and tonumber(redis.call('HGET', K.pqueued, partition) or '0') + n > limit then
-  return redis.error_reply('FULL ' .. ARGV[5])
+  return redis.error_reply(FULL .. ' ' .. ARGV[5])
 end
 local seen = {}
 for i = first, #ARGV, 4 do
   local id = ARGV[i]
   if seen[id] or redis.call('EXISTS', item_key(id)) == 1 then
-    return redis.error_reply('DUPLICATE ' .. id)
+    return redis.error_reply(DUPLICATE .. ' ' .. id)
   end
   seen[id] = true
 end
@@ -55,11 +55,11 @@ for i = first, #ARGV, 4 do
   local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local score, member = placement(id, partition, cost, front)
   local entry = queue(partition, weight, score, member)
-  redis.call('HSET', item_key(id), 'p', partition, 'c', cost, 'w', weight, 'd', ARGV[i + 3],
-             'm', member, 'x', entry)
+  redis.call('HSET', item_key(id), F_PARTITION, partition, F_COST, cost, F_WEIGHT, weight,
+             F_PAYLOAD, ARGV[i + 3], F_MEMBER, member, F_ENTRY, entry)
   reply[#reply + 1] = tostring(score)
 end
-count('enqueued', n)
+count(STAT_ENQUEUED, n)
 if wake then
   for _ = 1, math.min(n, 64) do redis.call('RPUSH', K.wake, 1) end
   redis.call('LTRIM', K.wake, -64, -1)

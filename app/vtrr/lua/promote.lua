@@ -6,7 +6,7 @@
 local id = ARGV[1]
 local member = queued_member(id)
 if not member then return 0 end
-local f = redis.call('HMGET', item_key(id), 'p', 'x')
+local f = redis.call('HMGET', item_key(id), F_PARTITION, F_ENTRY)
 local score = front_score()
 redis.call('ZREM', K.queue, member)
 unindex_item(f[2])
@@ -14,6 +14,6 @@ member = front_member(id)
 redis.call('ZADD', K.queue, score, member)
 local entry = items_prefix(f[1]) .. member
 redis.call('ZADD', K.items, 0, entry)
-redis.call('HSET', item_key(id), 'm', member, 'x', entry)
-count('promoted', 1)
+redis.call('HSET', item_key(id), F_MEMBER, member, F_ENTRY, entry)
+count(STAT_PROMOTED, 1)
 return 1

@@ -7,5 +7,5 @@
 local id, token, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not holds_lease(id, token) then return {0, 0} end
 requeue(id, true)
-count('released', 1)
+count(STAT_RELEASED, 1)
 return {1, top_up_triggers(cap)}

@@ -9,5 +9,5 @@ if not holds_lease(id, token) then return nil end
 local expiry = clock_plus(us)
 redis.call('ZADD', K.inflight, expiry, id)
 if ARGV[4] ~= '1' then return {expiry} end
-local f = redis.call('HMGET', item_key(id), 'd', 't')
+local f = redis.call('HMGET', item_key(id), F_PAYLOAD, F_TIMEOUTS)
 return {expiry, f[1], f[2] or '0'}

@@ -11,23 +11,24 @@
 local p, share = ARGV[1], tonumber(ARGV[2])
 local prefix = items_prefix(p)
 -- its fairly placed items ("1..."), in arrival order, which is also their order in the queue
-local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. '1', '(' .. prefix .. '2')
+local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
+                        '(' .. prefix .. AFTER_FAIR_MARK)
 if #fair == 0 then return 0 end
 local first, before = nil, 0  -- the first one's start; the weight queued ahead of this one
 for _, entry in ipairs(fair) do
   local member = string.sub(entry, #prefix + 1)
   local key = item_key(task_id_of(member))
   first = first or tonumber(redis.call('ZSCORE', K.queue, member))
-  local w = tonumber(redis.call('HGET', key, 'w'))
+  local w = tonumber(redis.call('HGET', key, F_WEIGHT))
   -- From the first start and the whole weight ahead (an exact integer), not a running sum of
   -- costs: the rounding of w / share does not pile up, so ties the arithmetic makes stay ties.
   redis.call('ZADD', K.queue, first + before / share, member)
-  redis.call('HSET', key, 'c', string.format('%.17g', w / share))
+  redis.call('HSET', key, F_COST, string.format('%.17g', w / share))
   before = before + w
 end
 -- Items queued before the index of a partition's items (an older release) are not in `fair`:
 -- the partition's clock then stays, so that its next items still follow them.
-local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. '2')
+local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
 if indexed == tonumber(redis.call('HGET', K.pqueued, p) or '0') then
   redis.call('HSET', K.pvt, p, first + before / share)
 end

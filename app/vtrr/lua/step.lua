@@ -54,7 +54,7 @@ for i = 1, tonumber(ARGV[8]) do
   use(queues[i])
   tried = i
   local reply = lease_next(tonumber(ARGV[9]), ARGV[10], false, false, tonumber(ARGV[11]),
-                           tonumber(ARGV[12 + i]), ARGV[12] == 'front')
+                           tonumber(ARGV[12 + i]), ARGV[12] == FRONT)
   publish[i] = reply[1]
   if reply[2] then
     lease = {i, reply[2], reply[3], reply[4], reply[5], false}

@@ -6,9 +6,9 @@
 -- ARGV[3] trigger cap
 -- Reply: {triggers to publish, triggers this call pushed onto the broker's list itself}.
 local op, n, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if op == 'unsend' then
+if op == TRIGGERS_UNSEND then
   if redis.call('DECRBY', K.triggers, n) < 0 then redis.call('SET', K.triggers, 0) end
   return {0, 0}
 end
-if op == 'sync' then redis.call('SET', K.triggers, n) end
+if op == TRIGGERS_SYNC then redis.call('SET', K.triggers, n) end
 return {top_up_triggers(cap), pushed}

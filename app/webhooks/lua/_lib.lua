@@ -1,4 +1,5 @@
--- _lib.lua: what the sender's scripts share; prepended to each of them.
+-- _lib.lua: what the sender's scripts share; prepended to each of them, after the constants
+-- that the job store's scripts get too (app/store/scripts.py: METRIC_WEBHOOKS_* here).
 -- Each account's deliveries are a ZSET of their own (its schedule), scored in whole milliseconds
 -- of Redis's clock: when a delivery's next attempt is due, or, while a sender holds it, when its
 -- hold runs out. Every sender reads the one clock, so their own clocks need not agree. The

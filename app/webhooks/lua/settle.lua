@@ -15,7 +15,7 @@ end
 local failed = tonumber(redis.call('HGET', KEYS[3], job_id) or '0')
 if outcome == 'failed' then
   failed = redis.call('HINCRBY', KEYS[3], job_id, 1)
-  redis.call('HINCRBY', KEYS[4], 'webhooks_failed', 1)
+  redis.call('HINCRBY', KEYS[4], METRIC_WEBHOOKS_FAILED, 1)
   if failed < tonumber(ARGV[4]) then
     local pause = math.min(tonumber(ARGV[5]) * 2 ^ (failed - 1), tonumber(ARGV[6]))
     redis.call('ZADD', KEYS[1], whole(now_ms() + pause), job_id)
@@ -23,10 +23,10 @@ if outcome == 'failed' then
     return {'retry', failed, pause}
   end
   outcome = 'given_up'
-  redis.call('HINCRBY', KEYS[4], 'webhooks_given_up', 1)
+  redis.call('HINCRBY', KEYS[4], METRIC_WEBHOOKS_GIVEN_UP, 1)
 elseif outcome == 'delivered' then
   failed = failed + 1
-  redis.call('HINCRBY', KEYS[4], 'webhooks_delivered', 1)
+  redis.call('HINCRBY', KEYS[4], METRIC_WEBHOOKS_DELIVERED, 1)
 end
 redis.call('ZREM', KEYS[1], job_id)
 redis.call('HDEL', KEYS[3], job_id)

@@ -107,7 +107,7 @@ def billed_counts(r: redis.Redis, ledger: Database) -> Counter[str]:
     in the SQL ledger (app.ledger.outbox.bills_everywhere)."""
     billed: Counter[str] = Counter()
     for user in ACCOUNTS.values():
-        billed.update(bill["task_id"] for bill in bills_everywhere(r, ledger, user))
+        billed.update(bill.task_id for bill in bills_everywhere(r, ledger, user))
     return billed
 
 
