@@ -25,6 +25,8 @@ from tests.webhooks.receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 Start = Callable[..., None]
+#: What a sender logs once SIGTERM stops it cleanly: with a secret, and without one.
+READY = ("webhook sender started", "WEBHOOK_SECRET is not set")
 
 
 @pytest.fixture
@@ -45,6 +47,8 @@ def start_sender(settings: Settings, tmp_path: Path) -> Iterator[Start]:
         log = tmp_path / f"webhooks{len(started)}.log"
         argv = [sys.executable, "-m", "app.webhooks"]
         started.append((processes.spawn(argv, environment, log), log))
+        # Ready means it handles SIGTERM: one stopped while still importing would die of it.
+        wait_for(lambda: any(line in log.read_text() for line in READY), what="a sender ready")
 
     yield start
     for process, log in started:
