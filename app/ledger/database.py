@@ -3,6 +3,7 @@ every process that opens it: the first one migrates, the others find nothing to 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from alembic import command
@@ -60,12 +61,25 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+#: This process's engine of each database. An engine keeps the statements it has compiled, and
+#: a process that opens a database again (the tests open the API's Runtime once per test) would
+#: compile them all again in a new one; close() empties the pool, and the engine makes another.
+_engines: dict[tuple[int, str], Engine] = {}
+
+
+def _engine(url: str) -> Engine:
+    key = (os.getpid(), url)  # a forked child makes its own: connections do not cross a fork
+    if key not in _engines:
+        _engines[key] = make_engine(url)
+    return _engines[key]
+
+
 class Database:
     """The database of one process: its engine and sessions."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = _engine(url)
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod

@@ -141,34 +141,36 @@ BAD_KEYS: dict[str, list[tuple[bytes, bytes]] | None] = {
 }
 
 
-@pytest.mark.parametrize(("method", "path"), KEYED, ids=[f"{m} {p}" for m, p in KEYED])
 @pytest.mark.parametrize("headers", BAD_KEYS.values(), ids=BAD_KEYS.keys())
 async def test_a_bad_key_is_the_plain_401_and_sends_redis_nothing(
     api: Api,
     r: redis.Redis,
     lookups: Lookups,
-    method: str,
-    path: str,
+    subtests: pytest.Subtests,
     headers: list[tuple[bytes, bytes]] | None,
 ) -> None:
+    """On every keyed operation, one subtest each (one app for them all: the answers are what
+    is under test, and a refused request changes nothing of it)."""
     task_id = await submit(api)  # an owned job, so only the key stands between caller and 200
-    lookups.calls.clear()
-    plain = await send(api, method, path, task_id, [(b"x-api-key", b"wrong_key")])
-    plain_lookups = len(lookups.calls)
-    lookups.calls.clear()
+    for method, path in KEYED:
+        with subtests.test(f"{method} {path}"):
+            lookups.calls.clear()
+            plain = await send(api, method, path, task_id, [(b"x-api-key", b"wrong_key")])
+            plain_lookups = len(lookups.calls)
+            lookups.calls.clear()
 
-    with Untouched(r):
-        response = await send(api, method, path, task_id, headers)
-        assert response.status_code == 401, response.text[:300]
+            with Untouched(r):
+                response = await send(api, method, path, task_id, headers)
+                assert response.status_code == 401, response.text[:300]
 
-    assert response.json() == UNAUTHORIZED
-    assert response.headers["www-authenticate"] == "ApiKey"
-    # The same answer, byte for byte, as a plain wrong key...
-    assert response.headers.multi_items() == plain.headers.multi_items()
-    assert response.content == plain.content
-    # ...by the same path: as many lookups by digest, none of which found an account.
-    assert len(lookups.calls) == plain_lookups >= 1
-    assert all(account is None for _, account in lookups.calls)
+            assert response.json() == UNAUTHORIZED
+            assert response.headers["www-authenticate"] == "ApiKey"
+            # The same answer, byte for byte, as a plain wrong key...
+            assert response.headers.multi_items() == plain.headers.multi_items()
+            assert response.content == plain.content
+            # ...by the same path: as many lookups by digest, none of which found an account.
+            assert len(lookups.calls) == plain_lookups >= 1
+            assert all(account is None for _, account in lookups.calls)
 
 
 @pytest.mark.parametrize(("method", "path"), KEYED, ids=[f"{m} {p}" for m, p in KEYED])
@@ -224,15 +226,16 @@ BAD_TASK_IDS = {
 @pytest.mark.parametrize(
     ("method", "path"), TASK_ID_OPERATIONS, ids=[f"{m} {p}" for m, p in TASK_ID_OPERATIONS]
 )
-@pytest.mark.parametrize("task_id", BAD_TASK_IDS.values(), ids=BAD_TASK_IDS.keys())
 async def test_a_malformed_task_id_is_404_before_redis(
-    api: Api, r: redis.Redis, method: str, path: str, task_id: str
+    api: Api, r: redis.Redis, subtests: pytest.Subtests, method: str, path: str
 ) -> None:
+    """Each malformed id is a subtest of its own."""
     await submit(api)  # something in Redis that a stray write would change
 
-    with Untouched(r):
-        response = await send(api, method, path, task_id, KEY)
-        assert_json_detail(response, 404)
+    for name, task_id in BAD_TASK_IDS.items():
+        with subtests.test(name), Untouched(r):
+            response = await send(api, method, path, task_id, KEY)
+            assert_json_detail(response, 404)
 
 
 @pytest.mark.parametrize(
