@@ -26,6 +26,7 @@ from typing import Any
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoPermissionError, ResponseError
 
 from app.vtrr import layout
@@ -249,7 +250,17 @@ class Scripts(_Bound):
     ) -> None:
         super().__init__(keys, trigger_keys, hooks)
         self._client = client
-        self._scripts = {n: client.register_script(script_source(n, hooks)) for n in NAMES}
+        self._scripts: dict[str, Script] = {}
+
+    def _script(self, name: str) -> Script:
+        """One operation as a script, made at its first use: a server with functions never
+        needs one, and hashing every operation's source cost each queue built some 10 ms."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._client.register_script(
+                script_source(name, self.hooks)
+            )
+        return script
 
     def run(self, name: str, *args: str | int | float) -> Any:
         """Run one operation with its keys; Lua error replies become our exceptions."""
@@ -262,7 +273,7 @@ class Scripts(_Bound):
             if self._functions is None:
                 self._functions = self._load()
             if not self._functions:
-                return self._scripts[name](keys=keys, args=args)
+                return self._script(name)(keys=keys, args=args)
             try:
                 return self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
@@ -287,7 +298,7 @@ class Scripts(_Bound):
                 if self._functions:
                     pipe.fcall(function_name(name, self.hooks), len(keys), *keys, *args)
                 else:
-                    self._scripts[name](keys=keys, args=args, client=pipe)
+                    self._script(name)(keys=keys, args=args, client=pipe)
                 pipe.hincrby(self._queue_keys["stats"], "replicated_calls", 1)
                 pipe.wait(wanted, timeout_ms)
                 reply, _, acked = pipe.execute(raise_on_error=False)
@@ -323,7 +334,16 @@ class AsyncScripts(_Bound):
     ) -> None:
         super().__init__(keys, trigger_keys, hooks)
         self._client = client
-        self._scripts = {n: client.register_script(script_source(n, hooks)) for n in NAMES}
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def _script(self, name: str) -> AsyncScript:
+        """One operation as a script, made at its first use (see Scripts._script)."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._client.register_script(
+                script_source(name, self.hooks)
+            )
+        return script
 
     async def run(
         self, name: str, *args: str | int | float, replicas: Replicas | None = None
@@ -339,7 +359,7 @@ class AsyncScripts(_Bound):
             if replicas is not None and replicas[0] > 0:
                 return await self._replicated(name, function, keys, args, replicas)
             if not self._functions:
-                return await self._scripts[name](keys=keys, args=args)
+                return await self._script(name)(keys=keys, args=args)
             try:
                 return await self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
@@ -366,7 +386,7 @@ class AsyncScripts(_Bound):
                 if self._functions:
                     pipe.fcall(function, len(keys), *keys, *args)
                 else:
-                    await self._scripts[name](keys=keys, args=args, client=pipe)
+                    await self._script(name)(keys=keys, args=args, client=pipe)
                 pipe.wait(wanted, timeout_ms)
                 reply, acked = await pipe.execute(raise_on_error=False)
             if isinstance(reply, ResponseError):
