@@ -34,11 +34,6 @@ HASH = {
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[JobStore]:
     client = aioredis.Redis.from_url(redis_url)
     yield JobStore(client, Settings(redis_url=redis_url, users_file=USERS_FILE))

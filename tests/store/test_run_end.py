@@ -23,7 +23,6 @@ from app.store.keys import LEDGER, job_key, usage_key
 from app.store.record import decode
 from app.store.submit import NewJob
 from tests import bills_in_flight as previous
-from tests.api.helpers import USERS_FILE
 from tests.store.support import write_job
 
 pytestmark = pytest.mark.anyio
@@ -36,16 +35,6 @@ class Wider(Charge):
     """A charge with a field that no release has: what a new field of a bill is to the Lua."""
 
     runs: int = 3
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, users_file=USERS_FILE)
 
 
 @pytest.fixture

@@ -16,23 +16,13 @@ from app.store.record import decode
 from app.store.submit import NewJob
 from app.vtrr import DuplicateTaskError, QueueFullError
 from app.vtrr.keys import Keys
-from tests.api.helpers import USERS_FILE, contents
+from tests.api.helpers import contents
 from tests.store.support import write_job
 
 pytestmark = pytest.mark.anyio
 OWNER = "11111111-1111-1111-1111-111111111111"
 JOB = "0b7d2f6e-0000-4000-8000-000000000002"
 COUNTER = rate_key("digest", 1)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, users_file=USERS_FILE)
 
 
 @pytest.fixture

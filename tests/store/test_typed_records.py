@@ -17,23 +17,12 @@ from app.settings import Settings
 from app.store import JobRecorder, JobStore
 from app.store.keys import METRICS, events_key, input_key, job_key
 from app.store.submit import NewJob
-from tests.api.helpers import USERS_FILE
 from tests.store.support import write_job
 from tests.support import bills_of
 
 pytestmark = pytest.mark.anyio
 OWNER = "11111111-1111-1111-1111-111111111111"
 JOB = "0b7d2f6e-0000-4000-8000-000000000001"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, users_file=USERS_FILE)
 
 
 @pytest.fixture
