@@ -17,12 +17,14 @@ from app.vtrr.errors import (
     DropRefusedError,
     DuplicateTaskError,
     NotReplicatedError,
+    OverLimitError,
     QueueFullError,
     VTRRError,
 )
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.hooks import Hooks, end_with
+from app.vtrr.limits import Limits, Woken
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
 from app.vtrr.together import serve_together
@@ -40,7 +42,9 @@ __all__ = [
     "Hooks",
     "Item",
     "Lease",
+    "Limits",
     "NotReplicatedError",
+    "OverLimitError",
     "Policy",
     "QueueFullError",
     "RedisQueue",
@@ -49,6 +53,7 @@ __all__ = [
     "VTRRError",
     "VTRRQueue",
     "VTRRTask",
+    "Woken",
     "end_with",
     "held_lease",
     "serve_together",

@@ -148,8 +148,12 @@ class AsyncFairQueue:
         return bool(await self._scripts.run("promote", task_id))
 
     async def length(self) -> int:
-        """How many items are queued."""
-        return int(await self.redis.zcard(self.keys.queue))
+        """How many items are queued, held back by their partition's limits or not."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.keys.queue)
+            pipe.get(self.keys.parked)
+            queued, parked = await pipe.execute()
+        return int(queued) + int(parked or 0)
 
     async def pending(self) -> int:
         """How many items are in flight."""
@@ -164,6 +168,7 @@ class AsyncFairQueue:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.stats)
             pipe.zcard(self.keys.queue)
+            pipe.get(self.keys.parked)
             pipe.zcard(self.keys.inflight)
-            raw, queued, in_flight = await pipe.execute()
-        return stats_of(raw, queued, in_flight)
+            raw, queued, parked, in_flight = await pipe.execute()
+        return stats_of(raw, int(queued) + int(parked or 0), in_flight)

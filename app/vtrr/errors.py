@@ -3,6 +3,7 @@
     VTRRError
      ├── DuplicateTaskError   an id that is already queued or in flight (also a ValueError)
      ├── QueueFullError       a partition would go past its limit of queued items
+     ├── OverLimitError       an item weighs more than its partition's items in flight may hold
      ├── NotReplicatedError   a write that fewer replicas than asked acknowledged in time
      └── DropRefusedError     drop() without the queue's name as confirmation (also a ValueError)
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from redis.exceptions import ResponseError
 
-from app.vtrr.layout import DUPLICATE, FULL
+from app.vtrr.layout import DUPLICATE, FULL, OVERLIMIT
 
 
 class VTRRError(Exception):
@@ -39,6 +40,15 @@ class QueueFullError(VTRRError):
         self.limit = limit
 
 
+class OverLimitError(VTRRError):
+    """An item of the batch weighs more than its partition's limit on the weight its items in
+    flight may hold: it could never start beside another. Nothing of the batch was written."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"an item weighs more than the {limit:g} its partition may hold")
+        self.limit = limit
+
+
 class NotReplicatedError(VTRRError):
     """The call was made on the primary, but fewer replicas than asked for acknowledged it in
     time (Redis WAIT): a failover now could lose it. Its effect may stand: retry idempotently."""
@@ -59,4 +69,6 @@ def from_reply(exc: ResponseError) -> Exception:
         return DuplicateTaskError(detail)
     if code == FULL:
         return QueueFullError(int(detail))
+    if code == OVERLIMIT:
+        return OverLimitError(float(detail))
     return exc

@@ -7,8 +7,9 @@ from dataclasses import astuple, dataclass
 
 @dataclass(frozen=True)
 class Keys:
-    """Every key of one queue, in the order of lua/_lib.lua's names for them. `item` is the
-    prefix of the items' own hashes (`item_key`), not a key itself."""
+    """Every key of one queue, in the order of lua/_lib.lua's names for them. `item`, `park`
+    and `live` are prefixes (of each item's hash, and of each limited partition's parked items
+    and items in flight), not keys themselves."""
 
     queue: str
     item: str
@@ -23,6 +24,12 @@ class Keys:
     wake: str
     queued_weight: str
     partition_items: str
+    limits: str
+    parked: str
+    representatives: str
+    waits: str
+    park: str
+    live: str
 
     @classmethod
     def for_queue(cls, name: str) -> Keys:
@@ -30,7 +37,8 @@ class Keys:
         if not name or "{" in name or "}" in name:
             raise ValueError(f"queue name must be non-empty and free of braces, got {name!r}")
         parts = {part: f"vtrr:{{{name}}}:{part}" for part in cls.__dataclass_fields__}
-        parts["item"] += ":"
+        for prefix in ("item", "park", "live"):
+            parts[prefix] += ":"
         return cls(**parts)
 
     def all(self) -> list[str]:

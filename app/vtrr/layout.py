@@ -32,6 +32,7 @@ class Field(StrEnum):
     LEASE = "l"
     TIMEOUTS = "t"
     CREDITED = "k"
+    LIMITED = "q"
 
 
 class Stat(StrEnum):
@@ -69,6 +70,7 @@ TRIGGERS_UNSEND: Final = "unsend"
 #: The codes of the scripts' error replies, "<code> <detail>" (errors.from_reply).
 DUPLICATE: Final = "DUPLICATE"
 FULL: Final = "FULL"
+OVERLIMIT: Final = "OVERLIMIT"
 #: Where a stored trigger message has each trigger's own id (task id, correlation id, delivery
 #: tag); the scripts put a fresh id there. Letters only: it is a Lua pattern there.
 TRIGGER_ID: Final = "VTRRTRIGGERID"
@@ -104,6 +106,7 @@ def constants() -> dict[str, LuaValue]:
         "TRIGGERS_UNSEND": TRIGGERS_UNSEND,
         "DUPLICATE": DUPLICATE,
         "FULL": FULL,
+        "OVERLIMIT": OVERLIMIT,
         "TRIGGER_ID": TRIGGER_ID,
     }
 

@@ -21,6 +21,7 @@ from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
+from app.vtrr.limits import WAKE_BATCH, Limits, Woken, limits_of, woken_of
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
@@ -202,7 +203,9 @@ class FairQueue:
 
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
-        return bool(self._scripts.run("ack", task_id, token))
+        acked, triggers = self._scripts.run("ack", task_id, token, self._trigger_cap)
+        self._publish(int(triggers))
+        return bool(acked)
 
     def ack_and_lease(
         self, task_id: str, token: str, *, consumes_trigger: bool = False
@@ -276,6 +279,29 @@ class FairQueue:
             if int(n) < RECLAIM_BATCH:
                 return total, int(queued)
 
+    # -- per-partition limits (app/vtrr/limits.py) ------------------------------------------------
+    def set_limits(self, partition_key: str, limits: Limits) -> None:
+        """Set (or with Limits(), clear) a partition's limits, in force for every lease after
+        this call; its queued items are held back or let go at once."""
+        args = ["-1", "-1", "1.0"] if limits.none else limits.args()
+        reply = self._scripts.run("limit", partition_key, *args, self._trigger_cap)
+        self._publish(int(reply[0]))
+
+    def limits(self, partition_key: str) -> Limits:
+        """A partition's limits (Limits() when it has none)."""
+        return limits_of(self.redis.hget(self.keys.limits, partition_key))
+
+    def wake(self) -> Woken:
+        """Let every limited partition whose wait is over start its next item; says when the
+        next wait ends. Call it then, whoever serves a queue whose partitions have limits."""
+        woken = 0
+        while True:
+            n, triggers, next_us = self._scripts.run("wake", WAKE_BATCH, self._trigger_cap)
+            self._publish(int(triggers))
+            woken += int(n)
+            if int(n) < WAKE_BATCH:
+                return Woken(woken, woken_of(n, next_us).next_at)
+
     # -- the redq operations ----------------------------------------------------------------------
     def cancel(self, task_id: str) -> bool:
         """Remove a queued item; False when it is not queued (in flight, finished or unknown)."""
@@ -298,8 +324,13 @@ class FairQueue:
         return bool(self.redis.exists(self.keys.item_key(task_id)))
 
     def length(self) -> int:
-        """How many items are queued (not counting those in flight)."""
-        return int(self.redis.zcard(self.keys.queue))
+        """How many items are queued (not counting those in flight), held back by their
+        partition's limits or not."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.keys.queue)
+            pipe.get(self.keys.parked)
+            queued, parked = pipe.execute()
+        return int(queued) + int(parked or 0)
 
     def pending(self) -> int:
         """How many items are in flight (leased and not yet acked)."""
@@ -321,9 +352,10 @@ class FairQueue:
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.stats)
             pipe.zcard(self.keys.queue)
+            pipe.get(self.keys.parked)
             pipe.zcard(self.keys.inflight)
-            raw, queued, in_flight = pipe.execute()
-        return stats_of(raw, queued, in_flight)
+            raw, queued, parked, in_flight = pipe.execute()
+        return stats_of(raw, int(queued) + int(parked or 0), in_flight)
 
     def drop(self, confirm: str) -> Dropped:
         """Delete every key of this queue but its counters; confirm must repeat the queue's name.

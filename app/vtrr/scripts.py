@@ -52,6 +52,8 @@ NAMES = (
     "credit",
     "step",
     "reshare",
+    "limit",
+    "wake",
 )
 #: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
 QUEUE_KEYS = (
@@ -68,6 +70,12 @@ QUEUE_KEYS = (
     "wake",
     "queued_weight",
     "items",
+    "limits",
+    "parked",
+    "reps",
+    "waits",
+    "park",
+    "live",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
 #: What an operation over several queues declares (step.lua): each queue's keys in turn, in the

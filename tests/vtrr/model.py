@@ -8,6 +8,12 @@ the next reclaim. The cap on idle partitions (IDLE_SLACK in _lib.lua) is not mod
 needs far more partitions than the model is driven with, and neither is the bound on the items
 one credit moves (CREDIT_MOVES) or items queued before the index of a partition's items: the
 model never has that many queued, and it has no such items.
+
+Per-partition limits are modelled with a weight that is never used up (weight_per_second 0):
+a limited partition may have at most `most_in_flight` items leased, and the weights of those
+plus its next one's at most `most_held` (unless it has none leased). Only each limited
+partition's next item, while its limits let it start, is among the items that may start: a
+dequeue takes the first (or last) of those, and the front is the lowest of their scores.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ class QueueModel:
         self.entries: dict[str, Entry] = {}
         self.expired: list[str] = []  # leased ids whose lease has expired, oldest expiry first
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        #: partition -> (most in flight, most weight held), None for no such limit
+        self.limits: dict[str, tuple[int | None, int | None]] = {}
 
     # -- inspection -------------------------------------------------------------------------------
     def cost(self, partition: str, weight: int) -> float:
@@ -81,6 +89,45 @@ class QueueModel:
         """Queued (member, score) pairs in dispatch order: by score, then by member."""
         queued = [(e.score, e.member) for e in self.entries.values() if e.member]
         return [(member, score) for score, member in sorted(queued)]
+
+    def may_start(self) -> list[tuple[str, float]]:
+        """The queued (member, score) pairs that may start now, in dispatch order: every item
+        of a partition without limits, and each limited partition's next one while its limits
+        let it start."""
+        nexts: dict[str, Entry] = {}
+        for e in sorted(
+            (e for e in self.entries.values() if e.member), key=lambda e: (e.score, e.member)
+        ):
+            nexts.setdefault(e.partition, e)
+        ready = [
+            (e.score, e.member)
+            for e in self.entries.values()
+            if e.member
+            and (e.partition not in self.limits or (nexts[e.partition] is e and self._room(e)))
+        ]
+        return [(member, score) for score, member in sorted(ready)]
+
+    def _room(self, entry: Entry) -> bool:
+        """Whether entry's limited partition may start it now."""
+        most_n, most_held = self.limits[entry.partition]
+        flying = [e for e in self.entries.values() if e.partition == entry.partition and e.token]
+        if most_n is not None and len(flying) >= most_n:
+            return False
+        if most_held is None or not flying:
+            return True
+        return sum(e.weight for e in flying) + entry.weight <= most_held
+
+    def over_limit(self, partition: str, weights: Sequence[int]) -> int | None:
+        """The partition's most weight held, when an item of weights passes it (else None)."""
+        held = self.limits.get(partition, (None, None))[1]
+        return held if held is not None and any(w > held for w in weights) else None
+
+    def set_limits(self, partition: str, most_n: int | None, most_held: int | None) -> None:
+        """Set or (both None) clear a partition's limits."""
+        if most_n is None and most_held is None:
+            self.limits.pop(partition, None)
+        else:
+            self.limits[partition] = (most_n, most_held)
 
     def order(self) -> list[str]:
         """Queued task ids in dispatch order."""
@@ -120,7 +167,7 @@ class QueueModel:
 
     # -- placement --------------------------------------------------------------------------------
     def _front_score(self) -> float:
-        queue = self.queue()
+        queue = self.may_start()
         return queue[0][1] if queue else self.cvt
 
     def _place(self, task_id: str, front: bool) -> None:
@@ -178,13 +225,14 @@ class QueueModel:
         """Reclaim (if configured), then lease the first (or last) queued item under token."""
         if self.reclaim_on_dequeue:
             self.reclaim()
-        queue = self.queue()
+        queue = self.may_start()
         if not queue:
             return None
         member, score = queue[-1] if from_rear else queue[0]
         entry = self.entries[member[17:]]
         if not from_rear:
-            self.cvt = score
+            # a limited partition's item may have waited below the clock: it never goes back
+            self.cvt = max(self.cvt, score) if entry.partition in self.limits else score
         entry.member, entry.token = "", token
         self._unqueued(entry.partition)
         self.stats["dequeued"] += 1
@@ -247,7 +295,7 @@ class QueueModel:
         entry.credited = True
         for other in self.entries.values():
             if other.partition == entry.partition and other.member.startswith("1"):
-                other.score = max(self.cvt, other.score - credit)
+                other.score = max(min(self.cvt, other.score), other.score - credit)
         if entry.partition in self.pvt:
             self.pvt[entry.partition] = max(self.cvt, self.pvt[entry.partition] - credit)
         self.stats["credited"] += 1

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease
+from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease, Limits, OverLimitError
 from app.vtrr.queue import Placement
 from app.vtrr.step import Ending, step
 from tests.support import examples
@@ -158,6 +158,12 @@ class FairQueueMachine(RuleBasedStateMachine):
     )
     def enqueue(self, partition: int, batch: list[Item], front: bool) -> object:
         key = self.partitions[partition % len(self.partitions)]
+        held = self.model.over_limit(key, [item.weight for item in batch])
+        if held is not None:
+            with pytest.raises(OverLimitError) as over:
+                self.queue.enqueue(key, batch, front=front)
+            assert over.value.limit == held
+            return multiple()
         duplicate = self.model.first_duplicate([item.id for item in batch])
         if duplicate is not None:
             with pytest.raises(DuplicateTaskError) as refused:
@@ -300,6 +306,17 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.shares[key] = share
         assert self.queue.reshare(key, share) == self.model.reshare(key, share)
 
+    @rule(
+        partition=st.integers(0, 3),
+        most_n=st.sampled_from((None, 1, 2)),
+        most_held=st.sampled_from((None, 3, 6)),
+    )
+    def set_limits(self, partition: int, most_n: int | None, most_held: int | None) -> None:
+        """A partition's limits change (weights never run down here: weight_per_second 0)."""
+        key = self.partitions[partition % len(self.partitions)]
+        self.queue.set_limits(key, Limits(most_n, most_held, weight_per_second=0))
+        self.model.set_limits(key, most_n, most_held)
+
     @rule(who=someone)
     def position(self, who: int | str) -> None:
         task_id = self.task_id(who)
@@ -331,7 +348,11 @@ class FairQueueMachine(RuleBasedStateMachine):
         replies = pipe.execute()
         queue, cvt, pvt, queued, idle, inflight, index, clocks, stored = replies
         items = self.items([text(key) for key in stored if text(key).startswith(k.item)])
-        assert [(text(member), score) for member, score in queue] == model.queue()
+        # What may start is in the queue; every limited partition's other items are parked.
+        ready = [(text(member), score) for member, score in queue]
+        assert ready == model.may_start()
+        parked = self.parked([text(key) for key in stored if text(key).startswith(k.park)])
+        assert sorted(ready + parked, key=lambda ms: (ms[1], ms[0])) == model.queue()
         assert float(cvt or 0) == model.cvt
         assert {text(p): float(vt) for p, vt in pvt.items()} == model.pvt
         per_partition = {p: model.queued_in(p) for p in self.partitions}
@@ -357,7 +378,14 @@ class FairQueueMachine(RuleBasedStateMachine):
         if model.length() == 0:
             assert clocks == 0
         if not model.entries:
-            assert {text(key) for key in stored} <= {k.seq, k.stats}
+            assert {text(key) for key in stored} <= {k.seq, k.stats, k.limits}
+
+    def parked(self, keys: list[str]) -> list[tuple[str, float]]:
+        """The (member, score) pairs of every limited partition's parked items."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrange(key, 0, -1, withscores=True)
+        return [(text(m), score) for pairs in pipe.execute() for m, score in pairs]
 
     def items(self, keys: list[str]) -> dict[str, dict[bytes, bytes]]:
         """Each item's hash, by task id."""

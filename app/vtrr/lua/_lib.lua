@@ -29,6 +29,23 @@
 --   trigger_message  STRING a Celery trigger as Kombu's Redis transport stores it
 --                          (set by a VTRRQueue whose broker is this Redis)
 --   broker           LIST  the Celery queue those triggers go to
+--   limits           HASH  partition -> "<most in flight> <most weight held> <weight a second>"
+--                          (-1: no such limit); a partition named here is a limited one
+--   parked           STRING number of queued items that are parked (in a park, not in queue)
+--   reps             HASH  limited partition -> its one member in queue, if any
+--   waits            ZSET  limited partition -> when (Redis TIME, us) the weight its items in
+--                          flight hold will have run down far enough for its next item
+--   park             the prefix of each limited partition's parked items: park .. p is a ZSET
+--                          member -> score, like queue
+--   live             the prefix of each limited partition's items in flight: live .. p is a
+--                          HASH task id -> "<lease start, us> <weight>"
+--
+-- A limited partition's queued items are parked, all but at most one: its next item (the
+-- lowest score, then member), which is in queue, and named in reps, exactly while the
+-- partition's limits let it start one more. So a dequeue's ZPOPMIN only ever meets items that
+-- may start, and never walks past a held-back partition's items; a partition without limits
+-- pays nothing for any of this. Its items carry F_LIMITED, so that the hot path learns it
+-- from a read it makes anyway.
 --
 -- An item is queued while its hash has no lease token (F_LEASE), and in flight while it has
 -- one. A queue member is FAIR_MARK or FRONT_MARK, a counter (COUNTER_FORMAT), SEPARATOR, then
@@ -122,7 +139,7 @@ end
 -- Once nothing is queued, the virtual clock starts again from zero. Returns how many are queued.
 local function reset_if_drained()
   local queued = redis.call('ZCARD', K.queue)
-  if queued == 0 then
+  if queued == 0 and not redis.call('GET', K.parked) then
     redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight, K.items)
   end
   return queued
@@ -145,6 +162,168 @@ local function item_key(id)
   return K.item .. id
 end
 
+-- Per-partition limits (see the keys above). -----------------------------------------------
+
+-- A partition's limits, or nil when it has none: {n = most in flight, held = most weight its
+-- items in flight may still hold, rate = weight an item in flight uses up a second}; -1: none.
+local function limits_of(p)
+  local raw = redis.call('HGET', K.limits, p)
+  if not raw then return nil end
+  local n, held, rate = string.match(raw, '^(%S+) (%S+) (%S+)$')
+  return {n = tonumber(n), held = tonumber(held), rate = tonumber(rate)}
+end
+
+-- Parked items counted up or down; the count's key goes once none is parked.
+local function count_parked(delta)
+  if redis.call('INCRBY', K.parked, delta) <= 0 then redis.call('DEL', K.parked) end
+end
+
+-- What each of p's items in flight still holds at now (us): its weight less what it has used
+-- since its lease began, never below 0; and their sum.
+local function still_held(p, lim, now)
+  local left, sum = {}, 0
+  for i, v in ipairs(redis.call('HVALS', K.live .. p)) do
+    local start, w = string.match(v, '^(%d+) (%S+)$')
+    local l = math.max(0, tonumber(w) - (now - tonumber(start)) * lim.rate / 1e6)
+    left[i] = l
+    sum = sum + l
+  end
+  return left, sum
+end
+
+-- The least microseconds after which what `left` holds, each running down at rate a second,
+-- sums to at most target (>= 0): a bisection over whole microseconds, exact at its end.
+local function run_down(left, rate, target)
+  local lo, hi = 0, 0
+  for _, l in ipairs(left) do hi = math.max(hi, math.ceil(l / rate * 1e6)) end
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local sum = 0
+    for _, l in ipairs(left) do sum = sum + math.max(0, l - mid * rate / 1e6) end
+    if sum <= target then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- Whether limited partition p may start one more item, of weight w, at now (us); when only
+-- the weight it holds stops it and that runs down, also when it may (us). An item starts
+-- alone whatever its weight: nothing waits forever for a limit lowered below it.
+local HELD_SLACK = 1e-9  -- what float sums may be off by
+local WAKE_BATCH = 16  -- most partitions a dequeue that found nothing wakes
+local function may_start(p, lim, w, now)
+  local running = redis.call('HLEN', K.live .. p)
+  if lim.n >= 0 and running >= lim.n then return false, nil end
+  if lim.held < 0 or running == 0 then return true, nil end
+  local left, sum = still_held(p, lim, now)
+  local target = lim.held - w
+  if sum <= target + HELD_SLACK then return true, nil end
+  if target < 0 or lim.rate <= 0 then return false, nil end
+  return false, now + run_down(left, lim.rate, target)
+end
+
+-- Move a member between queue and p's park, keeping reps and the parked count.
+local function unpark(p, member, score)
+  redis.call('ZREM', K.park .. p, member)
+  count_parked(-1)
+  redis.call('ZADD', K.queue, score, member)
+  redis.call('HSET', K.reps, p, member)
+end
+
+local function park(p, member, score)
+  redis.call('ZREM', K.queue, member)
+  redis.call('HDEL', K.reps, p)
+  redis.call('ZADD', K.park .. p, score, member)
+  count_parked(1)
+end
+
+-- Whether score a, member ma come before score b, member mb (a ZSET's order).
+local function before(a, ma, b, mb)
+  return a < b or (a == b and ma < mb)
+end
+
+-- Limited partition p's next queued item: member, score, and whether it is in queue; nil when
+-- none is queued. A parked item that now goes first (put at the front) takes the place of the
+-- one in queue.
+local function next_of(p)
+  local rep = redis.call('HGET', K.reps, p)
+  local head = redis.call('ZRANGE', K.park .. p, 0, 0, 'WITHSCORES')
+  if rep then
+    local score = redis.call('ZSCORE', K.queue, rep)
+    if not head[1] or before(tonumber(score), rep, tonumber(head[2]), head[1]) then
+      return rep, score, true
+    end
+    park(p, rep, score)
+  end
+  if head[1] then return head[1], head[2], false end
+  return nil
+end
+
+-- Make queue hold p's next item exactly while p may start it (and waits say when it may,
+-- where time will let it); every operation that changes p's items or limits ends here.
+local function refresh(p, lim, now)
+  if not lim then return end
+  local member, score, in_queue = next_of(p)
+  if not member then
+    redis.call('ZREM', K.waits, p)
+    return
+  end
+  local w = tonumber(redis.call('HGET', item_key(task_id_of(member)), F_WEIGHT))
+  local ok, at = may_start(p, lim, w, now)
+  if ok then
+    redis.call('ZREM', K.waits, p)
+    if not in_queue then unpark(p, member, score) end
+    return
+  end
+  if at then
+    redis.call('ZADD', K.waits, at, p)
+  else
+    redis.call('ZREM', K.waits, p)
+  end
+  if in_queue then park(p, member, score) end
+end
+
+-- Refresh the partitions whose wait is over at now (us), at most `most`; returns how many.
+local function wake_due(now, most)
+  local due = redis.call('ZRANGEBYSCORE', K.waits, '-inf', now, 'LIMIT', 0, most)
+  for _, p in ipairs(due) do refresh(p, limits_of(p), now) end
+  return #due
+end
+
+-- The item of a limited partition p left flight (acked, released, reclaimed).
+local function landed(p, id)
+  redis.call('HDEL', K.live .. p, id)
+end
+
+-- How many items of zset come before member, whose score is raw (as Redis prints it).
+local function count_before(zset, raw, member)
+  local n = redis.call('ZCOUNT', zset, '-inf', '(' .. raw)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', zset, raw, raw)) do
+    if m < member then n = n + 1 end
+  end
+  return n
+end
+
+-- A queued member's place in dispatch order among every item queued: those in queue and
+-- those parked by each of the limited partitions named in `limited` (HKEYS of limits). O(log N)
+-- per limited partition; without any, its rank in queue.
+local function rank_of(member, limited)
+  if #limited == 0 then return redis.call('ZRANK', K.queue, member) end
+  local raw = redis.call('ZSCORE', K.queue, member)
+  if not raw then
+    local p = redis.call('HGET', item_key(task_id_of(member)), F_PARTITION)
+    raw = redis.call('ZSCORE', K.park .. p, member)
+  end
+  local n = count_before(K.queue, raw, member)
+  for _, p in ipairs(limited) do n = n + count_before(K.park .. p, raw, member) end
+  return n
+end
+
+-- The zset that holds member of partition p (its park, or queue), for code that moves it.
+local function holder(p, member, lim)
+  if lim and redis.call('HGET', K.reps, p) ~= member then return K.park .. p end
+  return K.queue
+end
+
 -- Where an item goes: fair placement starts it at max(queue vt, its partition's vt) and moves
 -- the partition's vt on by the item's cost c; front placement puts it ahead of everything and
 -- charges nothing more (it is an item that already had its turn, or an operator's choice).
@@ -158,29 +337,41 @@ end
 
 -- Put an item of partition p and weight w into the queue at score, as member. Returns its entry
 -- in the index, which the item's hash keeps (x) so that taking it out costs no arithmetic.
-local function queue(p, w, score, member)
+local function queue(p, w, score, member, limited)
   local entry = items_prefix(p) .. member
   redis.call('ZADD', K.items, 0, entry)
   partition_queued(p, 1)
   weigh(w, 1)
-  redis.call('ZADD', K.queue, score, member)
+  if limited then
+    redis.call('ZADD', K.park .. p, score, member)
+    redis.call('INCR', K.parked)
+  else
+    redis.call('ZADD', K.queue, score, member)
+  end
   return entry
 end
 
 -- Put a leased item back into the queue (release, reclaim): out of flight, then placed again.
 -- A fair placement charges it again, so it may be credited again. Returns its payload's key.
-local function requeue(id, front)
+local function requeue(id, front, now)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT)
+  local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_LIMITED)
+  local lim = f[4] and limits_of(f[1])
   redis.call('ZREM', K.inflight, id)
+  if lim then
+    -- its partition may start its next item now: the front is where that one is too
+    landed(f[1], id)
+    refresh(f[1], lim, now)
+  end
   local score, member = placement(id, f[1], f[2], front)
-  local entry = queue(f[1], f[3], score, member)
+  local entry = queue(f[1], f[3], score, member, lim)
   if front then
     redis.call('HDEL', key, F_LEASE)
   else
     redis.call('HDEL', key, F_LEASE, F_CREDITED)
   end
   redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
+  if lim then refresh(f[1], lim, now) end
   return key
 end
 
@@ -188,7 +379,7 @@ end
 local function reclaim(t, limit, front)
   local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
   for _, id in ipairs(expired) do
-    redis.call('HINCRBY', requeue(id, front), F_TIMEOUTS, 1)
+    redis.call('HINCRBY', requeue(id, front, tonumber(t)), F_TIMEOUTS, 1)
   end
   if #expired > 0 then count(STAT_RECLAIMED, #expired) end
   return #expired
@@ -250,30 +441,46 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, fron
     head = redis.call('ZPOPMIN', K.queue)
   end
   if not head[1] then
-    return {top_up_triggers(cap, 0)}
+    -- nothing that may start: a limited partition whose wait is over may have one now
+    if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
   end
   local id = task_id_of(head[1])
-  if not from_rear then
-    redis.call('SET', K.cvt, head[2])
-  end
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY)
+  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY,
+                       F_LIMITED)
+  local lim = f[6] and limits_of(f[1])
+  if not from_rear then
+    -- a limited partition's item may have waited below the clock: the clock never goes back
+    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  end
   unindex_item(f[5])
   partition_queued(f[1], -1)
   weigh(f[2], -1)
   redis.call('HSET', key, F_LEASE, token)
   local expiry = string.format('%d', tonumber(t) + lease_us)
   redis.call('ZADD', K.inflight, expiry, id)
+  if lim then
+    redis.call('HDEL', K.reps, f[1])
+    redis.call('HSET', K.live .. f[1], id, t .. ' ' .. f[2])
+    refresh(f[1], lim, tonumber(t))
+  end
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
 
 -- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
 local function ack_item(id, token)
-  if not holds_lease(id, token) then return 0 end
+  local f = redis.call('HMGET', item_key(id), F_LEASE, F_LIMITED, F_PARTITION)
+  if f[1] ~= token then return 0 end
   redis.call('ZREM', K.inflight, id)
   redis.call('DEL', item_key(id))
-  return 1
+  if f[2] then
+    landed(f[3], id)
+    refresh(f[3], limits_of(f[3]), tonumber(clock()))
+  end
+  return 1, f[2] ~= false
 end
 
 -- Credit a leased item with the part of its weight it did not use (credit.lua says how);
@@ -281,7 +488,7 @@ end
 local function credit_item(id, token, used, most)
   if not holds_lease(id, token) then return '0' end
   local key = item_key(id)
-  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED)
+  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED)
   local p, w = info[1], tonumber(info[3])
   if info[4] or not w or used >= w then return '0' end
   local credit = tonumber(info[2]) * (w - used) / w
@@ -292,14 +499,20 @@ local function credit_item(id, token, used, most)
   -- queue (a partition's fair start times never decrease with arrival). Front-placed ones keep
   -- their place at the front. One more than the limit is read to learn whether it was reached.
   local cvt = current_vt()
+  local lim = info[5] and limits_of(p)
   local prefix = items_prefix(p)
   local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
                           '(' .. prefix .. AFTER_FAIR_MARK, 'LIMIT', 0, most + 1)
   for i = 1, math.min(#fair, most) do
     local member = string.sub(fair[i], #prefix + 1)
-    local score = redis.call('ZSCORE', K.queue, member)
+    local zset = holder(p, member, lim)
+    local score = redis.call('ZSCORE', zset, member)
     -- Each moves by the same amount, clamped at the clock, so their order stays as it was.
-    if score then redis.call('ZADD', K.queue, math.max(cvt, tonumber(score) - credit), member) end
+    -- (A parked item may wait below the clock: it is never moved up.)
+    if score then
+      score = tonumber(score)
+      redis.call('ZADD', zset, math.max(math.min(cvt, score), score - credit), member)
+    end
   end
 
   -- The partition's clock moves back too, unless some of its items stay where they were (beyond
@@ -312,6 +525,7 @@ local function credit_item(id, token, used, most)
     redis.call('HSET', K.pvt, p, vt)
     if queued == 0 then redis.call('ZADD', K.idle, 'XX', vt, p) end
   end
+  if lim then refresh(p, lim, tonumber(clock())) end
   return string.format('%.17g', credit)
 end
 

@@ -1,6 +1,9 @@
 -- ack.lua: finish a leased item, only for the holder of its current lease. It counts nothing:
 -- `acked` follows from the other counters (FairQueue.stats).
--- KEYS: item inflight
--- ARGV[1] task id  ARGV[2] lease token
--- Reply: 1 when acked, 0 when the token is not the item's current lease (stale or unknown).
-return ack_item(ARGV[1], ARGV[2])
+-- KEYS: queue item inflight seq stats triggers limits parked reps waits park live
+-- KEYS: trigger_message broker
+-- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
+-- Reply: {1 when acked, 0 when the token is not the item's current lease (stale or unknown);
+--        triggers to publish (its limited partition may start its next item now)}
+local acked, limited = ack_item(ARGV[1], ARGV[2])
+return {acked, limited and top_up_triggers(tonumber(ARGV[3])) or 0}

@@ -1,14 +1,22 @@
 -- cancel.lua: remove a queued item (not a leased one).
--- KEYS: queue item cvt pvt pqueued idle stats queued_weight items
+-- KEYS: queue item cvt pvt pqueued idle stats queued_weight items limits parked reps waits park live
 -- ARGV[1] task id
 -- Reply: 1 when removed, 0 when the item is not queued.
 local id = ARGV[1]
 local key = item_key(id)
-local f = redis.call('HMGET', key, F_MEMBER, F_LEASE, F_PARTITION, F_COST, F_WEIGHT, F_ENTRY)
+local f = redis.call('HMGET', key, F_MEMBER, F_LEASE, F_PARTITION, F_COST, F_WEIGHT, F_ENTRY,
+                    F_LIMITED)
 local member, p = f[1], f[3]
 if not member or f[2] then return 0 end
-local score = tonumber(redis.call('ZSCORE', K.queue, member))
-redis.call('ZREM', K.queue, member)
+local lim = f[7] and limits_of(p)
+local zset = holder(p, member, lim)
+local score = tonumber(redis.call('ZSCORE', zset, member))
+redis.call('ZREM', zset, member)
+if zset == K.queue then
+  if lim then redis.call('HDEL', K.reps, p) end
+else
+  count_parked(-1)
+end
 unindex_item(f[6])
 redis.call('DEL', key)
 -- Refund the partition's clock where that cannot reorder its other items: for its newest
@@ -22,6 +30,7 @@ if raw then
 end
 partition_queued(p, -1)
 weigh(f[5], -1)
+if lim then refresh(p, lim, tonumber(clock())) end
 count(STAT_CANCELLED, 1)
 reset_if_drained()
 return 1

@@ -1,13 +1,20 @@
 -- drop.lua: delete every key of this queue but its counters (`stats`): what the queue has done
--- stays counted, as a monitoring counter must (it only goes up).
+-- stays counted, as a monitoring counter must (it only goes up); and its partitions' limits,
+-- which are settings, not state.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers wake queued_weight items
--- KEYS: trigger_message broker stats
+-- KEYS: trigger_message broker stats limits parked reps waits park live
 -- ARGV: none
 -- Reply: {ids that were queued, ids that were in flight}, so that the caller can tell their
 --        owners; nothing is lost without a word.
 local queued = {}
 for i, member in ipairs(redis.call('ZRANGE', K.queue, 0, -1)) do
   queued[i] = task_id_of(member)
+end
+for _, p in ipairs(redis.call('HKEYS', K.limits)) do
+  for _, member in ipairs(redis.call('ZRANGE', K.park .. p, 0, -1)) do
+    queued[#queued + 1] = task_id_of(member)
+  end
+  redis.call('DEL', K.park .. p, K.live .. p)
 end
 local in_flight = redis.call('ZRANGE', K.inflight, 0, -1)
 for _, ids in ipairs({queued, in_flight}) do
@@ -19,7 +26,9 @@ for _, ids in ipairs({queued, in_flight}) do
 end
 local doomed = {}
 for _, key in ipairs(KEYS) do
-  if key ~= K.item and key ~= K.stats then doomed[#doomed + 1] = key end  -- item: a prefix
+  -- item, park and live are prefixes, not keys
+  local kept = key == K.item or key == K.stats or key == K.limits or key == K.park
+  if not kept and key ~= K.live then doomed[#doomed + 1] = key end
 end
 redis.call('DEL', unpack(doomed))
 -- What it deleted is counted, so that dequeued and acked still follow from the counters.

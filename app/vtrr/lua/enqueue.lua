@@ -1,6 +1,7 @@
 -- enqueue.lua: add a batch of items of one partition, all or none; with hook arguments, the
 -- hooks' `admit` and `enqueued` run in the same call, around the queue's own checks.
 -- KEYS: queue item cvt pvt pqueued idle seq triggers stats wake queued_weight items
+-- KEYS: limits parked reps waits park live
 -- KEYS: trigger_message broker
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
@@ -16,7 +17,8 @@
 --        {0, admit's reply} when admit stopped the call.
 -- Errors, after which nothing of the queue is written: "DUPLICATE <task id>" when an id is
 --        queued or in flight, or appears twice in the batch; "FULL <limit>" when the batch
---        would take the partition past its limit.
+--        would take the partition past its limit; "OVERLIMIT <most weight held>" when an item
+--        of a limited partition weighs more than its items in flight may hold.
 local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == FRONT, ARGV[4] == '1'
 local limit, m = tonumber(ARGV[5]), tonumber(ARGV[6])
 local first = 7 + m
@@ -37,6 +39,14 @@ end
 if limit >= 0 and tonumber(redis.call('HGET', K.pqueued, partition) or '0') + n > limit then
   return redis.error_reply(FULL .. ' ' .. ARGV[5])
 end
+local lim = limits_of(partition)
+if lim and lim.held >= 0 then
+  for i = first + 2, #ARGV, 4 do
+    if tonumber(ARGV[i]) > lim.held then
+      return redis.error_reply(OVERLIMIT .. ' ' .. string.format('%.17g', lim.held))
+    end
+  end
+end
 local seen = {}
 for i = first, #ARGV, 4 do
   local id = ARGV[i]
@@ -54,11 +64,13 @@ end
 for i = first, #ARGV, 4 do
   local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local score, member = placement(id, partition, cost, front)
-  local entry = queue(partition, weight, score, member)
+  local entry = queue(partition, weight, score, member, lim)
   redis.call('HSET', item_key(id), F_PARTITION, partition, F_COST, cost, F_WEIGHT, weight,
              F_PAYLOAD, ARGV[i + 3], F_MEMBER, member, F_ENTRY, entry)
+  if lim then redis.call('HSET', item_key(id), F_LIMITED, '1') end
   reply[#reply + 1] = tostring(score)
 end
+if lim then refresh(partition, lim, tonumber(clock())) end
 count(STAT_ENQUEUED, n)
 if wake then
   for _ = 1, math.min(n, 64) do redis.call('RPUSH', K.wake, 1) end

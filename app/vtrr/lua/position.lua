@@ -1,7 +1,8 @@
--- position.lua: an item's 0-based place in dispatch order (read only).
--- KEYS: queue item
+-- position.lua: an item's 0-based place in dispatch order among every item queued, those of
+-- limited partitions that are parked included (read only).
+-- KEYS: queue item limits park
 -- ARGV[1] task id
 -- Reply: the rank, or nil when the item is not queued.
 local member = queued_member(ARGV[1])
 if not member then return nil end
-return redis.call('ZRANK', K.queue, member)
+return rank_of(member, redis.call('HKEYS', K.limits))

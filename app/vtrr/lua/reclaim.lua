@@ -1,7 +1,11 @@
--- reclaim.lua: put items whose lease has expired back into the queue.
+-- reclaim.lua: put items whose lease has expired back into the queue, and let limited
+-- partitions whose wait is over (at most ARGV[1] of them) start their next item.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
+-- KEYS: limits parked reps waits park live
 -- KEYS: trigger_message broker
 -- ARGV[1] limit  ARGV[2] "front" or "fair"  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {items reclaimed, triggers to publish, items queued}
-local n = reclaim(clock(), tonumber(ARGV[1]), ARGV[2] == FRONT)
+local t = clock()
+local n = reclaim(t, tonumber(ARGV[1]), ARGV[2] == FRONT)
+wake_due(tonumber(t), tonumber(ARGV[1]))
 return {n, top_up_triggers(tonumber(ARGV[3])), redis.call('ZCARD', K.queue)}

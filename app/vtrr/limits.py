@@ -1,0 +1,92 @@
+"""Per-partition limits: how much of a queue's consumers one partition may hold at once.
+
+    most_in_flight    its items leased and not yet acked, at most this many at once
+    most_held         the weight still ahead of its items in flight (each one's weight less
+                      what it has used since its lease began, at `weight_per_second`) plus the
+                      next one's, at most this much: a partition may fill idle consumers with
+                      light items but cannot hold them all with heavy ones, and its next item
+                      may start as soon as its running ones have run down far enough
+
+Both are checked in the same call as the lease, so two consumers never both start the item
+that passes a limit. A limited partition's items wait in a park of their own but for its next
+one, which is in the queue exactly while the limits let it start (lua/_lib.lua), so a dequeue
+never walks past held-back items, triggers count only items that may start, and a partition
+without limits costs what it did before limits existed. When room frees only with time, the
+queue says when (`Woken.next_at`): whoever serves it calls `wake()` then (a reclaim, and a
+dequeue that finds nothing to start, wake too).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from app.vtrr.wire import as_text
+
+#: Most partitions one wake() call lets start (it is called again while some are due).
+WAKE_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A partition's limits; None: no such limit. weight_per_second: how fast an item in flight
+    uses its weight up (1 where weights are seconds; 0: never, so the held weight is the sum
+    of the weights in flight)."""
+
+    most_in_flight: int | None = None
+    most_held: float | None = None
+    weight_per_second: float = 1.0
+
+    def __post_init__(self) -> None:
+        n = self.most_in_flight
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"most_in_flight must be an integer of at least 1, got {n!r}")
+        for name in ("most_held", "weight_per_second"):
+            value = getattr(self, name)
+            if value is None and name == "most_held":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0 or (name == "most_held" and value == 0):
+                raise ValueError(f"{name} must be finite and positive, got {value!r}")
+
+    @property
+    def none(self) -> bool:
+        """Whether neither limit is set."""
+        return self.most_in_flight is None and self.most_held is None
+
+    def args(self) -> list[str | int]:
+        """limit.lua's ARGV[2..4]."""
+        return [
+            -1 if self.most_in_flight is None else self.most_in_flight,
+            "-1" if self.most_held is None else repr(float(self.most_held)),
+            repr(float(self.weight_per_second)),
+        ]
+
+
+def limits_of(raw: Any) -> Limits:
+    """The limits as the limits hash keeps them ("<n> <held> <rate>", -1 for none), or none."""
+    if raw is None:
+        return Limits()
+    n, held, rate = as_text(raw).split()
+    return Limits(
+        None if int(n) < 0 else int(n),
+        None if float(held) < 0 else float(held),
+        float(rate),
+    )
+
+
+@dataclass(frozen=True)
+class Woken:
+    """What a wake() did: partitions let start their next item, and when the next wait ends
+    (Redis TIME, seconds), or None when no partition waits for time."""
+
+    woken: int
+    next_at: float | None
+
+
+def woken_of(woken: Any, next_us: Any) -> Woken:
+    """wake.lua's reply, less its triggers."""
+    us = float(as_text(next_us))
+    return Woken(int(woken), None if us < 0 else us / 1_000_000)

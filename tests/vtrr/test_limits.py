@@ -1,0 +1,194 @@
+"""Per-partition limits: most items in flight, and most weight held by the items in flight."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from app.vtrr import FairQueue, Item, Lease, Limits, OverLimitError
+from tests.support import wait_for
+from tests.vtrr.helpers import drain, expire, fill, take
+
+
+def served(q: FairQueue) -> list[str]:
+    """Dequeue (without acking) until nothing may start; the payloads, in order."""
+    leases: list[Lease] = []
+    while (lease := q.dequeue()) is not None:
+        leases.append(lease)
+    return [lease.payload for lease in leases]
+
+
+def redis_now(r: redis.Redis) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1e6
+
+
+def test_a_partition_at_its_most_in_flight_waits_and_the_others_take_the_consumers(
+    r: redis.Redis,
+) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=2))
+    a = fill(q, "A", 5)
+    fill(q, "B", 2)
+    assert served(q) == ["A0", "B0", "A1", "B1"]  # fair order, until A holds 2
+    assert q.length() == 3  # A's three still count as queued
+    assert r.zcard(q.keys.queue) == 0  # but none of them may start: nothing for triggers
+    assert q.positions(a[2:]) == [0, 1, 2]
+    assert q.ack(a[0], r.hget(q.keys.item_key(a[0]), "l").decode())
+    assert take(q).payload == "A2"  # the freed slot goes to A's next, in its place
+    assert q.dequeue() is None
+
+
+def test_a_limited_partition_keeps_its_place_in_the_fair_order(r: redis.Redis) -> None:
+    """A's held-back items wait below the clock; once A may start one, it goes first."""
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=1))
+    fill(q, "A", 3)
+    fill(q, "B", 6)
+    first = take(q)
+    assert first.payload == "A0"
+    assert [take(q).payload for _ in range(3)] == ["B0", "B1", "B2"]
+    assert q.ack(first.task_id, first.token)
+    assert take(q).payload == "A1"  # ahead of B3: A was owed its turns
+
+
+def test_the_count_in_flight_is_never_passed_under_concurrent_consumers(r: redis.Redis) -> None:
+    """The queue's own bookkeeping, read at every lease: never more than the limit in flight."""
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=3))
+    fill(q, "A", 60)
+    seen: list[int] = []
+
+    def consume() -> None:
+        mine = FairQueue(redis.Redis(connection_pool=r.connection_pool), "jobs")
+        while (lease := mine.dequeue()) is not None or q.length():
+            if lease is None:
+                continue
+            seen.append(int(r.hlen(q.keys.live + "A")))
+            assert mine.ack(lease.task_id, lease.token)
+
+    threads = [threading.Thread(target=consume) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 60 and max(seen) <= 3
+
+
+def test_held_weight_runs_down_and_the_next_item_starts_when_there_is_room(
+    r: redis.Redis,
+) -> None:
+    """Most held 3, items of 2 that use 20 a second (0.1 s each): the second may start once the
+    first holds 1 or less, 50 ms after it began, not only when it ends."""
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_held=3, weight_per_second=20))
+    fill(q, "A", 2, weight=2)
+    first = take(q)
+    began = redis_now(r)
+    assert q.dequeue() is None
+    woken = q.wake()
+    assert woken.woken == 0 and woken.next_at is not None
+    assert 0.0 < woken.next_at - began <= 0.06
+    second = wait_for(q.dequeue, timeout=10, what="the second item may start")
+    assert second.payload == "A1"
+    assert redis_now(r) - began >= 0.05 - 1e-3  # not before the first had run down
+    assert q.ack(first.task_id, first.token)
+
+
+def test_a_wake_lets_a_partition_start_while_other_work_is_queued(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_held=3, weight_per_second=50))
+    fill(q, "A", 2, weight=2)
+    take(q)
+    fill(q, "B", 3)
+    assert r.zcard(q.keys.queue) == 3  # B's: A's second waits for time
+    woken = q.wake()
+    assert woken.next_at is not None
+    wait_for(lambda: r.zcard(q.keys.queue) == 4 or q.wake().woken, timeout=10)
+    assert r.zcard(q.keys.queue) == 4
+    assert q.wake().next_at is None  # nobody waits for time any more
+
+
+def test_an_item_heavier_than_the_most_held_is_refused_whole(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_held=5))
+    with pytest.raises(OverLimitError) as refused:
+        q.enqueue("A", [Item("light", weight=1), Item("heavy", weight=6)])
+    assert refused.value.limit == 5
+    assert q.length() == 0 and q.stats()["enqueued"] == 0
+    assert q.enqueue("B", [Item("other", weight=6)])  # another partition has no such limit
+
+
+def test_limits_set_on_a_queued_partition_hold_it_back_at_once_and_clearing_lets_it_go(
+    r: redis.Redis,
+) -> None:
+    q = FairQueue(r, "jobs")
+    a = fill(q, "A", 4)
+    running = take(q)  # A0, in flight before the limit
+    q.set_limits("A", Limits(most_in_flight=1))
+    assert q.limits("A") == Limits(most_in_flight=1)
+    assert q.dequeue() is None  # A0 counts
+    assert q.length() == 3 and q.positions(a[1:]) == [0, 1, 2]
+    q.set_limits("A", Limits())
+    assert q.limits("A") == Limits()
+    assert r.zcard(q.keys.queue) == 3 and not r.exists(q.keys.parked)
+    assert served(q) == ["A1", "A2", "A3"]
+    assert q.ack(running.task_id, running.token)
+
+
+def test_cancel_promote_and_drop_reach_held_back_items(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=1))
+    a = fill(q, "A", 4)
+    b = fill(q, "B", 2)
+    held = take(q)  # A0
+    assert q.cancel(a[2])  # parked
+    assert q.promote(a[3])  # parked: to the front of A's own items
+    assert q.position(a[3]) == 0
+    assert q.ack(held.task_id, held.token)
+    assert take(q).payload == "A3"
+    assert q.position(a[1]) == 1  # behind B0; ahead of B1, queued later at the same time
+    dropped = q.drop("jobs")
+    assert set(dropped.queued) == {a[1], *b}
+    assert q.limits("A") == Limits(most_in_flight=1)  # a setting, not state
+    assert q.length() == 0
+    assert {k.decode() for k in r.keys("vtrr:{jobs}:*")} <= {q.keys.stats, q.keys.limits}
+
+
+def test_a_reclaimed_lease_frees_its_partitions_slot(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=1))
+    fill(q, "A", 2)
+    lost = take(q)
+    assert q.dequeue() is None
+    expire(q, lost)
+    after = take(q)  # the reclaim puts A0 back behind A1 (fairly), and frees A's one slot
+    assert after.payload == "A1"
+    assert q.dequeue() is None
+    assert q.ack(after.task_id, after.token)
+    again = take(q)
+    assert again.task_id == lost.task_id and again.timeouts == 1
+    assert q.ack(again.task_id, again.token)
+    assert q.length() == 0
+
+
+def test_nothing_is_left_behind_once_a_limited_partition_is_done(r: redis.Redis) -> None:
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_in_flight=2, most_held=10))
+    fill(q, "A", 5, weight=3)
+    assert drain(q) == ["A0", "A1", "A2", "A3", "A4"]
+    left = {k.decode() for k in r.keys("vtrr:{jobs}:*")}
+    assert left == {q.keys.stats, q.keys.limits, q.keys.seq}
+
+
+def test_limits_refuse_nonsense_before_redis_is_touched() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="most_in_flight"):
+            Limits(most_in_flight=bad)  # type: ignore[arg-type]
+    for held in (0, -2.0, float("inf")):
+        with pytest.raises(ValueError, match="most_held"):
+            Limits(most_held=held)
+    with pytest.raises(ValueError, match="weight_per_second"):
+        Limits(most_held=1, weight_per_second=-1)
