@@ -23,6 +23,7 @@ import redis.utils
 
 from app.dev.redis_server import RedisServer
 from tests import support
+from tests.s3_server import moto_url, s3_client, s3_env  # noqa: F401 (fixtures: one set a run)
 from tests.support import empty_test_database, test_database
 
 # Where the environment sets PYTHONDONTWRITEBYTECODE (this machine's does), every pytest process

@@ -1,5 +1,7 @@
 """An S3-compatible server for the tests: moto's server mode, a process of its own on a loopback
-port (a real HTTP endpoint: boto3 is not patched). Import the fixtures where they are needed."""
+port (a real HTTP endpoint: boto3 is not patched). The fixtures are tests/conftest.py's, defined
+there once: each module that imported them had session fixtures of its own, and started a moto
+server of its own."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import boto3
 import pytest
 
 from app.dev.redis_server import free_port
@@ -72,6 +73,8 @@ def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def s3_client(moto_url: str) -> S3Client:
     """One client on moto for the whole run: making a boto3 client takes ~0.2 s of CPU, which a
     client per test paid again and again. Its credentials are given, not read from s3_env."""
+    import boto3  # imported here: every test process loads this module, few need boto3
+
     return boto3.session.Session().client(
         "s3",
         endpoint_url=moto_url,

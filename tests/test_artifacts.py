@@ -26,15 +26,11 @@ from app.auth import Accounts
 from app.models import RECLAIM_QUEUE
 from app.settings import Settings
 from app.wiring.service import SWEEP_TASK, build
-from tests import s3_server
 from tests.s3_server import new_bucket
 from tests.support import FIXTURES
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-# the fixtures, for these tests
-moto_url, s3_env, s3_client = s3_server.moto_url, s3_server.s3_env, s3_server.s3_client
 
 
 def read_all(store: ArtifactStore, job_id: str, name: str) -> bytes:

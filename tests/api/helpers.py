@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -13,9 +14,11 @@ from typing import Any
 
 import httpx
 import redis
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message
 
 from app import billing
+from app.api.factory import create_app
 from app.auth import Accounts
 from app.bill import Charge
 from app.models import Kind, Status
@@ -37,6 +40,13 @@ NOT_FOUND = {"detail": "task not found"}
 UNAUTHORIZED = {"detail": "missing or invalid API key (header X-API-Key)"}
 UNAVAILABLE = {"detail": "the job store is unavailable; retry shortly"}
 WAIT_S = 5.0  # the longest any awaited step may take before the test fails
+
+
+@functools.cache
+def schema_app() -> FastAPI:
+    """An app whose OpenAPI schema the modules that read it at import share (app.openapi() and
+    app/api/schema.py whole() build it once per app, some 0.3 s each); never lent or run."""
+    return create_app(Settings(users_file=USERS_FILE))
 
 
 # -- a worker stand-in ----------------------------------------------------------------------------

@@ -16,6 +16,13 @@ from tests.api.helpers import KEY, OWNER, SECOND, SECOND_KEY, UNAUTHORIZED, WAIT
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): accounts, keys and the audit live
+    in the database, emptied and seeded again for each test."""
+    return shared_api
+
+
 async def admin(api: Api, method: str, path: str, expect: int = 200, **kwargs: Any) -> Any:
     response = await api.client.request(method, f"/admin{path}", headers=KEY, **kwargs)
     assert response.status_code == expect, response.text

@@ -40,6 +40,13 @@ NOT_ADMINS = {
 }
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): what an operator sees and does
+    lives in Redis and the database, both emptied for each test."""
+    return shared_api
+
+
 async def submit(api: Api, key: Headers = KEY, kind: str = "short", duration_s: float = 5) -> str:
     response = await api.client.post(
         "/enqueue-task", json={"kind": kind, "duration_s": duration_s}, headers=key

@@ -22,6 +22,13 @@ from tests.api.helpers import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): bills live in Redis and the
+    database, both emptied for each test."""
+    return shared_api
+
+
 async def submit(api: Api, kind: str = "short", duration_s: float = 5, key: Any = KEY) -> str:
     response = await api.client.post(
         "/enqueue-task", json={"kind": kind, "duration_s": duration_s}, headers=key

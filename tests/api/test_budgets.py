@@ -15,6 +15,15 @@ from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND, SECOND_KEY, Worker
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): budgets and what they allow live
+    in Redis and the database, both emptied for each test."""
+    return shared_api
+
+
 SHORT_5S = {"kind": "short", "duration_s": 5}
 
 

@@ -12,6 +12,15 @@ from tests.api.helpers import KEY, SECOND_KEY, Worker
 from tests.support import bills_of
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a cancel changes only Redis,
+    emptied for each test."""
+    return shared_api
+
+
 OWNER = "11111111-1111-1111-1111-111111111111"
 
 

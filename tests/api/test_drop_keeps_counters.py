@@ -13,6 +13,13 @@ from tests.api.helpers import KEY, SECOND_KEY, Worker
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a drop and the counters live in
+    Redis, emptied for each test."""
+    return shared_api
+
+
 async def stats(api: Api) -> dict[str, Any]:
     response = await api.client.get("/admin/queues", headers=KEY)
     assert response.status_code == 200, response.text

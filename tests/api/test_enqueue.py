@@ -25,6 +25,15 @@ from tests.api.helpers import (
 )
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a submit's answer and what it
+    writes live in Redis, emptied for each test."""
+    return shared_api
+
+
 JSON = {"content-type": "application/json"}
 LIMIT = 64 * 1024
 

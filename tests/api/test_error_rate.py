@@ -27,6 +27,14 @@ MALFORMED_ID = "not-a-uuid"
 
 
 @pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests that take the suite's rate (tests/api/conftest.py): what
+    they count lives in Redis, emptied for each test. strict_api is opened per test: its tests allow
+    not a single command of a runtime's own (a clock's sync) while they run."""
+    return shared_api
+
+
+@pytest.fixture
 async def strict_api(settings: Settings) -> AsyncIterator[Api]:
     """An API that lets a key make PER_S requests a second."""
     async with open_api(settings.model_copy(update={"rate_limit_per_s": PER_S})) as api:

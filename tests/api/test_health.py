@@ -17,6 +17,13 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): what health says is read from
+    Redis, emptied for each test."""
+    return shared_api
+
+
+@pytest.fixture
 def down_port() -> int:
     return free_port()
 

@@ -14,19 +14,17 @@ import httpx
 import pytest
 import redis
 
-from app.api.factory import create_app
 from app.auth import Account
-from app.settings import Settings
 from tests.api.conftest import Api
 from tests.api.helpers import (
     KEY,
     UNAUTHORIZED,
-    USERS_FILE,
     WAIT_S,
     Untouched,
     Worker,
     contents,
     parse_events,
+    schema_app,
 )
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +46,7 @@ def stored(r: redis.Redis) -> dict[bytes, bytes | None]:
 def keyed_operations() -> list[tuple[str, str]]:
     """Every (method, path) the OpenAPI schema says needs the API key: all but /health and
     /metrics, less the /admin ones, which answer a bad key 404 (tests/api/test_admin.py)."""
-    schema = create_app(Settings(users_file=USERS_FILE)).openapi()
+    schema = schema_app().openapi()
     found = [
         (method.upper(), path)
         for path, operations in schema["paths"].items()
@@ -57,6 +55,13 @@ def keyed_operations() -> list[tuple[str, str]]:
     ]
     assert found, "the schema declares no keyed operation"
     return sorted(found)
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): what they send is refused before
+    it reaches anything a runtime keeps, or only submits and reads jobs in Redis."""
+    return shared_api
 
 
 KEYED = keyed_operations()

@@ -13,6 +13,15 @@ from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND_KEY, Untouched, contents
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): an idempotency key lives in
+    Redis, emptied for each test."""
+    return shared_api
+
+
 BODY = {"kind": "short", "duration_s": 5}
 
 

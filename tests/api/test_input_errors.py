@@ -13,6 +13,15 @@ from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, Untouched
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a refused input changes
+    nothing."""
+    return shared_api
+
+
 JOB = {"kind": "long", "duration_s": 100}
 
 

@@ -3,7 +3,6 @@ job-type module that cannot be loaded stops the API at start."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,15 +13,28 @@ from app.jobs.builtin.burn import BurnIn, BurnOut
 from app.settings import Settings
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND_KEY, UNAUTHORIZED, Untouched
-from tests.api.typed_jobs import ECHO, ECHO_MAX_S, MISSING, EchoIn, EchoOut, api_with
+from tests.api.typed_jobs import (
+    ECHO,
+    ECHO_MAX_S,
+    MISSING,
+    EchoIn,
+    EchoOut,
+    with_these_types,
+)
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings) -> Settings:
+    return with_these_types(module_settings)
+
+
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with api_with(settings) as opened:
-        yield opened
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py), with typed_jobs's job types: the
+    types are listed from the runtime's registry, which no test changes."""
+    return shared_api
 
 
 async def listed(api: Api, key: dict[str, str] = KEY) -> dict[str, dict[str, Any]]:

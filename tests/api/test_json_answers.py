@@ -21,6 +21,13 @@ from tests.api.helpers import KEY, USERS_FILE
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): the answers' bytes are what is
+    under test, read from Redis emptied for each test."""
+    return shared_api
+
+
 def starlette_bytes(body: Any) -> bytes:
     """What Starlette's JSONResponse renders."""
     compact = json.dumps(

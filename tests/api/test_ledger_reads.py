@@ -19,6 +19,13 @@ from tests.bills_in_flight import ENDED, OUTBOX_ENTRY
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): what they read lives in Redis and
+    the database, both emptied for each test."""
+    return shared_api
+
+
 async def run_jobs(
     api: Api, worker: Worker, key: dict[str, str], durations: list[float]
 ) -> list[str]:

@@ -31,6 +31,15 @@ from tests.api.helpers import KEY, OWNER, SECOND, SECOND_KEY, TEAM, TEAM_KEY, Wo
 from tests.support import wait_for
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): every metric is read from Redis
+    when scraped, and Redis is emptied for each test."""
+    return shared_api
+
+
 Headers = dict[str, str]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAMILIES = {

@@ -13,6 +13,13 @@ from tests.api.helpers import KEY, SECOND_KEY
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): they read the schema."""
+    return shared_api
+
+
 ERROR = {"$ref": "#/components/schemas/ErrorBody"}
 #: What each endpoint can answer, and the schema of each error's JSON body.
 CONTRACT: dict[tuple[str, str], dict[str, Any]] = {

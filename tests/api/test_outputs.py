@@ -15,7 +15,6 @@ import redis
 from app.artifacts import S3Artifacts, open_artifacts
 from app.settings import Settings
 from app.store.keys import METRICS, job_key, logs_key
-from tests import s3_server
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, NOT_FOUND, SECOND_KEY, Untouched, Worker
 from tests.api.test_metrics import scrape, value
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 pytestmark = pytest.mark.anyio
-# the fixtures, for these tests
-moto_url, s3_env, s3_client = s3_server.moto_url, s3_server.s3_env, s3_server.s3_client
 NO_ARTIFACT = {"detail": "artifact not found"}
 
 
@@ -39,6 +36,19 @@ def artifacts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def settings(base_settings: Settings, redis_url: str, artifacts_dir: Path) -> Settings:
     return base_settings.model_copy(update={"redis_url": redis_url, "artifacts_dir": artifacts_dir})
+
+
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings, artifacts_dir: Path) -> Settings:
+    return module_settings.model_copy(update={"artifacts_dir": artifacts_dir})
+
+
+@pytest.fixture
+def api(shared_api: Api, settings: Settings) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a job's logs and progress are
+    read from Redis, emptied for each test, and its artifacts from a folder of its own id."""
+    assert shared_api.runtime.settings == settings
+    return shared_api
 
 
 async def submit(api: Api, key: dict[str, str] = KEY) -> str:

@@ -15,6 +15,13 @@ from tests.api.helpers import KEY
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): they read the schema and what a
+    job's answers hold."""
+    return shared_api
+
+
 async def whole_schema(api: Api) -> dict[str, Any]:
     body: dict[str, Any] = (await api.client.get("/admin/openapi.json", headers=KEY)).json()
     return body

@@ -25,14 +25,13 @@ from schemathesis import checks
 from schemathesis.python import asgi
 from starlette.types import Receive, Scope, Send
 
-from app.api.factory import create_app
 from app.api.runtime import Runtime
 from app.api.schema import whole as whole_schema
 from app.auth import Accounts
 from app.settings import Settings
 from tests import support
 from tests.api.conftest import APPS, Api
-from tests.api.helpers import KEY, UNAUTHORIZED, USERS_FILE
+from tests.api.helpers import KEY, UNAUTHORIZED, schema_app
 from tests.support import empty_test_database, examples
 
 #: Generated cases per operation and phase (half as many in the unit tier: tests/support.py).
@@ -114,7 +113,7 @@ class LiveApp:
 
 LIVE = LiveApp()
 #: The whole schema, admin operations included, as an admin reads it at /admin/openapi.json.
-SERVED = whole_schema(create_app(Settings(users_file=USERS_FILE)))
+SERVED = whole_schema(schema_app())
 
 
 def load(document: dict[str, Any]) -> Any:

@@ -27,6 +27,13 @@ from tests.api.helpers import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a job's status is read from
+    Redis, emptied for each test."""
+    return shared_api
+
+
 async def submit(
     api: Api, kind: str = "short", duration_s: float = 5, key: dict[str, str] = KEY
 ) -> str:

@@ -28,6 +28,13 @@ from tests.api.helpers import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): each test closes its streams,
+    which shared_api checks."""
+    return shared_api
+
+
 async def submit(api: Api, key: dict[str, str] = KEY) -> str:
     response = await api.client.post(
         "/enqueue-task", json={"kind": "short", "duration_s": 5}, headers=key

@@ -21,6 +21,14 @@ from tests.api.helpers import KEY, WAIT_S, Worker
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): each test closes its streams,
+    which shared_api checks."""
+    return shared_api
+
+
 PROGRESS = {"fraction": 0.5, "message": "epoch 2 of 4"}
 LOG = {"lines": [{"at": 1.5, "stream": "stdout", "text": "loss 0.3"}], "dropped": 2}
 

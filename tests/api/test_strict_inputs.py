@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ from app.settings import Settings
 from app.store.keys import input_key
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, Untouched
-from tests.api.input_jobs import BROKEN, LAX, PLAIN, api_with
+from tests.api.input_jobs import BROKEN, LAX, PLAIN, with_these_types
 
 pytestmark = pytest.mark.anyio
 JSON = {**KEY, "content-type": "application/json"}
@@ -29,10 +28,16 @@ CRAFTED_WAV = "UklGRqQMAABXQVZFZm10IP////8BAAEAgD4AAAB9AAACABAAZGF0YYAMAAA="
 MAX_SEED = 2**32 - 1
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings) -> Settings:
+    return with_these_types(module_settings)
+
+
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with api_with(settings) as opened:
-        yield opened
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py), with input_jobs's job types: what
+    a submit writes lives in Redis, emptied for each test."""
+    return shared_api
 
 
 async def post(api: Api, body: Any) -> httpx.Response:

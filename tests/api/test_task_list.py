@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from app.api.live import listing
+from app.dev.redis_server import RedisServer
 from app.settings import Settings
 from app.store.keys import job_key, owned_key
 from tests.api.conftest import Api
@@ -31,11 +32,23 @@ pytestmark = pytest.mark.anyio
 Headers = dict[str, str]
 
 
-@pytest.fixture
-def settings(redis_url: str) -> Settings:
+@pytest.fixture(scope="module")
+def module_settings(redis_server: RedisServer) -> Settings:
     """The suite's settings without the per-key rate limit: these tests submit dozens of jobs in
     a burst, and a 429 is not what they are about."""
-    return Settings(redis_url=redis_url, users_file=USERS_FILE, rate_limit_per_s=0)
+    return Settings(redis_url=redis_server.url, users_file=USERS_FILE, rate_limit_per_s=0)
+
+
+@pytest.fixture
+def settings(module_settings: Settings, redis_url: str) -> Settings:
+    return module_settings
+
+
+@pytest.fixture
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py): a listing is read from Redis,
+    emptied for each test."""
+    return shared_api
 
 
 async def submit(api: Api, key: Headers = KEY, kind: str = "short") -> str:

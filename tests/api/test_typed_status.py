@@ -20,16 +20,22 @@ from app.store.keys import STOPS
 from app.store.submit import NewJob
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, OWNER, WAIT_S, Worker
-from tests.api.typed_jobs import ECHO, api_with
+from tests.api.typed_jobs import ECHO, with_these_types
 from tests.store.support import write_job
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings) -> Settings:
+    return with_these_types(module_settings)
+
+
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with api_with(settings) as opened:
-        yield opened
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py), with typed_jobs's job types: a
+    job's status and every metric are read from Redis, emptied for each test."""
+    return shared_api
 
 
 async def submit(api: Api, body: dict[str, Any] | None = None) -> str:

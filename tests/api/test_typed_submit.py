@@ -5,7 +5,6 @@ its type refuses, is a 422 naming the field, and writes nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,16 +15,22 @@ from app.settings import Settings
 from app.store.keys import input_key, job_key
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, Untouched, Worker
-from tests.api.typed_jobs import ECHO, ECHO_MAX_S, MISSING, api_with
+from tests.api.typed_jobs import ECHO, ECHO_MAX_S, MISSING, with_these_types
 
 pytestmark = pytest.mark.anyio
 JSON = {"content-type": "application/json"}
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings) -> Settings:
+    return with_these_types(module_settings)
+
+
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with api_with(settings) as opened:
-        yield opened
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py), with typed_jobs's job types: a
+    submit's answer and what it writes live in Redis, emptied for each test."""
+    return shared_api
 
 
 async def post(api: Api, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:

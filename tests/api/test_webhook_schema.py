@@ -12,14 +12,12 @@ import pytest
 import redis
 from hypothesis import strategies as st
 
-from app.api.factory import create_app
-from app.settings import Settings
 from app.webhooks import destination
 from tests.api.conftest import Api
-from tests.api.helpers import KEY, USERS_FILE, Untouched
+from tests.api.helpers import KEY, Untouched, schema_app
 from tests.support import examples
 
-SCHEMA = create_app(Settings(users_file=USERS_FILE)).openapi()
+SCHEMA = schema_app().openapi()
 SHAPES = ("EnqueueRequest", "TypedEnqueueRequest")
 
 

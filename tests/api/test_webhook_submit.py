@@ -4,7 +4,6 @@ with the job. Anything else is a 422 that names the field, and writes nothing.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -25,10 +24,16 @@ BURN = {"kind": "short", "duration_s": 1}
 TYPED = {"type": "burn", "duration_s": 1}
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_settings: Settings) -> Settings:
+    return module_settings.model_copy(update={"webhook_secret": SECRET})
+
+
 @pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with open_api(settings.model_copy(update={"webhook_secret": SECRET})) as opened:
-        yield opened
+def api(shared_api: Api) -> Api:
+    """One runtime for the module's tests (tests/api/conftest.py), with webhooks on: a submit's
+    answer and what it writes live in Redis, emptied for each test."""
+    return shared_api
 
 
 async def post(api: Api, body: dict[str, Any], **headers: str) -> httpx.Response:

@@ -47,8 +47,13 @@ def missing(ctx: JobContext, inp: EchoIn) -> EchoOut:
     raise AssertionError("never runs: its dependency is not installed")
 
 
+def with_these_types(settings: Settings) -> Settings:
+    """The settings, with these job types registered as well as the built-in ones."""
+    return settings.model_copy(update={"job_modules": [__name__]})
+
+
 @contextlib.asynccontextmanager
 async def api_with(settings: Settings) -> AsyncIterator[Api]:
     """The API, with these job types registered as well as the built-in ones."""
-    async with open_api(settings.model_copy(update={"job_modules": [__name__]})) as api:
+    async with open_api(with_these_types(settings)) as api:
         yield api
