@@ -16,12 +16,14 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FRONT
+from app.vtrr.limits import Limits
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
 from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
 from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
 from app.vtrr.wire import (
     Admitted,
     admitted_of,
+    as_text,
     credit_args,
     credit_of,
     hooked_args,
@@ -45,9 +47,10 @@ class AsyncFairQueue:
         hooks_lua: str = NO_HOOKS,
         replicas: int = 0,
         replica_wait_ms: int = REPLICA_WAIT_MS,
+        limits_group: str | None = None,
     ) -> None:
         self.name = name
-        self.keys = Keys.for_queue(name)
+        self.keys = Keys.for_queue(name, limits_group)
         self.redis = redis_client
         self._shares = shares
         self._trigger_cap = trigger_cap
@@ -146,6 +149,17 @@ class AsyncFairQueue:
     async def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other; False when it is not queued."""
         return bool(await self._scripts.run("promote", task_id))
+
+    async def set_limits(self, partition_key: str, limits: Limits) -> int:
+        """Set or clear a partition's limits (see FairQueue.set_limits); returns the triggers
+        to publish (items it let start)."""
+        args = ["-1", "-1", "1.0"] if limits.none else limits.args()
+        reply = await self._scripts.run("limit", partition_key, *args, self._trigger_cap)
+        return int(reply[0])
+
+    async def limited(self) -> set[str]:
+        """The partitions that have limits in this queue."""
+        return {as_text(p) for p in await self.redis.hkeys(self.keys.limits)}
 
     async def length(self) -> int:
         """How many items are queued, held back by their partition's limits or not."""

@@ -130,13 +130,19 @@ class VTRRQueue(FairQueue):
         drain_max_s: float = DRAIN_MAX_S,
         hooks: Hooks | None = None,
         replicas: int = 0,
+        limits_group: str | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         super().__init__(
-            redis_client, name, lease_seconds=lease_seconds, shares=shares, replicas=replicas
+            redis_client,
+            name,
+            lease_seconds=lease_seconds,
+            shares=shares,
+            replicas=replicas,
+            limits_group=limits_group,
         )
         self.celery_app = celery_app
         self.celery_queue = celery_queue
@@ -260,6 +266,7 @@ class VTRRQueue(FairQueue):
             trigger_keys=self._trigger_keys,
             hooks_lua=self.hooks.lua,
             replicas=replicas,
+            limits_group=self.limits_group,
         )
 
     # -- triggers ---------------------------------------------------------------------------------

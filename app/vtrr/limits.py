@@ -19,10 +19,14 @@ dequeue that finds nothing to start, wake too).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.vtrr.wire import as_text
+
+if TYPE_CHECKING:
+    from app.vtrr.queue import FairQueue
 
 #: Most partitions one wake() call lets start (it is called again while some are due).
 WAKE_BATCH = 100
@@ -79,14 +83,32 @@ def limits_of(raw: Any) -> Limits:
 
 @dataclass(frozen=True)
 class Woken:
-    """What a wake() did: partitions let start their next item, and when the next wait ends
-    (Redis TIME, seconds), or None when no partition waits for time."""
+    """What a wake() did: partitions let start their next item, when the next wait ends (Redis
+    TIME, seconds) or None when no partition waits for time, and Redis's time at the wake."""
 
     woken: int
     next_at: float | None
+    now: float = 0.0
+
+    @property
+    def next_in(self) -> float | None:
+        """Seconds from the wake to the next wait's end (None: no wait)."""
+        return None if self.next_at is None else max(0.0, self.next_at - self.now)
 
 
-def woken_of(woken: Any, next_us: Any) -> Woken:
-    """wake.lua's reply, less its triggers."""
-    us = float(as_text(next_us))
-    return Woken(int(woken), None if us < 0 else us / 1_000_000)
+def wake_together(queues: Sequence[FairQueue]) -> Woken:
+    """Let limited partitions start their next item where they now may, over the queues of one
+    limits group (wake.lua), in calls of WAKE_BATCH partitions; publishes what triggers that
+    makes due. Says how many it woke and when the next wait for time ends."""
+    first = queues[0]
+    keys = [k for q in queues for k in q._scripts.all_keys()]
+    caps = [q._trigger_cap for q in queues]
+    woken = 0
+    while True:
+        reply = first._scripts.run_over("wake", keys, len(queues), WAKE_BATCH, *caps)
+        for queue, triggers in zip(queues, reply[4:], strict=True):
+            queue._publish(int(triggers))
+        woken += int(reply[0])
+        if not int(reply[1]):
+            us, now = float(as_text(reply[2])), float(as_text(reply[3])) / 1_000_000
+            return Woken(woken, None if us < 0 else us / 1_000_000, now)

@@ -21,7 +21,7 @@ from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
-from app.vtrr.limits import WAKE_BATCH, Limits, Woken, limits_of, woken_of
+from app.vtrr.limits import Limits, Woken, limits_of, wake_together
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
@@ -120,11 +120,13 @@ class FairQueue:
         reclaim_on_dequeue: bool = True,
         wake_on_enqueue: bool = False,
         replicas: int = 0,
+        limits_group: str | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
         self.name = name
-        self.keys = Keys.for_queue(name)
+        self.keys = Keys.for_queue(name, limits_group)
+        self.limits_group = limits_group
         self.lease_seconds = lease_seconds
         self.redis = redis_client
         self._shares = shares
@@ -292,15 +294,10 @@ class FairQueue:
         return limits_of(self.redis.hget(self.keys.limits, partition_key))
 
     def wake(self) -> Woken:
-        """Let every limited partition whose wait is over start its next item; says when the
-        next wait ends. Call it then, whoever serves a queue whose partitions have limits."""
-        woken = 0
-        while True:
-            n, triggers, next_us = self._scripts.run("wake", WAKE_BATCH, self._trigger_cap)
-            self._publish(int(triggers))
-            woken += int(n)
-            if int(n) < WAKE_BATCH:
-                return Woken(woken, woken_of(n, next_us).next_at)
+        """Let every limited partition that now may start its next item do so; says when the
+        next wait ends. Call it then, whoever serves a queue whose partitions have limits (the
+        queues of a limits group: wake_together)."""
+        return wake_together([self])
 
     # -- the redq operations ----------------------------------------------------------------------
     def cancel(self, task_id: str) -> bool:

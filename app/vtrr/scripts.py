@@ -76,6 +76,7 @@ QUEUE_KEYS = (
     "waits",
     "park",
     "live",
+    "freed",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
 #: What an operation over several queues declares (step.lua): each queue's keys in turn, in the

@@ -7,7 +7,7 @@ import threading
 import pytest
 import redis
 
-from app.vtrr import FairQueue, Item, Lease, Limits, OverLimitError
+from app.vtrr import FairQueue, Item, Lease, Limits, OverLimitError, wake_together
 from tests.support import wait_for
 from tests.vtrr.helpers import drain, expire, fill, take
 
@@ -154,7 +154,11 @@ def test_cancel_promote_and_drop_reach_held_back_items(r: redis.Redis) -> None:
     assert set(dropped.queued) == {a[1], *b}
     assert q.limits("A") == Limits(most_in_flight=1)  # a setting, not state
     assert q.length() == 0
-    assert {k.decode() for k in r.keys("vtrr:{jobs}:*")} <= {q.keys.stats, q.keys.limits}
+    assert {k.decode() for k in r.keys("vtrr:{jobs}:*")} <= {
+        q.keys.stats,
+        q.keys.limits,
+        q.keys.freed,
+    }
 
 
 def test_a_reclaimed_lease_frees_its_partitions_slot(r: redis.Redis) -> None:
@@ -179,6 +183,7 @@ def test_nothing_is_left_behind_once_a_limited_partition_is_done(r: redis.Redis)
     q.set_limits("A", Limits(most_in_flight=2, most_held=10))
     fill(q, "A", 5, weight=3)
     assert drain(q) == ["A0", "A1", "A2", "A3", "A4"]
+    q.wake()  # what its acks freed, for a group's other queues
     left = {k.decode() for k in r.keys("vtrr:{jobs}:*")}
     assert left == {q.keys.stats, q.keys.limits, q.keys.seq}
 
@@ -192,3 +197,45 @@ def test_limits_refuse_nonsense_before_redis_is_touched() -> None:
             Limits(most_held=held)
     with pytest.raises(ValueError, match="weight_per_second"):
         Limits(most_held=1, weight_per_second=-1)
+
+
+def test_a_limits_group_counts_a_partitions_items_in_flight_over_its_queues(
+    r: redis.Redis,
+) -> None:
+    """short and long count A's items together: with one in flight in short, long's next item
+    of A waits, though it was let into long's queue before; when short's ends, a wake of the
+    group lets it start."""
+    short = FairQueue(r, "short", limits_group="accounts")
+    long = FairQueue(r, "long", limits_group="accounts")
+    for q in (short, long):
+        q.set_limits("A", Limits(most_in_flight=1))
+    fill(short, "A", 1)
+    fill(long, "A", 1)
+    fill(long, "B", 1)
+    assert r.zcard(long.keys.queue) == 2  # A's may start there, as far as long knows
+    running = take(short)
+    assert take(long).payload == "B0"  # A's is parked again at its lease, B's goes instead
+    assert long.dequeue() is None
+    assert short.ack(running.task_id, running.token)
+    assert long.dequeue() is None  # long has not heard yet
+    woken = wake_together([short, long])
+    assert woken.woken >= 1 and woken.next_at is None
+    assert take(long).payload == "A0"
+    assert short.dequeue() is None and long.dequeue() is None
+
+
+def test_a_groups_held_weight_runs_down_over_its_queues(r: redis.Redis) -> None:
+    short = FairQueue(r, "short", limits_group="accounts")
+    long = FairQueue(r, "long", limits_group="accounts")
+    for q in (short, long):
+        q.set_limits("A", Limits(most_held=3, weight_per_second=40))
+    fill(short, "A", 1, weight=2)
+    fill(long, "A", 1, weight=2)
+    first = take(short)
+    began = redis_now(r)
+    assert long.dequeue() is None  # held 2 + 2 > 3 until short's has run 25 ms
+    woken = wake_together([short, long])
+    assert woken.next_at is not None and woken.next_at - began <= 0.03
+    second = wait_for(long.dequeue, timeout=10, what="long's item of A may start")
+    assert second.payload == "A0" and redis_now(r) - began >= 0.025 - 1e-3
+    assert short.ack(first.task_id, first.token)

@@ -378,7 +378,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         if model.length() == 0:
             assert clocks == 0
         if not model.entries:
-            assert {text(key) for key in stored} <= {k.seq, k.stats, k.limits}
+            assert {text(key) for key in stored} <= {k.seq, k.stats, k.limits, k.freed}
 
     def parked(self, keys: list[str]) -> list[tuple[str, float]]:
         """The (member, score) pairs of every limited partition's parked items."""

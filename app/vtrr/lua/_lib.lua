@@ -39,6 +39,10 @@
 --                          member -> score, like queue
 --   live             the prefix of each limited partition's items in flight: live .. p is a
 --                          HASH task id -> "<lease start, us> <weight>"
+--   freed            SET   limited partitions whose items in flight went down since the last
+--                          wake (wake.lua), for the other queues of their group
+-- Queues that count their partitions' items in flight together (a limits group: an account's
+-- jobs over a service's queues) share live and freed; the rest of these keys are each queue's.
 --
 -- A limited partition's queued items are parked, all but at most one: its next item (the
 -- lowest score, then member), which is in queue, and named in reps, exactly while the
@@ -210,6 +214,7 @@ end
 -- alone whatever its weight: nothing waits forever for a limit lowered below it.
 local HELD_SLACK = 1e-9  -- what float sums may be off by
 local WAKE_BATCH = 16  -- most partitions a dequeue that found nothing wakes
+local RECHECKS = 8  -- most items one lease may find it must park again (their group's doing)
 local function may_start(p, lim, w, now)
   local running = redis.call('HLEN', K.live .. p)
   if lim.n >= 0 and running >= lim.n then return false, nil end
@@ -285,13 +290,18 @@ end
 -- Refresh the partitions whose wait is over at now (us), at most `most`; returns how many.
 local function wake_due(now, most)
   local due = redis.call('ZRANGEBYSCORE', K.waits, '-inf', now, 'LIMIT', 0, most)
-  for _, p in ipairs(due) do refresh(p, limits_of(p), now) end
+  for _, p in ipairs(due) do
+    local lim = limits_of(p)
+    if lim then refresh(p, lim, now) else redis.call('ZREM', K.waits, p) end
+  end
   return #due
 end
 
--- The item of a limited partition p left flight (acked, released, reclaimed).
+-- The item of a limited partition p left flight (acked, released, reclaimed): the other
+-- queues of its group learn it at their next wake.
 local function landed(p, id)
   redis.call('HDEL', K.live .. p, id)
+  redis.call('SADD', K.freed, p)
 end
 
 -- How many items of zset come before member, whose score is raw (as Redis prints it).
@@ -358,11 +368,9 @@ local function requeue(id, front, now)
   local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_LIMITED)
   local lim = f[4] and limits_of(f[1])
   redis.call('ZREM', K.inflight, id)
-  if lim then
-    -- its partition may start its next item now: the front is where that one is too
-    landed(f[1], id)
-    refresh(f[1], lim, now)
-  end
+  if f[4] then landed(f[1], id) end  -- (marked while its partition had limits: counted then)
+  -- its partition may start its next item now: the front is where that one is too
+  if lim then refresh(f[1], lim, now) end
   local score, member = placement(id, f[1], f[2], front)
   local entry = queue(f[1], f[3], score, member, lim)
   if front then
@@ -446,11 +454,27 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, fron
     head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
-  local id = task_id_of(head[1])
-  local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY,
-                       F_LIMITED)
-  local lim = f[6] and limits_of(f[1])
+  local id, key, f, lim
+  local parked_again = 0
+  while true do
+    id = task_id_of(head[1])
+    key = item_key(id)
+    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED)
+    lim = f[6] and limits_of(f[1])
+    -- Another queue of its group may have started one of its partition's items since it was
+    -- put here: it starts only if it still may, else it waits in its park.
+    local ok, at = true, nil
+    if lim then ok, at = may_start(f[1], lim, tonumber(f[2]), tonumber(t)) end
+    if ok then break end
+    redis.call('HDEL', K.reps, f[1])
+    redis.call('ZADD', K.park .. f[1], head[2], head[1])
+    count_parked(1)
+    if at then redis.call('ZADD', K.waits, at, f[1]) end
+    parked_again = parked_again + 1
+    if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
+  end
   if not from_rear then
     -- a limited partition's item may have waited below the clock: the clock never goes back
     if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end

@@ -1,5 +1,5 @@
 -- cancel.lua: remove a queued item (not a leased one).
--- KEYS: queue item cvt pvt pqueued idle stats queued_weight items limits parked reps waits park live
+-- KEYS: queue item cvt pvt pqueued idle stats queued_weight items limits parked reps waits park live freed
 -- ARGV[1] task id
 -- Reply: 1 when removed, 0 when the item is not queued.
 local id = ARGV[1]

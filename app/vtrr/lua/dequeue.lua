@@ -1,7 +1,7 @@
 -- dequeue.lua: lease the next item: the lowest virtual time, ties in arrival order. It counts
 -- nothing: `dequeued` follows from the other counters (FairQueue.stats).
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
--- KEYS: limits parked reps waits park live
+-- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
 -- Before taking, reclaims up to ARGV[5] expired leases. Only items that may start are in
 -- queue (limited partitions: _lib.lua); when none is, the partitions whose wait is over are

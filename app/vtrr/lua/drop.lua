@@ -2,7 +2,7 @@
 -- stays counted, as a monitoring counter must (it only goes up); and its partitions' limits,
 -- which are settings, not state.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers wake queued_weight items
--- KEYS: trigger_message broker stats limits parked reps waits park live
+-- KEYS: trigger_message broker stats limits parked reps waits park live freed
 -- ARGV: none
 -- Reply: {ids that were queued, ids that were in flight}, so that the caller can tell their
 --        owners; nothing is lost without a word.
@@ -14,9 +14,14 @@ for _, p in ipairs(redis.call('HKEYS', K.limits)) do
   for _, member in ipairs(redis.call('ZRANGE', K.park .. p, 0, -1)) do
     queued[#queued + 1] = task_id_of(member)
   end
-  redis.call('DEL', K.park .. p, K.live .. p)
+  redis.call('DEL', K.park .. p)
 end
 local in_flight = redis.call('ZRANGE', K.inflight, 0, -1)
+for _, id in ipairs(in_flight) do
+  -- live is shared with the queue's group: take out this queue's items only
+  local f = redis.call('HMGET', item_key(id), F_LIMITED, F_PARTITION)
+  if f[1] then redis.call('HDEL', K.live .. f[2], id) end
+end
 for _, ids in ipairs({queued, in_flight}) do
   for i = 1, #ids, 500 do
     local batch = {}
@@ -28,7 +33,7 @@ local doomed = {}
 for _, key in ipairs(KEYS) do
   -- item, park and live are prefixes, not keys
   local kept = key == K.item or key == K.stats or key == K.limits or key == K.park
-  if not kept and key ~= K.live then doomed[#doomed + 1] = key end
+  if not (kept or key == K.live or key == K.freed) then doomed[#doomed + 1] = key end
 end
 redis.call('DEL', unpack(doomed))
 -- What it deleted is counted, so that dequeued and acked still follow from the counters.

@@ -19,7 +19,8 @@ if n < 0 and held < 0 then
     local parked = redis.call('ZRANGE', K.park .. p, 0, -1, 'WITHSCORES')
     for i = 1, #parked, 2 do redis.call('ZADD', K.queue, parked[i + 1], parked[i]) end
     if #parked > 0 then count_parked(-#parked / 2) end
-    redis.call('DEL', K.park .. p, K.live .. p)
+    -- (its items in flight leave live as they land: other queues of its group may count them)
+    redis.call('DEL', K.park .. p)
     redis.call('HDEL', K.reps, p)
     redis.call('HDEL', K.limits, p)
     redis.call('ZREM', K.waits, p)

@@ -1,6 +1,6 @@
 -- promote.lua: move a queued item to the very front, ahead of every other queued item.
 -- Its partition's virtual time is unchanged: the item keeps what it was charged.
--- KEYS: queue item cvt seq stats items limits parked reps waits park live
+-- KEYS: queue item cvt seq stats items limits parked reps waits park live freed
 -- ARGV[1] task id
 -- Reply: 1 when moved, 0 when the item is not queued.
 local id = ARGV[1]

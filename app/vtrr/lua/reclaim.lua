@@ -1,7 +1,7 @@
 -- reclaim.lua: put items whose lease has expired back into the queue, and let limited
 -- partitions whose wait is over (at most ARGV[1] of them) start their next item.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
--- KEYS: limits parked reps waits park live
+-- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
 -- ARGV[1] limit  ARGV[2] "front" or "fair"  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {items reclaimed, triggers to publish, items queued}
