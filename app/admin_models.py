@@ -13,7 +13,8 @@ USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
 
 class AccountFields(BaseModel):
     """What an admin may set on an account. In an update, a field left out is kept, and null
-    clears a quota or a budget (the default applies: no budget, MAX_QUEUED_PER_ACCOUNT)."""
+    clears a quota, a limit or a budget (the default applies: no limit, no budget,
+    MAX_QUEUED_PER_ACCOUNT)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -23,6 +24,17 @@ class AccountFields(BaseModel):
     )
     admin: bool = False
     max_queued: int | None = Field(None, ge=1, description="null: MAX_QUEUED_PER_ACCOUNT")
+    max_running: int | None = Field(
+        None, ge=1, description="most of its jobs running at once, both queues; null: no limit"
+    )
+    max_held_gpu_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=1e12,
+        allow_inf_nan=False,
+        description="most GPU-seconds its running jobs may still have ahead, the next job's "
+        "included; null: no limit",
+    )
     budget_gpu_seconds: float | None = Field(
         None,
         ge=0,
@@ -38,7 +50,7 @@ class AccountFields(BaseModel):
         description="cost a month, kept to the micro-unit (rounded); null: none",
     )
 
-    @field_validator("max_queued", mode="before")
+    @field_validator("max_queued", "max_running", mode="before")
     @classmethod
     def _whole_number(cls, value: Any) -> Any:
         # JSON has no integer type of its own: 5.0 is the integer 5 (and true is no number)
@@ -68,6 +80,8 @@ class AccountInfo(BaseModel):
     admin: bool
     disabled: bool
     max_queued: int | None
+    max_running: int | None = Field(None, description="null: no limit")
+    max_held_gpu_seconds: float | None = Field(None, description="null: no limit")
     budget_gpu_seconds: float | None
     budget_cost: float | None
     created_at: float

@@ -27,6 +27,9 @@ class Account(BaseModel):
     share: float = Field(1.0, gt=0, allow_inf_nan=False)
     admin: bool = False
     max_queued: int | None = Field(None, ge=1)  # None: MAX_QUEUED_PER_ACCOUNT
+    max_running: int | None = Field(None, ge=1)  # its jobs running at once; None: no limit
+    # GPU-seconds ahead of its running jobs plus the next one's; None: no limit
+    max_held_gpu_seconds: float | None = Field(None, gt=0, allow_inf_nan=False)
     budget_gpu_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)  # a month's
     budget_cost_micros: int | None = Field(None, ge=0)  # a month's, in micro-units
 

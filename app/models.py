@@ -302,13 +302,21 @@ class MonthUse(BaseModel):
 
 
 class AccountView(BaseModel):
-    """GET /account: who the key belongs to, its quota and this month's use."""
+    """GET /account: who the key belongs to, its quota and limits, and this month's use."""
 
     user_id: str
     description: str
     share: float
     admin: bool
     max_queued: int = Field(description="most jobs it may have queued in each queue")
+    max_running: int | None = Field(
+        None, description="most of its jobs running at once, both queues; null: no limit"
+    )
+    max_held_gpu_seconds: float | None = Field(
+        None,
+        description="most GPU-seconds its running jobs may still have ahead, the next job's "
+        "included; null: no limit",
+    )
     month: MonthUse
 
 

@@ -29,6 +29,32 @@ def test_unknown_keys_authenticate_nobody(key: str | None) -> None:
     assert Accounts.load(FIXTURES).authenticate(key) is None
 
 
+#: Limits an accounts file may not give: at least one job running, more than no GPU-seconds.
+LIMITS_OUT_OF_RANGE = [
+    ("max_running", 0),
+    ("max_running", -1),
+    ("max_running", 1.5),
+    ("max_held_gpu_seconds", 0),
+    ("max_held_gpu_seconds", -60),
+    ("max_held_gpu_seconds", float("inf")),
+    ("max_held_gpu_seconds", float("nan")),
+]
+
+
+def test_the_accounts_file_may_limit_an_account_and_no_limit_is_the_default(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "users.json"
+    limited = {"user_id": "lab", "api_keys": ["lab_key"], "max_running": 2,
+               "max_held_gpu_seconds": 600}  # fmt: skip
+    path.write_text(json.dumps({"accounts": [limited, {"user_id": "free", "api_keys": ["k"]}]}))
+    accounts = Accounts.load(path)
+    lab, free = accounts.get("lab"), accounts.get("free")
+    assert lab is not None and free is not None
+    assert (lab.max_running, lab.max_held_gpu_seconds) == (2, 600.0)
+    assert (free.max_running, free.max_held_gpu_seconds) == (None, None)
+
+
 def test_share_defaults_to_one() -> None:
     accounts = Accounts.load(FIXTURES)
     assert accounts.share("33333333-3333-3333-3333-333333333333") == 2
@@ -50,6 +76,10 @@ def test_a_key_shared_by_two_accounts_is_refused() -> None:
         json.dumps({"accounts": [{"user_id": "a", "api_keys": []}]}),
         json.dumps({"accounts": [{"user_id": "a", "api_keys": ["k"], "share": 0}]}),
         json.dumps({"accounts": [{"user_id": "a", "api_keys": ["k"], "extra": 1}]}),
+        *(
+            json.dumps({"accounts": [{"user_id": "a", "api_keys": ["k"], name: value}]})
+            for name, value in LIMITS_OUT_OF_RANGE
+        ),
     ],
 )
 def test_a_malformed_accounts_file_is_a_clear_error(tmp_path: Path, content: str) -> None:

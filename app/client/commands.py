@@ -269,6 +269,10 @@ def account(
         table.add_row("share", f"{who.share:g}")
         table.add_row("admin", "yes" if who.admin else "no")
         table.add_row("max queued", f"{who.max_queued} per queue")
+        if who.max_running is not None:
+            table.add_row("max running", f"{who.max_running} at once")
+        if who.max_held_gpu_seconds is not None:
+            table.add_row("max held", f"{who.max_held_gpu_seconds:g} GPU-s ahead of running jobs")
         month = who.month
         table.add_row(
             f"billed in {month.month}",

@@ -2,8 +2,8 @@
 (list, show, create, update, disable, enable), `keys` (list, issue, revoke) and `audit`; and
 `usage` from app/client/usage.py (every account's; `fairgpu usage` is anyone's own).
 
-A quota or a budget is cleared with the word `none` (`--budget-cost none`): the option then
-goes to the server as null, and the default applies.
+A quota, a limit or a budget is cleared with the word `none` (`--budget-cost none`): the
+option then goes to the server as null, and the default applies.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ Share = Annotated[float | None, typer.Option(help="its weight in the fair queues
 MaxQueued = Annotated[
     str | None, typer.Option(help="most jobs queued per queue, or none for the default")
 ]
+MaxRunning = Annotated[
+    str | None, typer.Option(help="most of its jobs running at once, or none for no limit")
+]
+MaxHeld = Annotated[
+    str | None,
+    typer.Option(help="most GPU-seconds its running jobs may have ahead, or none for no limit"),
+]
 BudgetSeconds = Annotated[
     str | None, typer.Option(help="GPU-seconds it may be billed a month, or none")
 ]
@@ -59,6 +66,8 @@ def _changes(
     description: str | None,
     share: float | None,
     max_queued: str | None,
+    max_running: str | None,
+    max_held_gpu_seconds: str | None,
     budget_gpu_seconds: str | None,
     budget_cost: str | None,
 ) -> dict[str, object]:
@@ -70,6 +79,8 @@ def _changes(
         changes["share"] = share
     for name, text, kind in (
         ("max_queued", max_queued, int),
+        ("max_running", max_running, int),
+        ("max_held_gpu_seconds", max_held_gpu_seconds, float),
         ("budget_gpu_seconds", budget_gpu_seconds, float),
         ("budget_cost", budget_cost, float),
     ):
@@ -89,9 +100,16 @@ def _show(info: AccountInfo, as_json: bool) -> None:
     table.add_row("admin", "yes" if info.admin else "no")
     table.add_row("disabled", "yes" if info.disabled else "no")
     table.add_row("max queued", "default" if info.max_queued is None else str(info.max_queued))
+    table.add_row("max running", _limit(info.max_running))
+    table.add_row("max held GPU-s", _limit(info.max_held_gpu_seconds))
     table.add_row("budget", _budget(info))
     table.add_row("live keys", str(info.keys))
     out().print(table)
+
+
+def _limit(value: float | None) -> str:
+    """A limit for people: its number, or "none"."""
+    return NONE if value is None else f"{value:g}"
 
 
 def _budget(info: AccountInfo) -> str:
@@ -154,6 +172,8 @@ def create_account(
     share: Share = None,
     admin: Annotated[bool, typer.Option("--admin", help="may use the admin API")] = False,
     max_queued: MaxQueued = None,
+    max_running: MaxRunning = None,
+    max_held_gpu_seconds: MaxHeld = None,
     budget_gpu_seconds: BudgetSeconds = None,
     budget_cost: BudgetCost = None,
     url: UrlOption = DEFAULT_URL,
@@ -161,7 +181,15 @@ def create_account(
     as_json: JsonOption = False,
 ) -> None:
     """Open an account (then issue it a key: fairgpu admin keys issue ID)."""
-    fields = _changes(description, share, max_queued, budget_gpu_seconds, budget_cost)
+    fields = _changes(
+        description,
+        share,
+        max_queued,
+        max_running,
+        max_held_gpu_seconds,
+        budget_gpu_seconds,
+        budget_cost,
+    )
     if admin:
         fields["admin"] = True
     with session(url, key) as client:
@@ -176,6 +204,8 @@ def update_account(
         bool | None, typer.Option("--admin/--no-admin", help="may use the admin API")
     ] = None,
     max_queued: MaxQueued = None,
+    max_running: MaxRunning = None,
+    max_held_gpu_seconds: MaxHeld = None,
     budget_gpu_seconds: BudgetSeconds = None,
     budget_cost: BudgetCost = None,
     url: UrlOption = DEFAULT_URL,
@@ -183,8 +213,16 @@ def update_account(
     as_json: JsonOption = False,
 ) -> None:
     """Change an account: what is given changes (a new share moves its queued jobs at once);
-    none clears a quota or a budget."""
-    changes = _changes(description, share, max_queued, budget_gpu_seconds, budget_cost)
+    none clears a quota, a limit or a budget."""
+    changes = _changes(
+        description,
+        share,
+        max_queued,
+        max_running,
+        max_held_gpu_seconds,
+        budget_gpu_seconds,
+        budget_cost,
+    )
     if admin is not None:
         changes["admin"] = admin
     if not changes:

@@ -21,7 +21,16 @@ from app.ledger.schema import AccountRow, AuditRow, KeyRow
 
 #: What an account's update may change (the id may not: bills and jobs name it).
 EDITABLE = frozenset(
-    {"description", "share", "admin", "max_queued", "budget_gpu_seconds", "budget_cost_micros"}
+    {
+        "description",
+        "share",
+        "admin",
+        "max_queued",
+        "max_running",
+        "max_held_gpu_seconds",
+        "budget_gpu_seconds",
+        "budget_cost_micros",
+    }
 )
 #: New keys: a recognisable prefix, then 256 random bits.
 KEY_PREFIX = "fg_"

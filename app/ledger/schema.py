@@ -19,7 +19,7 @@ BILLS = table(Base.metadata)
 
 
 class AccountRow(Base):
-    """An account: who pays, its share of the GPUs, its quotas and its monthly budgets."""
+    """An account: who pays, its share of the GPUs, its quotas and limits, its monthly budgets."""
 
     __tablename__ = "accounts"
 
@@ -29,6 +29,8 @@ class AccountRow(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     max_queued: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_held_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     budget_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     budget_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)

@@ -162,3 +162,102 @@ async def test_a_revoked_key_is_refused_by_every_api_process(settings: Settings)
             while await status_with(second, key) != 401:
                 await asyncio.sleep(0.01)
         assert await status_with(first, key) == 401
+
+
+async def test_limits_are_set_at_opening_changed_cleared_and_audited(api: Api) -> None:
+    made = await admin(
+        api, "POST", "/accounts", 201,
+        json={"user_id": "gil", "max_running": 2, "max_held_gpu_seconds": 600},
+    )  # fmt: skip
+    assert (made["max_running"], made["max_held_gpu_seconds"]) == (2, 600.0)
+    listed = {a["user_id"]: a for a in await admin(api, "GET", "/accounts")}
+    assert (listed["gil"]["max_running"], listed[OWNER]["max_running"]) == (2, None)
+
+    changed = await admin(api, "PATCH", "/accounts/gil", json={"max_running": 5.0})  # = 5
+    assert (changed["max_running"], changed["max_held_gpu_seconds"]) == (5, 600.0)
+    cleared = await admin(
+        api, "PATCH", "/accounts/gil", json={"max_running": None, "max_held_gpu_seconds": None}
+    )
+    assert (cleared["max_running"], cleared["max_held_gpu_seconds"]) == (None, None)
+    shown = await admin(api, "GET", "/accounts/gil")
+    assert (shown["max_running"], shown["max_held_gpu_seconds"]) == (None, None)
+
+    entries = await admin(api, "GET", "/audit?limit=3")
+    assert [e["action"] for e in entries] == ["account.update", "account.update", "account.create"]
+    assert entries[0]["detail"] == {
+        "before": {"max_running": 5, "max_held_gpu_seconds": 600.0},
+        "after": {"max_running": None, "max_held_gpu_seconds": None},
+    }
+    assert entries[1]["detail"] == {"before": {"max_running": 2}, "after": {"max_running": 5}}
+    created = entries[2]["detail"]
+    assert (created["max_running"], created["max_held_gpu_seconds"]) == (2, 600.0)
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [
+        {"max_running": 0},
+        {"max_running": -1},
+        {"max_running": 1.5},
+        {"max_running": "2"},
+        {"max_running": True},
+        {"max_held_gpu_seconds": 0},
+        {"max_held_gpu_seconds": -60},
+        {"max_held_gpu_seconds": "60"},
+        {"max_held_gpu_seconds": 1e13},
+    ],
+)
+async def test_a_limit_out_of_range_is_a_422_that_changes_nothing(
+    api: Api, limit: dict[str, Any]
+) -> None:
+    await admin(api, "POST", "/accounts", 422, json={"user_id": "hal", **limit})
+    await admin(api, "PATCH", f"/accounts/{SECOND}", 422, json=limit)
+    shown = await admin(api, "GET", f"/accounts/{SECOND}")
+    assert (shown["max_running"], shown["max_held_gpu_seconds"]) == (None, None)
+    await admin(api, "GET", "/accounts/hal", 404)
+    assert [e["action"] for e in await admin(api, "GET", "/audit")] == ["account.create"] * 3
+
+
+async def test_the_caller_sees_its_own_limits(api: Api) -> None:
+    limits = {"max_running": 3, "max_held_gpu_seconds": 90.5}
+    await admin(api, "PATCH", f"/accounts/{SECOND}", json=limits)
+    mine = (await api.client.get("/account", headers=SECOND_KEY)).json()
+    assert (mine["max_running"], mine["max_held_gpu_seconds"]) == (3, 90.5)
+    theirs = (await api.client.get("/account", headers=KEY)).json()
+    assert (theirs["max_running"], theirs["max_held_gpu_seconds"]) == (None, None)
+
+
+async def test_a_job_whose_gpu_seconds_pass_the_held_limit_is_refused_and_nothing_written(
+    api: Api,
+) -> None:
+    await admin(api, "PATCH", f"/accounts/{SECOND}", json={"max_held_gpu_seconds": 60})
+    refused = await api.client.post(
+        "/enqueue-task", json={"kind": "long", "duration_s": 120}, headers=SECOND_KEY
+    )
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "detail": "this job's 120 GPU-seconds pass the account's max_held_gpu_seconds (60)"
+    }
+    assert (await api.client.get("/tasks", headers=SECOND_KEY)).json()["tasks"] == []
+    assert await api.runtime.redis.keys("fairgpu:job:*") == []
+
+    within = await api.client.post(
+        "/enqueue-task", json={"kind": "long", "duration_s": 60}, headers=SECOND_KEY
+    )
+    assert within.status_code == 200, within.text  # up to the limit itself
+    others = await api.client.post(
+        "/enqueue-task", json={"kind": "long", "duration_s": 120}, headers=KEY
+    )
+    assert others.status_code == 200  # the limit is the account's own
+
+
+async def test_a_job_is_weighed_at_one_second_at_least(api: Api) -> None:
+    await admin(api, "PATCH", f"/accounts/{SECOND}", json={"max_held_gpu_seconds": 0.5})
+    body = {"kind": "short", "duration_s": 0.2}
+    refused = await api.client.post("/enqueue-task", json=body, headers=SECOND_KEY)
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "this job's 1 GPU-seconds pass the account's max_held_gpu_seconds (0.5)"
+    )
+    await admin(api, "PATCH", f"/accounts/{SECOND}", json={"max_held_gpu_seconds": None})
+    assert (await api.client.post("/enqueue-task", json=body, headers=SECOND_KEY)).is_success

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -101,6 +102,13 @@ HANDED_ON = {
     "chunked": [Sent([b'{"kind": "short", ', b'"duration_s": 1}'])],
 }  # fmt: skip
 CAPPED = {"queue-full": [Sent(), Sent(b'{"kind": "long", "duration_s": 1}'), Sent()]}
+#: The demo account limited to 60 GPU-seconds held: a job of 120 s is refused, one of 60 s not.
+HELD = {
+    "over-held-limit": [
+        Sent(b'{"kind": "long", "duration_s": 120}'),
+        Sent(b'{"kind": "long", "duration_s": 60}'),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -230,6 +238,21 @@ async def test_a_full_queue_is_the_same_429(settings: Settings, r: redis.Redis) 
 
     assert got.statuses()["queue-full"] == [200, 200, 429]
     assert got.answered == 3
+
+
+async def test_a_job_over_the_held_limit_is_the_same_422(
+    settings: Settings, r: redis.Redis, tmp_path: Path
+) -> None:
+    accounts = json.loads(settings.users_file.read_text())
+    accounts["accounts"][0]["max_held_gpu_seconds"] = 60  # the demo key's account
+    limited = tmp_path / "users.json"
+    limited.write_text(json.dumps(accounts))
+    got = await compared(settings.model_copy(update={"users_file": limited}), HELD, r)
+
+    assert got.statuses()["over-held-limit"] == [422, 200]
+    assert b"max_held_gpu_seconds (60)" in got.answers["over-held-limit"][0].body
+    assert got.answered == 2
+    assert len(got.jobs) == 1
 
 
 async def test_redis_away_is_the_same_503(settings: Settings) -> None:

@@ -353,7 +353,11 @@ async def test_the_account_says_whose_key_it_is(
     response = await api.client.get("/account", headers=key)
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"user_id", "description", "share", "admin", "max_queued", "month"}
+    assert set(body) == {
+        "user_id", "description", "share", "admin", "max_queued", "max_running",
+        "max_held_gpu_seconds", "month",
+    }  # fmt: skip
+    assert (body["max_running"], body["max_held_gpu_seconds"]) == (None, None)  # no limits
     assert (body["user_id"], body["share"], body["admin"]) == (user_id, share, admin)
     assert isinstance(body["description"], str) and body["description"]
     assert body["max_queued"] == api.runtime.settings.max_queued_per_account

@@ -384,6 +384,8 @@ def test_account_shows_who_the_key_is(url: str) -> None:
         "share": 1,
         "admin": False,
         "max_queued": 1000,
+        "max_running": None,
+        "max_held_gpu_seconds": None,
     }
     assert (month["billed_seconds"], month["budget_gpu_seconds"]) == (0, None)
     table = ok(fairgpu(url, "account"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 from app.ledger.outbox import LedgerWriter
@@ -169,3 +170,39 @@ def test_the_operators_tables_fit_80_columns(url: str, worker: Worker) -> None:
         assert max(len(line) for line in table.splitlines()) <= 80, (args, table)
     listed = ok(fairgpu(url, "admin", "accounts", "list", env=narrow))
     assert OWNER in listed and "a-rather-long-account-name" in listed  # ids are never cut
+
+
+def test_limits_are_set_shown_cleared_and_seen_by_the_account(url: str) -> None:
+    made = as_json(
+        fairgpu(
+            url, "admin", "accounts", "create", "limited", "--max-running", "2",
+            "--max-held-gpu-seconds", "600", "--json",
+        )
+    )  # fmt: skip
+    assert (made["max_running"], made["max_held_gpu_seconds"]) == (2, 600)
+    shown = ok(fairgpu(url, "admin", "accounts", "show", "limited"))
+    assert re.search(r"max running\s+2\b", shown) and re.search(r"max held GPU-s\s+600\b", shown)
+
+    changed = as_json(
+        fairgpu(
+            url, "admin", "accounts", "update", SECOND, "--max-running", "3",
+            "--max-held-gpu-seconds", "90.5", "--json",
+        )
+    )  # fmt: skip
+    assert (changed["max_running"], changed["max_held_gpu_seconds"]) == (3, 90.5)
+    mine = ok(fairgpu(url, "account", key=OTHER))
+    assert "3 at once" in mine and "90.5 GPU-s" in mine
+
+    cleared = as_json(
+        fairgpu(url, "admin", "accounts", "update", SECOND, "--max-running", "none", "--json")
+    )
+    assert (cleared["max_running"], cleared["max_held_gpu_seconds"]) == (None, 90.5)
+    assert "at once" not in ok(fairgpu(url, "account", key=OTHER))
+    assert re.search(r"max running\s+none", ok(fairgpu(url, "admin", "accounts", "show", SECOND)))
+    for option, value in (("--max-running", "1.5"), ("--max-held-gpu-seconds", "x")):
+        bad = one_error_line(fairgpu(url, "admin", "accounts", "update", SECOND, option, value), 2)
+        assert f"{option}: a number, or none" in bad
+    refused = one_error_line(
+        fairgpu(url, "admin", "accounts", "update", SECOND, "--max-running", "0")
+    )
+    assert refused.startswith("fairgpu: 422 ")

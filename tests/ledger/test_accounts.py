@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.auth import Accounts, digest
+from app.auth import Account, Accounts, digest
 from app.ledger.accounts import AccountError, AccountStore
 from app.ledger.database import Database
 from app.ledger.schema import KeyRow
@@ -102,3 +102,28 @@ def test_live_keys_are_counted_per_account(db: Database) -> None:
     store.revoke_key("admin", first.digest[:12])
     assert store.live_key_counts() == {"a": 1}
     assert store.empty() is False
+
+
+def test_an_accounts_limits_are_seeded_changed_cleared_and_audited(db: Database) -> None:
+    store = AccountStore(db)
+    lab = Account(user_id="lab", api_keys=("lab_key",), max_running=2, max_held_gpu_seconds=600)
+    assert store.seed([lab]) == 1
+    seeded = store.snapshot().authenticate("lab_key")
+    assert seeded is not None
+    assert (seeded.max_running, seeded.max_held_gpu_seconds) == (2, 600.0)
+    created = json.loads(store.audit()[0].detail)
+    assert (created["max_running"], created["max_held_gpu_seconds"]) == (2, 600.0)
+
+    store.update("admin-1", "lab", max_running=None, max_held_gpu_seconds=60.5)
+    changed = store.snapshot().get("lab")
+    assert changed is not None
+    assert (changed.max_running, changed.max_held_gpu_seconds) == (None, 60.5)
+    entry = store.audit()[0]
+    assert (entry.actor, entry.action) == ("admin-1", "account.update")
+    detail = json.loads(entry.detail)
+    assert detail["before"] == {"max_running": 2, "max_held_gpu_seconds": 600.0}
+    assert detail["after"] == {"max_running": None, "max_held_gpu_seconds": 60.5}
+
+    store.create("admin-1", "team-e", max_running=3)
+    opened = store.get("team-e")
+    assert opened is not None and (opened.max_running, opened.max_held_gpu_seconds) == (3, None)

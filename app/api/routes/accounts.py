@@ -61,6 +61,8 @@ def info(row: AccountRow, live_keys: int) -> AccountInfo:
         admin=row.admin,
         disabled=row.disabled,
         max_queued=row.max_queued,
+        max_running=row.max_running,
+        max_held_gpu_seconds=row.max_held_gpu_seconds,
         budget_gpu_seconds=row.budget_gpu_seconds,
         budget_cost=None if cost is None else cost / MICROS,
         created_at=row.created_at,

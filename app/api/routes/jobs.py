@@ -17,6 +17,7 @@ from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job
 from app.api.routing import Caller, KeyedRoute, counts_own_rate, too_many_requests
 from app.api.runtime import Runtime
 from app.api.submissions import Submission, checked_submission
+from app.auth import Account
 from app.errors import IdempotencyMismatchError, from_reply
 from app.models import (
     EnqueueBody,
@@ -26,6 +27,7 @@ from app.models import (
 )
 from app.store.submit import NewJob, OverBudgetError, RateLimitedError, hook_args, submitted
 from app.vtrr import NotReplicatedError, QueueFullError
+from app.wiring.service import WEIGHT_PER_S, job_weight
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
@@ -73,8 +75,9 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
             "model": ErrorBody,
             "description": "an invalid job (an unknown or unavailable type, an input that its "
             "type refuses, a duration over the limit, a webhook this deployment does not send "
-            "to), a body not sent as application/json, or an Idempotency-Key used before with "
-            "another body",
+            "to), a job whose GPU-seconds pass the account's max_held_gpu_seconds (it could "
+            "never start), a body not sent as application/json, or an Idempotency-Key used "
+            "before with another body",
         },
     },
     # The key's scheme, for the schema; the route class has checked the key already. The
@@ -118,8 +121,11 @@ async def submit(
     submit.py) counting the key's rate (see RateLimiter.counter), checking the Idempotency-Key
     and writing the record in the same atomic call. A replay gets its first job, whatever the
     quota says now, and queues nothing: that job was written and queued together. Celery's
-    triggers are pushed by the queue's own script, or published here.
+    triggers are pushed by the queue's own script, or published here. A job that passes the
+    account's max_held_gpu_seconds is refused before all that (a replay too: the limit is read
+    here, not in the call).
     """
+    within_held_limit(caller.account, job.duration_s)
     owner = caller.account.user_id
     new = NewJob(
         str(uuid.uuid4()),
@@ -162,6 +168,21 @@ async def submit(
     if created:
         log.info("job queued", extra={"task_id": job_id, "account": owner, "queue": job.kind})
     return job_id
+
+
+def within_held_limit(account: Account, duration_s: float) -> None:
+    """A 422 for a job whose own GPU-seconds, as its fair queue weighs it (at least 1 s), pass
+    its account's max_held_gpu_seconds: the queue could never start it. It names the limit."""
+    limit = account.max_held_gpu_seconds
+    if limit is None:
+        return
+    seconds = job_weight(duration_s) / WEIGHT_PER_S
+    if seconds > limit:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"this job's {seconds:g} GPU-seconds pass the account's "
+            f"max_held_gpu_seconds ({limit:g})",
+        )
 
 
 async def _admit_and_enqueue(

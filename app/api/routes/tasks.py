@@ -19,8 +19,8 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 
 @router.get("/account", response_model=AccountView, responses=ERRORS)
 async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
-    """Whose key this is: the account, its fair share, whether it may use /admin, its quota,
-    and this month's use against its budgets."""
+    """Whose key this is: the account, its fair share, whether it may use /admin, its quota and
+    limits, and this month's use against its budgets."""
     a = caller.account
     return AccountView(
         user_id=a.user_id,
@@ -28,6 +28,8 @@ async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
         share=a.share,
         admin=a.admin,
         max_queued=a.max_queued or runtime.settings.max_queued_per_account,
+        max_running=a.max_running,
+        max_held_gpu_seconds=a.max_held_gpu_seconds,
         month=await month_use(runtime, a),
     )
 
