@@ -176,11 +176,11 @@ def within_held_limit(account: Account, duration_s: float) -> None:
     limit = account.max_held_gpu_seconds
     if limit is None:
         return
-    seconds = job_weight(duration_s) / WEIGHT_PER_S
-    if seconds > limit:
+    weight = job_weight(duration_s)
+    if weight > limit * WEIGHT_PER_S:  # as the fair queue compares them: GPU-milliseconds
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"this job's {seconds:g} GPU-seconds pass the account's "
+            detail=f"this job's {weight / WEIGHT_PER_S:g} GPU-seconds pass the account's "
             f"max_held_gpu_seconds ({limit:g})",
         )
 
