@@ -13,6 +13,9 @@ Kind = Literal["short", "long"]
 KINDS: tuple[Kind, ...] = ("short", "long")
 #: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
 StoppedBy = Literal["owner", "operator"]
+#: Why a queued job waits (the first that holds): its account is at a limit of its own, it is
+#: next and every worker of its queue is busy, or other jobs go first.
+WaitingFor = Literal["account_limit", "gpu", "turn"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
 #: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
 #: out of GPU memory, its type's setup() failed (the job never began: not billed), or the service
@@ -228,6 +231,12 @@ class TaskStatus(BaseModel):
     attempts: int = Field(description="runs started so far")
     enqueued_at: float | None = Field(None, description="when it was submitted (Unix seconds)")
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
+    waiting_for: WaitingFor | None = Field(
+        None,
+        description="while PENDING, why it waits: its account is at its max_running or "
+        "max_held_gpu_seconds (account_limit); it is next and the workers are busy (gpu); "
+        "other jobs go first, by fair share or the short/long rule (turn)",
+    )
     estimated_start_at: float | None = Field(
         None,
         description="while PENDING: when it should start (Unix seconds), from the jobs ahead of "

@@ -108,12 +108,18 @@ class ServiceCollector(Collector):
         reclaims = CounterMetricFamily(
             "fairgpu_queue_reclaims", "Leases that expired and went back", labels=["queue"]
         )
+        held = GaugeMetricFamily(
+            "fairgpu_jobs_held_by_limit",
+            "Jobs waiting because their account is at its max_running or max_held_gpu_seconds",
+            labels=["queue"],
+        )
         for kind, queue in self.queues.items():
+            held.add_metric([kind], queue.held_back())
             queued.add_metric([kind], queue.length())
             in_flight.add_metric([kind], queue.pending())
             lag.add_metric([kind], fairness_lag_s(queue))
             reclaims.add_metric([kind], queue.stats()["reclaimed"])
-        yield from (queued, in_flight, lag, reclaims)
+        yield from (queued, in_flight, lag, reclaims, held)
 
     def _job_counters(self, counters: Mapping[str, float]) -> Iterator[Metric]:
         finished = CounterMetricFamily(

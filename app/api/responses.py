@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.deps import NOT_FOUND
 from app.api.runtime import Runtime
 from app.auth import Account
-from app.models import ErrorBody, Status, TaskStatus
+from app.models import ErrorBody, Status, TaskStatus, WaitingFor
 from app.store import JobRecord
 
 
@@ -75,8 +75,17 @@ async def job_status(runtime: Runtime, job: JobRecord) -> TaskStatus:
 
 
 async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) -> TaskStatus:
-    """A queued job's status at a place in line, with its estimated start."""
+    """A queued job's status at a place in line, with its estimated start and why it waits: its
+    account's limits first (its start is then no sooner than they should let it), else it is
+    next (a GPU), else other jobs go first (its turn)."""
     start_at = None
-    if position is not None:
-        start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
-    return job.status_view(position, start_at)
+    if position is None:
+        return job.status_view(position, start_at)
+    start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
+    hold = await runtime.queues[job.kind].hold(job.owner)
+    waiting_for: WaitingFor = "gpu" if position == 0 else "turn"
+    if hold is not None:
+        waiting_for = "account_limit"
+        if start_at is not None and hold.until is not None:
+            start_at = max(start_at, hold.until)
+    return job.status_view(position, start_at, waiting_for)

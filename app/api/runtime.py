@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from prometheus_client.registry import CollectorRegistry
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from app import connections
 from app.api.clock import RedisClock
@@ -19,6 +21,7 @@ from app.api.live.estimates import Estimator
 from app.api.live.events import EventHub, cancel
 from app.api.live.places import Places
 from app.artifacts import ArtifactStore, open_artifacts
+from app.auth import Account
 from app.jobs import Registry, load_registry
 from app.ledger.live import LiveAccounts
 from app.ledger.stores import Ledger, open_ledger
@@ -26,10 +29,15 @@ from app.models import Kind
 from app.settings import Settings
 from app.store import JobStore
 from app.vtrr.aio import AsyncFairQueue
+from app.wiring import limits
 from app.wiring.service import Service, build
 
 #: Fail fast when Redis is away, so a request answers 503 instead of hanging.
+log = logging.getLogger(__name__)
 REDIS_TIMEOUT_S = 2.0
+#: How often an API process puts every account's limits on the queues again, besides at its
+#: start and at each change: a Redis that restarted empty has lost them.
+LIMITS_EVERY_S = 30.0
 #: How long a call waits for one of the pool's connections before it fails (503, or a stream's
 #: retry): a burst queues for a moment instead of opening a connection per waiting call.
 POOL_WAIT_S = 5.0
@@ -128,13 +136,36 @@ class Runtime:
         )
 
     async def start(self) -> None:
-        """Start listening for changes: of jobs, queues, accounts and keys."""
+        """Start listening for changes: of jobs, queues, accounts and keys; put the accounts'
+        limits on the queues (then keep them there: a Redis restarted empty loses them)."""
         await self.hub.start()
         self.places.start()
+        await self.apply_limits()
         self._following = [
             asyncio.create_task(self.accounts.follow(self.accounts_client)),
             asyncio.create_task(self.clock.follow()),
+            asyncio.create_task(self._keep_limits()),
         ]
+
+    async def apply_limits(self, account: Account | None = None) -> None:
+        """Put one account's limits (or every account's) on both queues, and publish the
+        triggers for the jobs that lets start. Redis out of reach: logged, tried again later."""
+        try:
+            if account is None:
+                triggers = await limits.apply_all(self.queues, self.accounts.all())
+            else:
+                triggers = await limits.apply(self.queues, account)
+        except RedisError:
+            log.warning("the accounts' limits could not be put on the queues", exc_info=True)
+            return
+        for kind, n in triggers.items():
+            if n:
+                await asyncio.to_thread(self.service.queues[kind].publish_triggers, n)
+
+    async def _keep_limits(self) -> None:
+        while True:
+            await asyncio.sleep(LIMITS_EVERY_S)
+            await self.apply_limits()
 
     async def close(self) -> None:
         """Stop listening, and close the connections."""

@@ -27,6 +27,7 @@ from app.models import (
     QueuesView,
     Status,
     TaskStatus,
+    WaitingFor,
     WorkerView,
 )
 
@@ -55,6 +56,14 @@ def out() -> Console:
 def about(before: str, task_id: str, after: str) -> Text:
     """A sentence about one task, its id in bold."""
     return Text.assemble(before, (task_id, "bold"), after)
+
+
+#: Why a queued job waits, in words (TaskStatus.waiting_for).
+WAITING_FOR: dict[WaitingFor, str] = {
+    "account_limit": "its account's limit (max_running or max_held_gpu_seconds)",
+    "gpu": "a GPU: it is next",
+    "turn": "its turn: other jobs go first",
+}
 
 
 def waiting(state: TaskStatus, now: float) -> str:
@@ -136,6 +145,8 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         yield "submitted", clock(submitted, now)
     if state.status is Status.PENDING and state.position is not None:
         yield "position", place(state.position)
+        if state.waiting_for is not None:
+            yield "waiting for", WAITING_FOR[state.waiting_for]
         start = state.estimated_start_at
         yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
     yield "attempts", str(state.attempts)

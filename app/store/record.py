@@ -13,7 +13,17 @@ from typing import Any, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
-from app.models import KINDS, Artifact, ErrorKind, JobResult, Kind, Progress, Status, TaskStatus
+from app.models import (
+    KINDS,
+    Artifact,
+    ErrorKind,
+    JobResult,
+    Kind,
+    Progress,
+    Status,
+    TaskStatus,
+    WaitingFor,
+)
 from app.vtrr.wire import as_text
 
 
@@ -140,9 +150,12 @@ class JobRecord:
         )
 
     def status_view(
-        self, position: int | None = None, estimated_start_at: float | None = None
+        self,
+        position: int | None = None,
+        estimated_start_at: float | None = None,
+        waiting_for: WaitingFor | None = None,
     ) -> TaskStatus:
-        """The status a client sees; the place in line only while the job is queued."""
+        """The status a client sees; the place in line and why it waits only while queued."""
         pending = self.status is Status.PENDING
         result = None
         if self.status is Status.SUCCESS or self.started_at is not None:
@@ -168,6 +181,7 @@ class JobRecord:
             attempts=self.attempts,
             position=position if pending else None,
             estimated_start_at=estimated_start_at if pending else None,
+            waiting_for=waiting_for if pending else None,
             error=self.error,
             cancel_requested=self.cancel_requested,
             type=self.type,

@@ -24,7 +24,7 @@ from app.vtrr.errors import (
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.hooks import Hooks, end_with
-from app.vtrr.limits import Limits, Woken, wake_together
+from app.vtrr.limits import Hold, Limits, Woken, wake_together
 from app.vtrr.queue import Dropped, FairQueue, Item, Lease
 from app.vtrr.redq import RedisQueue, Task
 from app.vtrr.together import serve_together
@@ -39,6 +39,7 @@ __all__ = [
     "FairQueue",
     "Heartbeat",
     "HeldLease",
+    "Hold",
     "Hooks",
     "Item",
     "Lease",

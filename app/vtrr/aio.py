@@ -16,7 +16,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FRONT
-from app.vtrr.limits import Limits
+from app.vtrr.limits import Hold, Limits, hold_of
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
 from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
 from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
@@ -156,6 +156,17 @@ class AsyncFairQueue:
         args = ["-1", "-1", "1.0"] if limits.none else limits.args()
         reply = await self._scripts.run("limit", partition_key, *args, self._trigger_cap)
         return int(reply[0])
+
+    async def hold(self, partition_key: str) -> Hold | None:
+        """Whether the partition's limits hold its items back in this queue now, and until
+        when as far as known (see Hold); None when they do not (or it has none)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(self.keys.limits, partition_key)
+            pipe.hexists(self.keys.representatives, partition_key)
+            pipe.zscore(self.keys.waits, partition_key)
+            pipe.hvals(self.keys.live + partition_key)
+            raw, rep, wait_us, live = await pipe.execute()
+        return hold_of(raw, rep, wait_us, live)
 
     async def limited(self) -> set[str]:
         """The partitions that have limits in this queue."""

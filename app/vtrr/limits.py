@@ -96,6 +96,31 @@ class Woken:
         return None if self.next_at is None else max(0.0, self.next_at - self.now)
 
 
+@dataclass(frozen=True)
+class Hold:
+    """A partition held back by its limits in a queue, and when it should have room (Redis
+    TIME, seconds) as far as its items in flight tell: the end of its wait for time, else the
+    soonest end of one of them as its weight says; None when neither tells."""
+
+    until: float | None
+
+
+def hold_of(raw_limits: Any, rep: Any, wait_us: Any, live: Sequence[Any]) -> Hold | None:
+    """The hold that a partition's limits, its one member in the queue (if any), its wait and
+    its items in flight ("<start us> <weight>") amount to; None when it is not held back."""
+    if raw_limits is None or rep:
+        return None
+    if wait_us is not None:
+        return Hold(float(wait_us) / 1_000_000)
+    rate = limits_of(raw_limits).weight_per_second
+    ends = [
+        int(start) / 1_000_000 + float(weight) / rate
+        for start, weight in (as_text(v).split() for v in live)
+        if rate > 0
+    ]
+    return Hold(min(ends) if ends else None)
+
+
 def wake_together(queues: Sequence[FairQueue]) -> Woken:
     """Let limited partitions start their next item where they now may, over the queues of one
     limits group (wake.lua), in calls of WAKE_BATCH partitions; publishes what triggers that

@@ -293,6 +293,18 @@ class FairQueue:
         """A partition's limits (Limits() when it has none)."""
         return limits_of(self.redis.hget(self.keys.limits, partition_key))
 
+    def held_back(self) -> int:
+        """How many queued items wait because their partition's limits hold it back now (one
+        read per limited partition: for monitoring, not for the hot path)."""
+        limited = [as_text(p) for p in self.redis.hkeys(self.keys.limits)]
+        with self.redis.pipeline(transaction=True) as pipe:
+            for p in limited:
+                pipe.hexists(self.keys.representatives, p)
+                pipe.hget(self.keys.partition_queued, p)
+            replies = pipe.execute()
+        pairs = zip(replies[::2], replies[1::2], strict=True)
+        return sum(int(queued or 0) for rep, queued in pairs if not rep)
+
     def wake(self) -> Woken:
         """Let every limited partition that now may start its next item do so; says when the
         next wait ends. Call it then, whoever serves a queue whose partitions have limits (the

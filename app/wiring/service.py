@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 #: Weights are whole numbers (the queue's rule), so they count milliseconds: a 1.01 s job is
 #: charged 1.01 s, not 2 s as whole seconds rounded up would.
 WEIGHT_PER_S = 1000
+#: The queues' limits group: an account's jobs in flight are counted over short and long
+#: together (its max_running and max_held_gpu_seconds: app/wiring/limits.py).
+LIMITS_GROUP = "accounts"
 
 
 def artifact_sweep_every_s(settings: Settings) -> float:
@@ -167,6 +170,7 @@ def build_queues(
             drain_max_s=settings.drain_max_s,
             hooks=hooks,
             replicas=settings.min_replicas,
+            limits_group=LIMITS_GROUP,
         )
         for kind in KINDS
     }

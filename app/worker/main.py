@@ -30,6 +30,7 @@ from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
 from app.settings import Settings, get_settings
 from app.wiring.celery_app import worker_argv
+from app.wiring.limits import Waker
 from app.wiring.service import Service
 from app.worker import gpu
 from app.worker.broker_check import consumer_timeout_problem
@@ -113,13 +114,18 @@ def main() -> None:
     except ChildStartError as exc:
         sys.exit(f"fairgpu worker refuses to start: {exc}")
 
+    # Accounts' limits: lets an account start its next job as soon as it has room (limits.py).
+    waker = Waker(list(service.queues.values()))
+
     def ready(**_: object) -> None:
         beats.start()
         writer.start()
+        waker.start()
 
     signals.worker_ready.connect(ready, weak=False)
 
     def shut_down(**_: object) -> None:
+        waker.stop()
         beats.stop()
         writer.close()
         runner.close()

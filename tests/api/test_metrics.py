@@ -45,6 +45,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAMILIES = {
     "fairgpu_jobs_queued": "gauge",
     "fairgpu_jobs_in_flight": "gauge",
+    "fairgpu_jobs_held_by_limit": "gauge",
     "fairgpu_fairness_lag_seconds": "gauge",
     "fairgpu_queue_reclaims": "counter",
     "fairgpu_jobs_finished": "counter",

@@ -70,6 +70,7 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "kind": "short",
         "attempts": 0,
         "position": 0,
+        "waiting_for": "gpu",
         "estimated_start_at": None,  # no worker serves the queue
         "error": None,
         "cancel_requested": False,

@@ -34,9 +34,11 @@ def test_a_partition_at_its_most_in_flight_waits_and_the_others_take_the_consume
     fill(q, "B", 2)
     assert served(q) == ["A0", "B0", "A1", "B1"]  # fair order, until A holds 2
     assert q.length() == 3  # A's three still count as queued
+    assert q.held_back() == 3
     assert r.zcard(q.keys.queue) == 0  # but none of them may start: nothing for triggers
     assert q.positions(a[2:]) == [0, 1, 2]
     assert q.ack(a[0], r.hget(q.keys.item_key(a[0]), "l").decode())
+    assert q.held_back() == 0  # A may start its next one now
     assert take(q).payload == "A2"  # the freed slot goes to A's next, in its place
     assert q.dequeue() is None
 

@@ -43,6 +43,8 @@ router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)
 UserId = Annotated[str, Path(pattern=USER_ID_PATTERN, description="the account's id")]
 KEY_ID_DIGITS = 12
 NO_ACCOUNT = "no such account"
+#: The fields that the fair queues enforce at each lease (app/wiring/limits.py).
+LIMIT_FIELDS = frozenset({"max_running", "max_held_gpu_seconds"})
 CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorBody, "description": "the account exists already"}
 }
@@ -132,6 +134,7 @@ async def create_account(body: AccountCreate, admin: CallerDep, runtime: Runtime
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     log.info("admin created an account", extra=_who(admin.account.user_id, body.user_id))
     await _changed(runtime, body.user_id)
+    await _limit(runtime, body.user_id)
     return await _info(runtime, body.user_id)
 
 
@@ -158,11 +161,20 @@ async def update_account(
     except AccountError:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NO_ACCOUNT) from None
     await _changed(runtime, user_id)
+    if changes.keys() & LIMIT_FIELDS:
+        await _limit(runtime, user_id)
     if "share" in changes:
         await _reshare(runtime, user_id, float(changes["share"]))
     log.info("admin changed an account", extra={**_who(admin.account.user_id, user_id),
                                                 "fields": sorted(changes)})  # fmt: skip
     return await _info(runtime, user_id)
+
+
+async def _limit(runtime: Runtime, user_id: str) -> None:
+    """Put the account's limits on both queues: they hold for every lease after the answer."""
+    account = runtime.accounts.get(user_id)
+    if account is not None:
+        await runtime.apply_limits(account)
 
 
 async def _reshare(runtime: Runtime, user_id: str, share: float) -> None:

@@ -1,0 +1,67 @@
+"""Why a queued job waits (`waiting_for`), and the accounts' limits put on the fair queues."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.auth import Account
+from app.wiring.limits import limits_for
+from tests.api.conftest import Api
+from tests.api.helpers import KEY, SECOND, SECOND_KEY, Worker
+
+pytestmark = pytest.mark.anyio
+
+
+async def submit(api: Api, key: dict[str, str], duration_s: float = 5) -> str:
+    response = await api.client.post(
+        "/enqueue-task", json={"kind": "short", "duration_s": duration_s}, headers=key
+    )
+    assert response.status_code == 200, response.text
+    return str(response.json()["task_id"])
+
+
+async def state(api: Api, key: dict[str, str], task_id: str) -> dict[str, object]:
+    response = await api.client.get(f"/task-status/{task_id}", headers=key)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def test_a_job_says_whether_it_waits_for_a_gpu_its_turn_or_its_accounts_limit(
+    api: Api, worker: Worker
+) -> None:
+    await api.runtime.apply_limits(Account(user_id=SECOND, max_running=1))
+    theirs = [await submit(api, SECOND_KEY) for _ in range(3)]
+    first = await state(api, SECOND_KEY, theirs[0])
+    assert (first["position"], first["waiting_for"]) == (0, "gpu")
+    worker.start(theirs[0], worker.lease())  # its account now runs one: at its max_running
+    ours = await submit(api, KEY)
+    held = await state(api, SECOND_KEY, theirs[1])
+    assert held["status"] == "PENDING" and held["waiting_for"] == "account_limit"
+    mine = await state(api, KEY, ours)
+    assert mine["waiting_for"] == "gpu"  # the next one a free worker would take
+    assert (await state(api, KEY, await submit(api, KEY)))["waiting_for"] == "turn"
+    running = await state(api, SECOND_KEY, theirs[0])
+    assert running["status"] == "STARTED" and running["waiting_for"] is None
+    assert api.runtime.service.queues["short"].held_back() == 2
+
+
+async def test_limits_go_to_both_queues_and_clear_when_the_account_has_none(api: Api) -> None:
+    limited = Account(user_id=SECOND, max_running=2, max_held_gpu_seconds=30)
+    await api.runtime.apply_limits(limited)
+    for queue in api.runtime.service.queues.values():
+        assert queue.limits(SECOND) == limits_for(limited)
+    assert limits_for(limited).most_held == 30_000  # GPU-milliseconds, as the weights are
+    await api.runtime.apply_limits(Account(user_id=SECOND))
+    for queue in api.runtime.service.queues.values():
+        assert queue.limits(SECOND).none
+
+
+async def test_every_accounts_limits_are_put_on_the_queues_and_stale_ones_cleared(
+    api: Api,
+) -> None:
+    """What an API process does at its start and every LIMITS_EVERY_S: the queues end up with
+    exactly the limits the accounts have (the demo accounts have none)."""
+    await api.runtime.apply_limits(Account(user_id="gone", max_running=1))
+    await api.runtime.apply_limits()
+    for queue in api.runtime.queues.values():
+        assert await queue.limited() == set()
