@@ -21,7 +21,7 @@ from app.auth import Account
 from app.models import Kind
 from app.vtrr import FairQueue, Limits, wake_together
 from app.vtrr.aio import AsyncFairQueue
-from app.wiring.service import WEIGHT_PER_S
+from app.wiring.service import WEIGHT_PER_S, held_limit_weight
 
 log = logging.getLogger(__name__)
 #: Longest a Waker sleeps between two wakes, whatever the queues said (an account's jobs may
@@ -35,7 +35,7 @@ def limits_for(account: Account) -> Limits:
     held = account.max_held_gpu_seconds
     return Limits(
         most_in_flight=account.max_running,
-        most_held=None if held is None else held * WEIGHT_PER_S,
+        most_held=None if held is None else held_limit_weight(held),
         weight_per_second=WEIGHT_PER_S,
     )
 

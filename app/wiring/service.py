@@ -58,6 +58,12 @@ def job_weight(duration_s: float) -> int:
     return max(WEIGHT_PER_S, math.ceil(duration_s * WEIGHT_PER_S))
 
 
+def held_limit_weight(max_held_gpu_seconds: float) -> int:
+    """An account's max_held_gpu_seconds in its fair queues' units: whole GPU-milliseconds, as
+    the weights are (so that a 1.001 s limit holds a 1.001 s job, float products aside)."""
+    return max(1, round(max_held_gpu_seconds * WEIGHT_PER_S))
+
+
 def fairness_lag_s(queue: VTRRQueue) -> float:
     """The queue's fairness lag (see FairQueue.fairness_lag) in GPU-seconds."""
     return queue.fairness_lag() / WEIGHT_PER_S

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import HTTPException
 
+from app.api.routes.jobs import within_held_limit
 from app.auth import Account
 from app.wiring.limits import limits_for
+from app.wiring.service import job_weight
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND, SECOND_KEY, Worker
 
@@ -65,3 +68,16 @@ async def test_every_accounts_limits_are_put_on_the_queues_and_stale_ones_cleare
     await api.runtime.apply_limits()
     for queue in api.runtime.queues.values():
         assert await queue.limited() == set()
+
+
+def test_the_submit_and_the_queue_weigh_a_limit_alike_to_the_millisecond() -> None:
+    """A 1.001 s limit holds a 1.001 s job (1.001 x 1000 is 1000.999... as a float), at submit
+    and in the queue alike; a job a millisecond longer is refused."""
+    account = Account(user_id=SECOND, max_held_gpu_seconds=1.001)
+    assert limits_for(account).most_held == job_weight(1.001) == 1001
+    within_held_limit(account, 1.001)
+    with pytest.raises(HTTPException) as refused:
+        within_held_limit(account, 1.002)
+    assert refused.value.status_code == 422 and "max_held_gpu_seconds (1.001)" in str(
+        refused.value.detail
+    )

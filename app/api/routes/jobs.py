@@ -27,7 +27,7 @@ from app.models import (
 )
 from app.store.submit import NewJob, OverBudgetError, RateLimitedError, hook_args, submitted
 from app.vtrr import NotReplicatedError, QueueFullError
-from app.wiring.service import WEIGHT_PER_S, job_weight
+from app.wiring.service import WEIGHT_PER_S, held_limit_weight, job_weight
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
@@ -177,7 +177,7 @@ def within_held_limit(account: Account, duration_s: float) -> None:
     if limit is None:
         return
     weight = job_weight(duration_s)
-    if weight > limit * WEIGHT_PER_S:  # as the fair queue compares them: GPU-milliseconds
+    if weight > held_limit_weight(limit):  # as the fair queue compares them: GPU-milliseconds
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f"this job's {weight / WEIGHT_PER_S:g} GPU-seconds pass the account's "
