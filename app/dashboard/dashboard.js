@@ -533,9 +533,18 @@
     render(job);
   }
 
+  // Why a queued job waits (its status's waiting_for), after its place in line.
+  const WAITING_FOR = {
+    account_limit: "held by your account's limit",
+    gpu: "waiting for a GPU",
+    turn: "waiting for its turn",
+  };
+
   function placeText(d) {
     if (d.status !== "PENDING" || !Number.isInteger(d.position)) return "";
-    return d.position === 0 ? "next" : `${d.position} ahead`;
+    const place = d.position === 0 ? "next" : `${d.position} ahead`;
+    const why = WAITING_FOR[d.waiting_for];
+    return why ? `${place} · ${why}` : place;
   }
 
   function workerText(r) {

@@ -197,7 +197,9 @@ def test_dashboard_follows_jobs_live_cancels_bills_and_shows_queues_to_admins(
     status_of(long_job)("STARTED")
     short_job = submit(page, "short", 0.5)
     status_of(short_job)("PENDING")
-    expect(short_job.locator('[data-col="place"]')).to_have_text("next", timeout=WAIT_MS)
+    expect(short_job.locator('[data-col="place"]')).to_have_text(
+        "next · waiting for a GPU", timeout=WAIT_MS
+    )
 
     # Cancelling the running job stops it; the short one then runs, all seen live.
     long_job.locator("button.cancel").click()
@@ -237,7 +239,9 @@ def test_dashboard_follows_jobs_live_cancels_bills_and_shows_queues_to_admins(
     status_of(running)("STARTED")
     waiting = submit(page, "short", 20)
     status_of(waiting)("PENDING")
-    expect(waiting.locator('[data-col="place"]')).to_have_text("next", timeout=WAIT_MS)
+    expect(waiting.locator('[data-col="place"]')).to_have_text(
+        "next · waiting for a GPU", timeout=WAIT_MS
+    )
     # Its start estimate, counted from now; "unknown" where the server has none.
     estimate = job(stack, DEMO_KEY, waiting.get_attribute("data-task-id"))["estimated_start_at"]
     starts = re.compile(r"^(in \d.*|any moment)$") if estimate is not None else "unknown"

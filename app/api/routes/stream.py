@@ -233,9 +233,9 @@ async def _placed(runtime: Runtime, job: JobRecord, position: int | None) -> Tas
 
 def moved_on(shown: TaskStatus, now: TaskStatus, clock: float) -> bool:
     """Whether a queued job's place or estimated start changed enough to tell its client: a new
-    position, or a start estimate off by more than ETA_SLACK_S or a tenth of the wait (from
-    `clock`, Redis's time now)."""
-    if now.position != shown.position:
+    position or reason to wait, or a start estimate off by more than ETA_SLACK_S or a tenth of
+    the wait (from `clock`, Redis's time now)."""
+    if now.position != shown.position or now.waiting_for != shown.waiting_for:
         return True
     before, after = shown.estimated_start_at, now.estimated_start_at
     if before is None or after is None:
