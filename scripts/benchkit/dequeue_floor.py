@@ -24,6 +24,7 @@ import secrets
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -197,9 +198,13 @@ def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, lis
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print each variant's median µs per dequeue+ack and the ratios between them."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+Measure = Callable[[str, int, int, int], dict[str, list[float]]]
+
+
+def measured_on_own_redis(doc: str | None, argv: Sequence[str] | None, run: Measure) -> Any:
+    """The rounds of a dequeue+ack benchmark (run(url, rounds, items, partitions)) on a Redis of
+    its own, from its command line: --rounds, --items, --partitions, --redis-server."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--partitions", type=int, default=100)
@@ -208,7 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.redis_server:
         os.environ["FAIRGPU_REDIS_SERVER"] = args.redis_server
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis") as server:
-        found = measure(server.url, args.rounds, args.items, args.partitions)
+        return run(server.url, args.rounds, args.items, args.partitions)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print each variant's median µs per dequeue+ack and the ratios between them."""
+    found = measured_on_own_redis(__doc__, argv, measure)
     for name, values in found.items():
         each = ", ".join(f"{v:.1f}" for v in values)
         print(f"{name}: {median(values):.1f} µs per dequeue+ack (rounds: {each})")

@@ -14,17 +14,12 @@ A limit that binds costs no more per dequeue: its partition's items wait out of 
 
 from __future__ import annotations
 
-import argparse
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import redis
 
-from app.dev.redis_server import RedisServer
 from app.vtrr import Limits
-from scripts.benchkit.dequeue_floor import backlogged, fcall_usec
+from scripts.benchkit.dequeue_floor import backlogged, fcall_usec, measured_on_own_redis
 from scripts.benchkit.stats import alternate, median, ratio
 
 VARIANTS = ("none", "count", "held")
@@ -64,16 +59,7 @@ def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print each variant's median µs per dequeue+ack and its ratio to no limits."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--items", type=int, default=5000)
-    parser.add_argument("--partitions", type=int, default=100)
-    parser.add_argument("--redis-server", help="a redis-server with functions (Redis 7)")
-    args = parser.parse_args(argv)
-    if args.redis_server:
-        os.environ["FAIRGPU_REDIS_SERVER"] = args.redis_server
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp) / "redis") as server:
-        found = measure(server.url, args.rounds, args.items, args.partitions)
+    found = measured_on_own_redis(__doc__, argv, measure)
     mid = {name: median(values) for name, values in found.items()}
     for name, values in found.items():
         each = ", ".join(f"{v:.1f}" for v in values)
