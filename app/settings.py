@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     long_every: int = Field(
         4, ge=1, description="a worker serving both queues: long's turn, 1 dispatch in N"
     )
+    fair_share_half_life_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="fair share remembers each account's GPU-seconds with this half-life "
+        "(unset: an account's past is forgotten once it has nothing queued)",
+    )
     max_short_s: float = Field(60, gt=0, description="longest duration_s of a short job")
     max_long_s: float = Field(3000, gt=0, description="longest duration_s of a long job")
     job_ttl_s: int = Field(7 * 86400, gt=0, description="how long a finished job's record is kept")

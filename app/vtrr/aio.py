@@ -16,7 +16,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FRONT
-from app.vtrr.limits import Hold, Limits, hold_of
+from app.vtrr.limits import Hold, Limits, check_half_life, hold_of
 from app.vtrr.queue import Item, Shares, enqueue_args, share_of
 from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
 from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
@@ -48,8 +48,10 @@ class AsyncFairQueue:
         replicas: int = 0,
         replica_wait_ms: int = REPLICA_WAIT_MS,
         limits_group: str | None = None,
+        usage_half_life_s: float | None = None,
     ) -> None:
         self.name = name
+        self._half_life = check_half_life(usage_half_life_s)
         self.keys = Keys.for_queue(name, limits_group)
         self.redis = redis_client
         self._shares = shares
@@ -83,6 +85,7 @@ class AsyncFairQueue:
             placement,
             0,
             limit,
+            self._half_life or 0,
             0,
             *args,
             replicas=self._replicas,
@@ -117,6 +120,7 @@ class AsyncFairQueue:
             FAIR,
             0,
             limit,
+            self._half_life or 0,
             *hooked_args(hook_args),
             *args,
             replicas=self._replicas,

@@ -131,6 +131,7 @@ class VTRRQueue(FairQueue):
         hooks: Hooks | None = None,
         replicas: int = 0,
         limits_group: str | None = None,
+        usage_half_life_s: float | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -143,6 +144,7 @@ class VTRRQueue(FairQueue):
             shares=shares,
             replicas=replicas,
             limits_group=limits_group,
+            usage_half_life_s=usage_half_life_s,
         )
         self.celery_app = celery_app
         self.celery_queue = celery_queue
@@ -267,6 +269,7 @@ class VTRRQueue(FairQueue):
             hooks_lua=self.hooks.lua,
             replicas=replicas,
             limits_group=self.limits_group,
+            usage_half_life_s=self.usage_half_life_s,
         )
 
     # -- triggers ---------------------------------------------------------------------------------

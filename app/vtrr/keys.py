@@ -31,18 +31,21 @@ class Keys:
     park: str
     live: str
     freed: str
+    usage: str
+    usage_at: str
 
     @classmethod
     def for_queue(cls, name: str, limits_group: str | None = None) -> Keys:
         """The keys of the queue called name; braces would break the hash tag and are refused.
-        Queues of one limits_group count their partitions' items in flight together: `live`
-        and `freed` are the group's (and so, unlike the rest, not in the queue's slot)."""
+        Queues of one limits_group count their partitions' items in flight, and remember their
+        usage, together: `live`, `freed`, `usage` and `usage_at` are the group's (and so,
+        unlike the rest, not in the queue's slot)."""
         for word in (name, limits_group or "-"):
             if not word or "{" in word or "}" in word:
                 raise ValueError(f"queue name must be non-empty and free of braces, got {word!r}")
         parts = {part: f"vtrr:{{{name}}}:{part}" for part in cls.__dataclass_fields__}
         if limits_group is not None:
-            for part in ("live", "freed"):
+            for part in ("live", "freed", "usage", "usage_at"):
                 parts[part] = f"vtrr:limits:{{{limits_group}}}:{part}"
         for prefix in ("item", "park", "live"):
             parts[prefix] += ":"

@@ -33,6 +33,7 @@ class Field(StrEnum):
     TIMEOUTS = "t"
     CREDITED = "k"
     LIMITED = "q"
+    HALF_LIFE = "h"
 
 
 class Stat(StrEnum):

@@ -81,6 +81,17 @@ def limits_of(raw: Any) -> Limits:
     )
 
 
+def check_half_life(seconds: float | None) -> float | None:
+    """A usage half-life: None (no memory), or a finite number of seconds above 0."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"usage_half_life_s must be a number, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"usage_half_life_s must be finite and positive, got {seconds!r}")
+    return float(seconds)
+
+
 @dataclass(frozen=True)
 class Woken:
     """What a wake() did: partitions let start their next item, when the next wait ends (Redis

@@ -21,7 +21,7 @@ from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
-from app.vtrr.limits import Limits, Woken, limits_of, wake_together
+from app.vtrr.limits import Limits, Woken, check_half_life, limits_of, wake_together
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
@@ -121,9 +121,13 @@ class FairQueue:
         wake_on_enqueue: bool = False,
         replicas: int = 0,
         limits_group: str | None = None,
+        usage_half_life_s: float | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
+        #: With a half-life, a partition that comes back starts behind the clock by what its
+        #: items used lately (decayed), over its share: see docs/vtrr.md, "Memory".
+        self.usage_half_life_s = check_half_life(usage_half_life_s)
         self.name = name
         self.keys = Keys.for_queue(name, limits_group)
         self.limits_group = limits_group
@@ -169,7 +173,15 @@ class FairQueue:
         limit = -1 if max_queued is None else max_queued
         # 0 hook arguments: no hook runs (see AsyncFairQueue.admit_and_enqueue)
         reply = self._scripts.run(
-            "enqueue", partition_key, self._trigger_cap, placement, int(self._wake), limit, 0, *args
+            "enqueue",
+            partition_key,
+            self._trigger_cap,
+            placement,
+            int(self._wake),
+            limit,
+            self.usage_half_life_s or 0,
+            0,
+            *args,
         )
         self._publish(int(reply[0]))
         return ids

@@ -77,6 +77,8 @@ QUEUE_KEYS = (
     "park",
     "live",
     "freed",
+    "usage",
+    "usage_at",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
 #: What an operation over several queues declares (step.lua): each queue's keys in turn, in the

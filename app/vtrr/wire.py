@@ -37,7 +37,7 @@ class Admitted:
 
 
 def hooked_args(hook_args: Sequence[str | int]) -> list[str | int]:
-    """enqueue.lua's ARGV between its limit and its items: m, then the m hook arguments."""
+    """enqueue.lua's ARGV between its half-life and its items: m, then the m hook arguments."""
     return [len(hook_args), *hook_args]
 
 

@@ -177,6 +177,7 @@ def build_queues(
             hooks=hooks,
             replicas=settings.min_replicas,
             limits_group=LIMITS_GROUP,
+            usage_half_life_s=settings.fair_share_half_life_s,
         )
         for kind in KINDS
     }

@@ -7,9 +7,10 @@ from fastapi import HTTPException
 
 from app.api.routes.jobs import within_held_limit
 from app.auth import Account
+from app.settings import Settings
 from app.wiring.limits import limits_for
 from app.wiring.service import job_weight
-from tests.api.conftest import Api
+from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND, SECOND_KEY, Worker
 
 pytestmark = pytest.mark.anyio
@@ -81,3 +82,20 @@ def test_the_submit_and_the_queue_weigh_a_limit_alike_to_the_millisecond() -> No
     assert refused.value.status_code == 422 and "max_held_gpu_seconds (1.001)" in str(
         refused.value.detail
     )
+
+
+async def test_with_memory_an_account_that_used_more_comes_back_behind(settings: Settings) -> None:
+    """FAIR_SHARE_HALF_LIFE_S reaches both queues, in the API and the workers alike: the second
+    account used 3 GPU-seconds a moment ago (its usage, over both queues), so its job queued
+    now waits behind the first account's first three seconds of jobs."""
+    remembered = settings.model_copy(update={"fair_share_half_life_s": 3600.0})
+    async with open_api(remembered) as api:
+        for queue in api.runtime.service.queues.values():
+            assert queue.usage_half_life_s == 3600.0
+        short = api.runtime.service.queues["short"]
+        seconds, micros = short.redis.time()
+        short.redis.hset(short.keys.usage, SECOND, f"3000 {seconds}{micros:06d}")  # 3 s, in ms
+        theirs = await submit(api, SECOND_KEY, duration_s=1)
+        for _ in range(5):
+            await submit(api, KEY, duration_s=1)
+        assert (await state(api, SECOND_KEY, theirs))["position"] == 3

@@ -41,8 +41,12 @@
 --                          HASH task id -> "<lease start, us> <weight>"
 --   freed            SET   limited partitions whose items in flight went down since the last
 --                          wake (wake.lua), for the other queues of their group
+--   usage            HASH  partition -> "<weight used, decayed> <when, us>": what its items
+--                          used, remembered with a half-life (items that carry F_HALF_LIFE)
+--   usage_at         ZSET  partition -> when its usage last changed, to forget the oldest
 -- Queues that count their partitions' items in flight together (a limits group: an account's
--- jobs over a service's queues) share live and freed; the rest of these keys are each queue's.
+-- jobs over a service's queues) share live, freed, usage and usage_at; the rest of these keys
+-- are each queue's.
 --
 -- A limited partition's queued items are parked, all but at most one: its next item (the
 -- lowest score, then member), which is in queue, and named in reps, exactly while the
@@ -334,6 +338,46 @@ local function holder(p, member, lim)
   return K.queue
 end
 
+-- Usage with memory (a half-life). ----------------------------------------------------------
+-- A partition's used weight decays by half every h seconds; once it has not changed for
+-- FORGET_AFTER half-lives (a thousandth of a millionth of it left) it is forgotten, so that
+-- what is kept is bounded by the partitions of that window, not by history.
+local FORGET_AFTER = 30
+
+local function used_by(p, h, now)
+  local raw = redis.call('HGET', K.usage, p)
+  if not raw then return 0 end
+  local v, at = string.match(raw, '^(%S+) (%d+)$')
+  return tonumber(v) * 2 ^ (-(now - tonumber(at)) / 1e6 / h)
+end
+
+-- p's items used w more (weight units), at now (us).
+local function remember_use(p, w, h, now)
+  local u = used_by(p, h, now) + w
+  local at = string.format('%d', now)
+  redis.call('HSET', K.usage, p, string.format('%.17g', u) .. ' ' .. at)
+  redis.call('ZADD', K.usage_at, at, p)
+  local stale = string.format('%d', now - FORGET_AFTER * h * 1e6)
+  local gone = redis.call('ZRANGEBYSCORE', K.usage_at, '-inf', stale, 'LIMIT', 0, 16)
+  if #gone > 0 then
+    redis.call('HDEL', K.usage, unpack(gone))
+    redis.call('ZREM', K.usage_at, unpack(gone))
+  end
+end
+
+-- A partition that comes back (nothing of it queued) starts after the queue's clock by its
+-- remembered usage over its share: one that used X more than another lets the other have
+-- about X of service first. Its clock only moves forward.
+local function come_back(p, h, share, now)
+  if redis.call('HEXISTS', K.pqueued, p) == 1 then return end
+  local u = used_by(p, h, now)
+  if u <= 0 then return end
+  local vt = current_vt() + u / share
+  if vt > tonumber(redis.call('HGET', K.pvt, p) or '0') then
+    redis.call('HSET', K.pvt, p, string.format('%.17g', vt))
+  end
+end
+
 -- Where an item goes: fair placement starts it at max(queue vt, its partition's vt) and moves
 -- the partition's vt on by the item's cost c; front placement puts it ahead of everything and
 -- charges nothing more (it is an item that already had its turn, or an operator's choice).
@@ -496,10 +540,13 @@ end
 
 -- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
 local function ack_item(id, token)
-  local f = redis.call('HMGET', item_key(id), F_LEASE, F_LIMITED, F_PARTITION)
+  local f = redis.call('HMGET', item_key(id), F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE,
+                       F_CREDITED, F_WEIGHT)
   if f[1] ~= token then return 0 end
   redis.call('ZREM', K.inflight, id)
   redis.call('DEL', item_key(id))
+  -- (a credit remembered what it used; else it used its weight)
+  if f[4] and f[5] ~= token then remember_use(f[3], tonumber(f[6]), tonumber(f[4]), tonumber(clock())) end
   if f[2] then
     landed(f[3], id)
     refresh(f[3], limits_of(f[3]), tonumber(clock()))
@@ -512,11 +559,13 @@ end
 local function credit_item(id, token, used, most)
   if not holds_lease(id, token) then return '0' end
   local key = item_key(id)
-  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED)
+  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED,
+                          F_HALF_LIFE)
   local p, w = info[1], tonumber(info[3])
   if info[4] or not w or used >= w then return '0' end
   local credit = tonumber(info[2]) * (w - used) / w
   redis.call('HSET', key, F_CREDITED, token)
+  if info[6] then remember_use(p, used, tonumber(info[6]), tonumber(clock())) end
   count(STAT_CREDITED, 1)
 
   -- Fairly placed items of the partition, in arrival order, which is also their order in the

@@ -1,6 +1,7 @@
 -- ack.lua: finish a leased item, only for the holder of its current lease. It counts nothing:
 -- `acked` follows from the other counters (FairQueue.stats).
 -- KEYS: queue item inflight seq stats triggers limits parked reps waits park live freed
+-- KEYS: usage usage_at
 -- KEYS: trigger_message broker
 -- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {1 when acked, 0 when the token is not the item's current lease (stale or unknown);

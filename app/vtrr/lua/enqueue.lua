@@ -1,13 +1,14 @@
 -- enqueue.lua: add a batch of items of one partition, all or none; with hook arguments, the
 -- hooks' `admit` and `enqueued` run in the same call, around the queue's own checks.
 -- KEYS: queue item cvt pvt pqueued idle seq triggers stats wake queued_weight items
--- KEYS: limits parked reps waits park live
+-- KEYS: limits parked reps waits park live usage usage_at
 -- KEYS: trigger_message broker
 -- ARGV[1] partition  ARGV[2] trigger cap (-1: no triggers)  ARGV[3] "front" or "fair"
 -- ARGV[4] wake (1: push a wake token per item)
 -- ARGV[5] most items the partition may have queued (-1: no limit)
--- ARGV[6] m, the number of arguments for the hooks (0: no hook runs)  ARGV[7 .. 6+m] those
--- ARGV[7+m ..] per item, four each: task id, cost (weight / share), weight, payload
+-- ARGV[6] half-life of the partitions' remembered usage, seconds (0: no memory)
+-- ARGV[7] m, the number of arguments for the hooks (0: no hook runs)  ARGV[8 .. 7+m] those
+-- ARGV[8+m ..] per item, four each: task id, cost (weight / share), weight, payload
 -- The hooks (Hooks.lua; none by default) are called, when m > 0, as admit(partition, args)
 -- before anything else: a value other than nil stops the call, nothing of the queue written;
 -- then, once the queue's checks have passed and before its writes, enqueued(partition, args).
@@ -20,11 +21,11 @@
 --        would take the partition past its limit; "OVERLIMIT <most weight held>" when an item
 --        of a limited partition weighs more than its items in flight may hold.
 local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == FRONT, ARGV[4] == '1'
-local limit, m = tonumber(ARGV[5]), tonumber(ARGV[6])
-local first = 7 + m
+local limit, half_life, m = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local first = 8 + m
 local n = (#ARGV - first + 1) / 4
 local hook_args = {}
-for i = 7, 6 + m do hook_args[#hook_args + 1] = ARGV[i] end
+for i = 8, 7 + m do hook_args[#hook_args + 1] = ARGV[i] end
 local hooked = m > 0
 
 local function failed(reply)
@@ -61,6 +62,10 @@ if hooked and HOOKS.enqueued then
   if failed(said) then return said end
   if said ~= nil then reply[2] = said end
 end
+if half_life > 0 and not front then
+  local share = tonumber(ARGV[first + 2]) / tonumber(ARGV[first + 1])  -- weight / cost
+  come_back(partition, half_life, share, tonumber(clock()))
+end
 for i = first, #ARGV, 4 do
   local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local score, member = placement(id, partition, cost, front)
@@ -68,6 +73,7 @@ for i = first, #ARGV, 4 do
   redis.call('HSET', item_key(id), F_PARTITION, partition, F_COST, cost, F_WEIGHT, weight,
              F_PAYLOAD, ARGV[i + 3], F_MEMBER, member, F_ENTRY, entry)
   if lim then redis.call('HSET', item_key(id), F_LIMITED, '1') end
+  if half_life > 0 then redis.call('HSET', item_key(id), F_HALF_LIFE, ARGV[6]) end
   reply[#reply + 1] = tostring(score)
 end
 if lim then refresh(partition, lim, tonumber(clock())) end

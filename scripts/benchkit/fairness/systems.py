@@ -71,7 +71,13 @@ class FairSystem:
 
     name = "fairgpu"
 
-    def __init__(self, scenarios: Sequence[Scenario], workers: int, workdir: Path) -> None:
+    def __init__(
+        self,
+        scenarios: Sequence[Scenario],
+        workers: int,
+        workdir: Path,
+        half_life_s: float | None = None,
+    ) -> None:
         self.workers = workers
         users = workdir / "users.json"
         users.write_text(json.dumps(users_file(scenarios, [WARMUP]), indent=1))
@@ -80,6 +86,7 @@ class FairSystem:
             database_url=None,  # the stack's own, seeded from this users file
             port=free_port(),
             rate_limit_per_s=0,  # the scenarios submit faster than 100 requests a second
+            fair_share_half_life_s=half_life_s,  # None: today's rule, no memory
         )
         (workdir / "fair").mkdir()
         self.stack = Stack(
