@@ -213,12 +213,13 @@ local function run_down(left, rate, target)
   return lo
 end
 
--- Whether limited partition p may start one more item, of weight w, at now (us); when only
--- the weight it holds stops it and that runs down, also when it may (us). An item starts
--- alone whatever its weight: nothing waits forever for a limit lowered below it.
 local HELD_SLACK = 1e-9  -- what float sums may be off by
 local WAKE_BATCH = 16  -- most partitions a dequeue that found nothing wakes
 local RECHECKS = 8  -- most items one lease may find it must park again (their group's doing)
+
+-- Whether limited partition p may start one more item, of weight w, at now (us); when only
+-- the weight it holds stops it and that runs down, also when it may (us). An item starts
+-- alone whatever its weight: nothing waits forever for a limit lowered below it.
 local function may_start(p, lim, w, now)
   local running = redis.call('HLEN', K.live .. p)
   if lim.n >= 0 and running >= lim.n then return false, nil end
@@ -230,7 +231,7 @@ local function may_start(p, lim, w, now)
   return false, now + run_down(left, lim.rate, target)
 end
 
--- Move a member between queue and p's park, keeping reps and the parked count.
+-- Move a member from p's park into queue, or back, keeping reps and the parked count.
 local function unpark(p, member, score)
   redis.call('ZREM', K.park .. p, member)
   count_parked(-1)
