@@ -24,8 +24,9 @@ from app.vtrr.errors import (
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.hooks import Hooks, end_with
+from app.vtrr.item import Dropped, Item, Lease
 from app.vtrr.limits import Hold, Limits, Woken, wake_together
-from app.vtrr.queue import Dropped, FairQueue, Item, Lease
+from app.vtrr.queue import FairQueue
 from app.vtrr.redq import RedisQueue, Task
 from app.vtrr.together import serve_together
 from app.vtrr.wire import Admitted

@@ -33,8 +33,9 @@ from app.vtrr.delivery import Delivery, Taken, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
+from app.vtrr.item import Item, Shares
 from app.vtrr.layout import TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND
-from app.vtrr.queue import FairQueue, Item, Shares
+from app.vtrr.queue import FairQueue
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from app.vtrr.queue import Lease
+from app.vtrr.item import Lease
 
 if TYPE_CHECKING:
     from app.vtrr.celery_queue import VTRRQueue

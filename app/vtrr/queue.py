@@ -9,23 +9,21 @@ equal times in arrival order. See docs/vtrr.md for the keys and the guarantees.
 from __future__ import annotations
 
 import heapq
-import math
 import secrets
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from redis import Redis
 
 from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
+from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
 from app.vtrr.limits import Limits, Woken, check_half_life, limits_of, wake_together
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
-    check_weight,
     credit_args,
     credit_of,
     micros,
@@ -36,73 +34,10 @@ from app.vtrr.wire import (
     task_id_of,
 )
 
-Shares = Mapping[str, float] | Callable[[str], float]
 Placement = Literal["fair", "front"]
 
 RECLAIM_BATCH = 100
 LAG_WINDOW = 1000
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """What drop() deleted: the ids that were queued and those that were in flight."""
-
-    queued: list[str]
-    in_flight: list[str]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One unit of work to enqueue: an opaque payload, an optional id and a weight."""
-
-    payload: str
-    id: str | None = None
-    weight: int = 1
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A dequeued item, held until acked, released, or its lease expires and is reclaimed."""
-
-    task_id: str
-    token: str
-    payload: str
-    timeouts: int
-    expires_at: float
-
-
-def share_of(shares: Shares | None, partition_key: str) -> float:
-    """A partition's share of service (default 1); a ValueError unless positive and finite."""
-    if shares is None:
-        share: object = 1.0
-    elif callable(shares):
-        share = shares(partition_key)
-    else:
-        share = shares.get(partition_key, 1.0)
-    if isinstance(share, bool) or not isinstance(share, int | float) or not math.isfinite(share):
-        raise ValueError(f"share of {partition_key!r} must be a finite number, got {share!r}")
-    if share <= 0:
-        raise ValueError(f"share of {partition_key!r} must be positive, got {share!r}")
-    return float(share)
-
-
-def enqueue_args(
-    partition_key: str, shares: Shares | None, items: Iterable[Item]
-) -> tuple[list[str], list[str]]:
-    """The ids of items (generated where missing) and the per-item ARGV of enqueue.lua."""
-    if not isinstance(partition_key, str) or not partition_key:
-        raise ValueError(f"partition_key must be a non-empty string, got {partition_key!r}")
-    share = share_of(shares, partition_key)
-    ids: list[str] = []
-    args: list[str] = []
-    for item in items:
-        task_id = secrets.token_hex(16) if item.id is None else item.id
-        if not isinstance(task_id, str) or not task_id:
-            raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
-        weight = check_weight(item.weight)
-        args += [task_id, repr(weight / share), str(weight), item.payload]
-        ids.append(task_id)
-    return ids, args
 
 
 class FairQueue:

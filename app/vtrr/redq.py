@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from app.vtrr.queue import FairQueue, Item, Lease
+from app.vtrr.item import Item, Lease
+from app.vtrr.queue import FairQueue
 
 PARTITION = "fifo"
 WAKE_POLL_S = 1.0  # a blocked get also looks again this often, to see reclaimed and reset items

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.vtrr.hooks import Arg
-from app.vtrr.queue import FairQueue, Lease
+from app.vtrr.item import Lease
+from app.vtrr.queue import FairQueue
 from app.vtrr.replicated import Replicas
 from app.vtrr.wire import CREDIT_MOVES, as_text, credit_of, micros, seconds_of
 
