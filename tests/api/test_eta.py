@@ -6,10 +6,14 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.api.live.eta import Line, Worker, wait_s, work_ahead_s
+from tests.support import examples
+
+#: Hypothesis's default in a whole run; the unit tier generates its share (tests/support.py).
+PROPERTY_EXAMPLES = examples(100)
 
 positions = st.integers(min_value=0, max_value=200)
 free_times = st.lists(
@@ -93,6 +97,7 @@ def test_a_long_job_on_a_shared_worker_waits_behind_short_ones_until_its_turn() 
     assert wait_s("long", 0, 0.0, [Worker(0.0, shared=True)], shorts, 1) == 0  # long every time
 
 
+@settings(max_examples=PROPERTY_EXAMPLES)
 @given(positions, free_times, means)
 @example(position=1, free_in_s=[0.0, 100.0], mean_s=10.0)
 @example(position=2, free_in_s=[0.0, 30.0, 0.0], mean_s=10.0)
@@ -103,6 +108,7 @@ def test_on_dedicated_workers_the_estimate_is_the_greedy_start(
     assert got == pytest.approx(greedy_start(position, free_in_s, mean_s))
 
 
+@settings(max_examples=PROPERTY_EXAMPLES)
 @given(kinds, positions, means, free_times, st.lists(st.booleans(), min_size=8), lines, everies)
 def test_the_wait_never_shrinks_further_back_in_line(
     kind: str,
@@ -121,6 +127,7 @@ def test_the_wait_never_shrinks_further_back_in_line(
     assert at_most(here, behind)
 
 
+@settings(max_examples=PROPERTY_EXAMPLES)
 @given(kinds, positions, means, free_times, lines, everies)
 def test_a_shared_worker_never_starts_a_job_sooner_than_a_dedicated_one(
     kind: str, position: int, mean_s: float, free: list[float], other: Line, every: int
@@ -132,6 +139,7 @@ def test_a_shared_worker_never_starts_a_job_sooner_than_a_dedicated_one(
     assert at_most(alone, shared)
 
 
+@settings(max_examples=PROPERTY_EXAMPLES)
 @given(positions, free_times, means, st.floats(min_value=-100, max_value=1000))
 @example(position=1, free_in_s=[0.0], mean_s=10.0, extra=100.0)
 def test_the_wait_never_grows_with_one_more_worker(
@@ -143,6 +151,7 @@ def test_the_wait_never_grows_with_one_more_worker(
     assert at_most(more, fewer)
 
 
+@settings(max_examples=PROPERTY_EXAMPLES)
 @given(positions, st.integers(min_value=1, max_value=8), means)
 def test_with_every_worker_idle_the_wait_is_whole_rounds(
     position: int, workers: int, mean_s: float
