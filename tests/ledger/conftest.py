@@ -3,6 +3,7 @@ one is reachable (a database of the test's own, created and dropped here)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -26,26 +27,35 @@ def postgres_admin() -> object | None:
         return None
 
 
-# PostgreSQL is a server of the machine's: with the real-process tests (creating a database
-# costs a few tenths of a second, which the unit tier's budget has no room for).
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A migrated database of each kind."""
-    if request.param == "sqlite":
-        database = Database.open(f"sqlite:///{tmp_path / 'ledger.db'}")
-        yield database
-        database.close()
+@contextlib.contextmanager
+def empty_database(kind: str, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of this kind ("sqlite": a file in folder; "postgresql": a
+    database of its own on the machine's server, dropped afterwards; skipped where none)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{folder / 'ledger.db'}"
         return
     admin = postgres_admin()
     if admin is None:
         pytest.skip(f"no PostgreSQL reachable at {POSTGRES.rsplit('@', 1)[-1]}")
     name = f"fairgpu_test_{uuid.uuid4().hex[:12]}"
     admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    url = POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
-    database = Database.open(url)
     try:
-        yield database
+        yield POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + (
+            f"/{name}"
+        )
     finally:
-        database.close()
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
         admin.close()  # type: ignore[attr-defined]
+
+
+# PostgreSQL is a server of the machine's: with the real-process tests (creating a database
+# costs a few tenths of a second, which the unit tier's budget has no room for).
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated database of each kind."""
+    with empty_database(request.param, tmp_path) as url:
+        database = Database.open(url)
+        try:
+            yield database
+        finally:
+            database.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from alembic.migration import MigrationContext
 
 from app.ledger.database import Database
 from app.ledger.schema import Base
-from tests.ledger.conftest import POSTGRES, postgres_admin
+from tests.ledger.conftest import empty_database
 
 pytestmark = pytest.mark.integration  # processes of their own
 PROCESSES = 4
@@ -25,22 +24,8 @@ MIGRATE = "import sys; from app.ledger.database import upgrade; upgrade(sys.argv
 @pytest.fixture(params=["sqlite", "postgresql"])
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of a database that no process has migrated yet."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    admin = postgres_admin()
-    if admin is None:
-        pytest.skip(f"no PostgreSQL reachable at {POSTGRES.rsplit('@', 1)[-1]}")
-    name = f"fairgpu_test_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    try:
-        yield (
-            POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-            + f"/{name}"
-        )
-    finally:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
-        admin.close()  # type: ignore[attr-defined]
+    with empty_database(request.param, tmp_path) as url:
+        yield url
 
 
 def test_processes_migrating_a_fresh_database_at_once_all_start(fresh_url: str) -> None:

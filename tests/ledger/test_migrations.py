@@ -4,7 +4,6 @@ account, key and audit entry there is stays as it was, without limits."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,27 +16,14 @@ from alembic.migration import MigrationContext
 from app.ledger.accounts import AccountStore
 from app.ledger.database import Database, alembic_config
 from app.ledger.schema import Base
-from tests.ledger.conftest import POSTGRES, postgres_admin
+from tests.ledger.conftest import empty_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
 def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty database that no migration has touched."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    admin = postgres_admin()
-    if admin is None:
-        pytest.skip(f"no PostgreSQL reachable at {POSTGRES.rsplit('@', 1)[-1]}")
-    name = f"fairgpu_test_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
-    try:
-        yield POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + (
-            f"/{name}"
-        )
-    finally:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
-        admin.close()  # type: ignore[attr-defined]
+    with empty_database(request.param, tmp_path) as url:
+        yield url
 
 
 def test_a_database_at_0001_gains_the_limits_and_keeps_its_rows(unmigrated_url: str) -> None:
