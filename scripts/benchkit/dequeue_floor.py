@@ -112,7 +112,11 @@ def backlogged(client: redis.Redis, name: str, n: int, partitions: int) -> FairQ
 
 def library_pairs(client: redis.Redis, n: int, partitions: int) -> float:
     """µs of Redis time per FairQueue dequeue+ack, over n items of `partitions` partitions."""
-    queue = backlogged(client, "floor-library", n, partitions)
+    return queue_pairs(client, backlogged(client, "floor-library", n, partitions), n, partitions)
+
+
+def queue_pairs(client: redis.Redis, queue: FairQueue, n: int, partitions: int) -> float:
+    """µs of Redis time per dequeue+ack of a backlogged queue (`backlogged`'s n, partitions)."""
     taken = n // partitions * partitions
 
     def pairs() -> None:

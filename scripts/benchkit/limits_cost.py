@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import redis
 
 from app.vtrr import Limits
-from scripts.benchkit.dequeue_floor import backlogged, fcall_usec, measured_on_own_redis
+from scripts.benchkit.dequeue_floor import backlogged, measured_on_own_redis, queue_pairs
 from scripts.benchkit.stats import alternate, median, ratio
 
 VARIANTS = ("none", "count", "held")
@@ -36,15 +36,7 @@ def pairs_usec(client: redis.Redis, variant: str, n: int, partitions: int) -> fl
     queue = backlogged(client, f"limits-{variant}", n, partitions)
     for p in range(partitions):
         queue.set_limits(f"p{p}", NEVER_BINDING[variant])
-    taken = n // partitions * partitions
-
-    def pairs() -> None:
-        for _ in range(taken):
-            lease = queue.dequeue()
-            assert lease is not None
-            queue.ack(lease.task_id, lease.token)
-
-    return fcall_usec(client, pairs) / taken
+    return queue_pairs(client, queue, n, partitions)
 
 
 def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, list[float]]:
