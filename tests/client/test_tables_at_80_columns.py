@@ -14,7 +14,13 @@ from rich.table import Table
 from app.admin_models import AuditEntry
 from app.client.fit import Column, fitted_table
 from app.client.operators import audit_table
-from app.client.render import billing_table, queues_table, tasks_table, workers_table
+from app.client.render import (
+    billing_table,
+    queues_table,
+    task_table,
+    tasks_table,
+    workers_table,
+)
 from app.client.words import money
 from app.models import (
     AccountQueued,
@@ -251,3 +257,16 @@ def test_a_wrapped_column_breaks_between_words_and_never_inside_one() -> None:
         assert set(words) <= tokens, (width, lines)
         assert any("0.5 s," in line for line in lines), (width, lines)
         assert TASKS[0] in tokens or f"{TASKS[0][:8]}…" in tokens, (width, lines)
+
+
+def test_a_queued_jobs_status_says_why_it_waits_in_words() -> None:
+    for reason, words in (
+        ("account_limit", "its account's limit"),
+        ("gpu", "a GPU: it is next"),
+        ("turn", "its turn: other jobs go first"),
+    ):
+        state = task(TASKS[1], Status.PENDING, position=0, waiting_for=reason)
+        lines = shown(task_table(state, None), 80)
+        assert any("waiting for" in line and words in line for line in lines), (reason, lines)
+    ended = shown(task_table(task(TASKS[0], Status.SUCCESS), None), 80)
+    assert not any("waiting for" in line for line in ended)
