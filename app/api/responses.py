@@ -16,6 +16,7 @@ from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import ErrorBody, Status, TaskStatus, WaitingFor
 from app.store import JobRecord
+from app.wiring.limits import limits_for
 
 
 class OrjsonResponse(JSONResponse):
@@ -82,7 +83,10 @@ async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) 
     if position is None:
         return job.status_view(position, start_at)
     start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
-    hold = await runtime.queues[job.kind].hold(job.owner)
+    account = runtime.accounts.get(job.owner)
+    limited = account is not None and not limits_for(account).none
+    # (an account without limits is never held back: no read of the queue's limits for it)
+    hold = await runtime.queues[job.kind].hold(job.owner) if limited else None
     waiting_for: WaitingFor = "gpu" if position == 0 else "turn"
     if hold is not None:
         waiting_for = "account_limit"

@@ -157,8 +157,7 @@ class AsyncFairQueue:
     async def set_limits(self, partition_key: str, limits: Limits) -> int:
         """Set or clear a partition's limits (see FairQueue.set_limits); returns the triggers
         to publish (items it let start)."""
-        args = ["-1", "-1", "1.0"] if limits.none else limits.args()
-        reply = await self._scripts.run("limit", partition_key, *args, self._trigger_cap)
+        reply = await self._scripts.run("limit", partition_key, *limits.args(), self._trigger_cap)
         return int(reply[0])
 
     async def hold(self, partition_key: str) -> Hold | None:

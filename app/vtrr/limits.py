@@ -61,7 +61,7 @@ class Limits:
         return self.most_in_flight is None and self.most_held is None
 
     def args(self) -> list[str | int]:
-        """limit.lua's ARGV[2..4]."""
+        """limit.lua's ARGV[2..4] (-1 for a limit not set: with neither set, the call clears)."""
         return [
             -1 if self.most_in_flight is None else self.most_in_flight,
             "-1" if self.most_held is None else repr(float(self.most_held)),

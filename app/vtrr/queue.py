@@ -232,8 +232,7 @@ class FairQueue:
     def set_limits(self, partition_key: str, limits: Limits) -> None:
         """Set (or with Limits(), clear) a partition's limits, in force for every lease after
         this call; its queued items are held back or let go at once."""
-        args = ["-1", "-1", "1.0"] if limits.none else limits.args()
-        reply = self._scripts.run("limit", partition_key, *args, self._trigger_cap)
+        reply = self._scripts.run("limit", partition_key, *limits.args(), self._trigger_cap)
         self._publish(int(reply[0]))
 
     def limits(self, partition_key: str) -> Limits:

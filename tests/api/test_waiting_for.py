@@ -33,7 +33,10 @@ async def state(api: Api, key: dict[str, str], task_id: str) -> dict[str, object
 async def test_a_job_says_whether_it_waits_for_a_gpu_its_turn_or_its_accounts_limit(
     api: Api, worker: Worker
 ) -> None:
-    await api.runtime.apply_limits(Account(user_id=SECOND, max_running=1))
+    patched = await api.client.patch(
+        f"/admin/accounts/{SECOND}", json={"max_running": 1}, headers=KEY
+    )
+    assert patched.status_code == 200, patched.text
     theirs = [await submit(api, SECOND_KEY) for _ in range(3)]
     first = await state(api, SECOND_KEY, theirs[0])
     assert (first["position"], first["waiting_for"]) == (0, "gpu")
