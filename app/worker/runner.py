@@ -188,11 +188,15 @@ class JobRunner:
         heard.set()  # the run's stop check sees it; the job is stopped as a cancel stops it
 
     def _give_back(self, kind: Kind, job_id: str, token: str, who: dict[str, str]) -> str:
-        """Return a stopped run's lease to the front of its queue and its job to PENDING."""
+        """Return a stopped run's job to PENDING and its lease to the front of its queue.
+
+        The record first: once the lease is back, another worker may start the job at once,
+        and its start would find this run's attempt not yet given back (the job ran twice,
+        counted two attempts). If the release then fails, the lease lapses and the job
+        comes back all the same."""
         try:
+            self.recorder.handed_back(job_id, token)
             released = self.queues[kind].release(job_id, token)
-            if released:
-                self.recorder.handed_back(job_id, token)
         except UNREACHABLE:
             log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
             return "handed back: its lease will lapse"

@@ -57,7 +57,18 @@ def overruns(ctx: JobContext, inp: Nothing) -> Nothing:
     return Nothing()
 
 
-TYPES = [leaves_a_file, loses_its_lease, overruns]
+@job(name="handed-back", max_duration_s=30)
+def handed_back(ctx: JobContext, inp: Nothing) -> Nothing:
+    """Its first run is handed back as a worker's shutdown grace runs out (the timer's call,
+    made at once); its rerun ends well."""
+    if ctx.task_id not in RELEASED:
+        RELEASED.add(ctx.task_id)
+        SERVICES[0].runner._hand_back()
+        ctx.check_cancelled()
+    return Nothing()
+
+
+TYPES = [leaves_a_file, loses_its_lease, overruns, handed_back]
 
 
 @pytest.fixture
@@ -169,3 +180,34 @@ def test_a_bill_never_exceeds_the_jobs_budget(
     assert bill.billed_seconds == 0.05  # what admission held, not the 0.3 s it ran
     assert bill.gpu_seconds >= 0.3  # the seconds it ran are on the bill
     assert bill.description.endswith("(billed its budget of 0.05 s)")
+
+
+def test_a_handed_back_run_is_no_attempt_even_when_another_worker_starts_the_job_at_once(
+    make_worker: Callable[..., Worker], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker leases the job in the instant its lease is back in the queue, and starts
+    it: that start must find the handed-back run's attempt given back already."""
+    w = make_worker()
+    queue, recorder = w.service.queues["short"], w.service.recorder
+    starts: list[int] = []
+    real_release = type(queue).release
+
+    def release_then_another_starts(self: Any, task_id: str, token: str) -> bool:
+        released = real_release(self, task_id, token)
+        lease = self.dequeue()
+        assert lease is not None and lease.task_id == task_id
+        started = recorder.start(task_id, lease.token, "other@host", None)
+        starts.append(started.attempt)
+        assert real_release(self, task_id, lease.token)  # and hands it back, for this worker
+        assert recorder.handed_back(task_id, lease.token)
+        return bool(released)
+
+    monkeypatch.setattr(type(queue), "release", release_then_another_starts)
+    w.submit(r, "short", "J1", job_type="handed-back", duration_s=5)
+    w.trigger("short")
+    monkeypatch.undo()
+    w.trigger("short")
+    assert starts == [1]  # the other worker's start was the job's first counted attempt
+    job = ended(r, "J1")
+    assert (job["status"], job["attempts"]) == ("SUCCESS", "1")
+    assert [b.task_id for b in bills_of(r, ALICE)] == ["J1"]
