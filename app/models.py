@@ -26,9 +26,9 @@ ErrorKind = Literal[
 #: Why a worker replaced its warm job child before the next job (app/worker/hygiene.py): the
 #: child died, its device failed the check after a job, a job left GPU memory held or the heap
 #: too big, it ran its CHILD_MAX_JOBS, CHILD_PER_JOB, or it was killed (a timeout, an ignored
-#: cancel).
+#: cancel, an ignored ask to yield the GPU).
 ChildReplacement = Literal[
-    "crash", "cuda_error", "gpu_leak", "rss", "max_jobs", "per_job", "timeout", "cancel"
+    "crash", "cuda_error", "gpu_leak", "rss", "max_jobs", "per_job", "timeout", "cancel", "preempt"
 ]
 #: The Celery queue of the fair queues' periodic reclaim (a worker may consume it too).
 RECLAIM_QUEUE = "fairgpu.reclaim"
@@ -228,7 +228,10 @@ class TaskStatus(BaseModel):
     status: Status
     result: JobResult | None = None
     kind: Kind
-    attempts: int = Field(description="runs started so far")
+    attempts: int = Field(description="runs started so far, not counting those preempted")
+    preemptions: int = Field(
+        0, description="times a run of it yielded its GPU to a job owed one (not attempts)"
+    )
     enqueued_at: float | None = Field(None, description="when it was submitted (Unix seconds)")
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
     waiting_for: WaitingFor | None = Field(
@@ -281,6 +284,11 @@ class JobTypeView(BaseModel):
     output_schema: dict[str, Any] = Field(description="JSON Schema of a job's output")
     available: bool = Field(description="whether it can run here; a submit of it is a 422 if not")
     unavailable_reason: str | None = Field(None, description="why it cannot, when it cannot")
+    preemptible: bool = Field(
+        False,
+        description="whether a run of it may be asked to yield its GPU to a job that is owed "
+        "one, and resumed later from its checkpoint (docs/jobs.md)",
+    )
 
 
 class TaskPage(BaseModel):

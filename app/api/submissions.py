@@ -36,6 +36,7 @@ class Submission:
     kind: Kind
     duration_s: float
     webhook: str | None = None
+    preemptible: bool = False  # its type's runs may be asked to yield (not part of the request)
 
     def fingerprint(self) -> str:
         """What identifies the request for an Idempotency-Key. A burn job without input keeps
@@ -63,7 +64,9 @@ def submission(
     input_json = _checked_input(job_type, body.input)
     kind = body.kind or job_type.queue
     duration_s = _duration(job_type, kind, body.duration_s, settings.max_duration_s(kind))
-    return Submission(job_type.name, input_json, kind, duration_s, body.webhook)
+    return Submission(
+        job_type.name, input_json, kind, duration_s, body.webhook, job_type.preemptible
+    )
 
 
 def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Submission:
@@ -74,7 +77,9 @@ def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Subm
     input_json = _checked_input(job_type, {})
     limit = settings.max_duration_s(body.kind)
     duration_s = _duration(job_type, body.kind, body.duration_s, limit)
-    return Submission(job_type.name, input_json, body.kind, duration_s, body.webhook)
+    return Submission(
+        job_type.name, input_json, body.kind, duration_s, body.webhook, job_type.preemptible
+    )
 
 
 async def checked_submission(

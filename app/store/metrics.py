@@ -25,6 +25,7 @@ class Counter(StrEnum):
     WEBHOOKS_DELIVERED = "webhooks_delivered"
     WEBHOOKS_FAILED = "webhooks_failed"
     WEBHOOKS_GIVEN_UP = "webhooks_given_up"
+    PREEMPTIONS = "preemptions"
 
 
 class Histogram(StrEnum):

@@ -118,6 +118,7 @@ class JobRecord:
     peak_rss_bytes: int | None = None
     progress: str | None = None  # JSON text, the latest the job reported
     artifacts: str | None = None  # JSON text, the list a SUCCESS left
+    preemptions: int = 0
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -147,6 +148,7 @@ class JobRecord:
             peak_rss_bytes=_whole(fields, "peak_rss_bytes"),
             progress=fields.get("progress"),
             artifacts=fields.get("artifacts"),
+            preemptions=int(fields.get("preemptions", "0")),
         )
 
     def status_view(
@@ -179,6 +181,7 @@ class JobRecord:
             result=result,
             kind=self.kind,
             attempts=self.attempts,
+            preemptions=self.preemptions,
             position=position if pending else None,
             estimated_start_at=estimated_start_at if pending else None,
             waiting_for=waiting_for if pending else None,

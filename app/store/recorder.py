@@ -50,6 +50,11 @@ class Started:
     duration_s: float = 0.0
     type: str = "burn"
     input: str = "{}"
+    #: Times the job was preempted before this run, the seconds its earlier runs measured, and
+    #: whether its type may be preempted (as it was when the job was submitted).
+    preemptions: int = 0
+    ran_s: float = 0.0
+    preemptible: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +135,7 @@ def started_of(raw: Any) -> Started:
     reply = [as_text(x) if isinstance(x, bytes | str) else x for x in raw]
     if reply[0] != "run":
         return Started(run=False, reason=reply[0])
-    owner, duration, job_type, job_input = reply[2:6]
+    owner, duration, job_type, job_input, preemptions, ran_s, preemptible = reply[2:9]
     return Started(
         True,
         int(reply[1]),
@@ -138,6 +143,9 @@ def started_of(raw: Any) -> Started:
         duration_s=float(duration),
         type=job_type,
         input=job_input,
+        preemptions=int(preemptions),
+        ran_s=float(ran_s),
+        preemptible=preemptible == "1",
     )
 
 
@@ -149,7 +157,8 @@ class JobRecorder:
         self._ttl = settings.job_ttl_s
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
-        self._scripts = Scripts(client, "start", "finish", "progress", "log", "requeue")
+        names = ("start", "finish", "preempt", "progress", "log", "requeue")
+        self._scripts = Scripts(client, *names)
         #: Replicas that must have a run's end before the API processes hear of it (WAIT).
         self._replicas = settings.min_replicas
         self.patience_s = REPLICA_PATIENCE_S  # how long a short count is tried again
@@ -183,6 +192,25 @@ class JobRecorder:
         the lease `token` to the queue (a shutdown); False when another run holds it already."""
         keys = [job_key(job_id), events_key(job_id)]
         return bool(self._scripts.run("requeue", keys, [job_id, token, CHANNEL, self._ttl, "1"]))
+
+    def preempted(self, job_id: str, token: str, seconds: float, so_far: Charge) -> bool:
+        """Put a run that yielded its GPU back in line: the job PENDING again, preempted once
+        more, its run's seconds added to its earlier runs' and `so_far` (the charge for all of
+        them) kept for an end without another run; not an attempt. False when this run no
+        longer holds the job. Under REDIS_MIN_REPLICAS it returns once replicas have it, as
+        a run's end does: the lease goes back to the queue only after."""
+        keys = [job_key(job_id), events_key(job_id), METRICS]
+        channel = "" if self._replicas else CHANNEL
+        so_far_json = json.dumps(so_far.to_lua())
+        args: list[str | int] = [job_id, token, channel, self._ttl, repr(seconds), so_far_json]
+        if not self._replicas:
+            return bool(self._scripts.run("preempt", keys, args))
+        run = partial(self._scripts.run_replicated, "preempt", keys, args)
+        wait = partial(run, METRICS, (self._replicas, REPLICA_WAIT_MS))
+        recorded = bool(until_replicated(wait, self._replicas, self.patience_s))
+        if recorded:
+            self.announce(job_id)
+        return recorded
 
     def finish(self, job_id: str, token: str, status: Status, **end: Any) -> bool:
         """Record the run's end, and bill it once with `charge`, whatever the status (None: no

@@ -20,13 +20,13 @@ from redis.exceptions import ResponseError
 from app.errors import from_reply
 from app.models import Status
 from app.store import metrics
-from app.store.keys import CHANNEL, MOVES, usage_key
+from app.store.keys import CHANNEL, LEDGER, MOVES, billed_key, usage_key
 from app.vtrr.layout import LuaValue, lua_locals
 
 LUA_DIR = Path(__file__).with_name("lua")
 Args = list[str | int]
 #: The scripts that call the run functions of lua/runs.lua (so does the queues' step: hooks.py).
-RUNS = ("start", "finish")
+RUNS = ("start", "finish", "preempt", "revoke")
 
 
 def constants() -> dict[str, LuaValue]:
@@ -34,6 +34,9 @@ def constants() -> dict[str, LuaValue]:
     shares with the Python."""
     return {
         "USAGE": usage_key(""),
+        "BILLED": billed_key(""),
+        "LEDGER": LEDGER,
+        "CHANNEL": CHANNEL,
         "MOVES_SUFFIX": MOVES.removeprefix(CHANNEL),
         "TERMINAL": frozenset(status.value for status in Status if status.terminal),
         "BUCKETS": metrics.BUCKETS,

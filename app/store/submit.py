@@ -58,6 +58,7 @@ class NewJob:
     rate: tuple[str, int] | None = None
     once: tuple[str, str] | None = None
     budget: Budget | None = None
+    preemptible: bool = False
 
 
 def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
@@ -83,6 +84,7 @@ def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
         LISTED_PER_ACCOUNT,
         CHANNEL,
         *_budget_args(job.budget),
+        "1" if job.preemptible else "",
     ]
 
 

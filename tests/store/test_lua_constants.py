@@ -21,7 +21,9 @@ from tests.lua_constants import raw_copies, read_back, shown
 LUA_FILES = sorted([*LUA_DIR.glob("*.lua"), *WEBHOOKS_LUA_DIR.glob("*.lua")])
 #: Values of constants that are also other words of the scripts: start.lua's replies ('run',
 #: 'ended'), a job's field ('attempts') and the statuses a script writes (TERMINAL's members).
-ALSO_MEANT = frozenset({"run", "ended", "attempts", *(s.value for s in Status if s.terminal)})
+ALSO_MEANT = frozenset(
+    {"run", "ended", "attempts", "preemptions", *(s.value for s in Status if s.terminal)}
+)
 
 
 def test_the_scripts_hold_the_python_values(r: redis.Redis) -> None:

@@ -137,6 +137,7 @@ async def submit(
         rate=runtime.limiter.counter(caller.key_digest),
         once=None if idempotency_key is None else (idempotency_key, job.fingerprint()),
         budget=budget(caller.account, runtime.settings, job.kind, job.duration_s, job.type),
+        preemptible=job.preemptible,
     )
     most = caller.account.max_queued or runtime.settings.max_queued_per_account
     try:

@@ -5,7 +5,8 @@
 -- unbilled, and the run that still holds it can no longer finish it (finish.lua wants it
 -- STARTED). Either way a running job's id goes out on the stops channel, which workers listen
 -- to. An ended job is left alone. Every REVOKED job's error kind is 'cancelled'.
--- A job that ends here with a webhook goes on the deliveries stream (_lib.lua notify).
+-- A job that ends here with a webhook goes on the deliveries stream (_lib.lua notify). A job that
+-- was preempted is billed here for the runs it had before (runs.lua bill_earlier_runs).
 -- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash  KEYS[4] the webhooks stream
 -- ARGV[1] job id  ARGV[2] channel  ARGV[3] ttl  ARGV[4] who: 'owner' | 'operator'
 -- ARGV[5] the stops channel
@@ -25,6 +26,9 @@ redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'cancel', by,
            'error_kind', 'cancelled')
 local kind = redis.call('HGET', JOB, 'kind')
 bump(KEYS[3], METRIC_FINISHED .. ':' .. kind .. ':REVOKED')
+-- a preempted job is billed for the runs it had before, whoever ends it (an operator's stop of
+-- its current run is not billed, as any run's)
+bill_earlier_runs(ARGV[1], KEYS[3], tonumber(ARGV[3]))
 ended(KEYS[3], 'cancelled')
 notify(KEYS[4])
 moved(ARGV[2], kind)

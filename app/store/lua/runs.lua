@@ -6,6 +6,44 @@
 
 local RUN_EWMA_WEIGHT = 0.2
 
+-- A bill as the ledger keeps it (app/bill.py Bill): the worker's charge, its fields as they
+-- came, stamped with what the store knows of its own (app/bill.py STAMPED): the job, its
+-- account, queue and type from the job's record, and the time.
+local function stamp_bill(bill, id, t)
+  local job = redis.call('HMGET', JOB, 'owner', 'kind', 'type')
+  bill.task_id, bill.user_id, bill.kind, bill.type = id, job[1], job[2], job[3] or 'burn'
+  bill.billed_at = t
+  return bill
+end
+
+-- Bill the job once (the billed marker says whether it was): the bill goes to the ledger's
+-- outbox (app/ledger/outbox.py) and into the account's monthly use and the metrics, in the step
+-- that ends the job. Integers all the way (cjson writes them exactly below 1e14): bills and
+-- totals add up.
+local function put_bill(usage, billed, metrics, ledger, id, t, ttl, bill)
+  if not redis.call('SET', billed, 1, 'NX', 'EX', ttl) then return end
+  bill = stamp_bill(bill, id, t)
+  redis.call('XADD', ledger, '*', 'bill', cjson.encode(bill))
+  local kind = redis.call('HGET', JOB, 'kind')
+  local month = month_of(t)
+  redis.call('HINCRBY', usage, month .. ':billed_ms', bill.billed_ms)
+  redis.call('HINCRBY', usage, month .. ':cost_micros', bill.cost_micros)
+  redis.call('HINCRBY', metrics, METRIC_BILLED_MICROS .. ':' .. kind, bill.cost_micros)
+  redis.call('HINCRBY', metrics, METRIC_BILLED_MS .. ':' .. kind, bill.billed_ms)
+end
+
+-- A preempted job that ends without another run (cancelled or dropped while it waits, or out
+-- of attempts) is billed for the runs it had: the charge its last preemption priced for them
+-- (preempt.lua's `earlier_bill`). Key names are built here, as release_hold builds the
+-- account's: the scripts that end a waiting job are given the job's keys only.
+local function bill_earlier_runs(id, metrics, ttl)
+  local raw = redis.call('HGET', JOB, 'earlier_bill')
+  if not raw then return end
+  redis.call('HDEL', JOB, 'earlier_bill')
+  local usage = USAGE .. redis.call('HGET', JOB, 'owner')
+  put_bill(usage, BILLED .. id, metrics, LEDGER, id, now(), ttl, cjson.decode(raw))
+end
+
 local function start_run(keys, argv)
   JOB, EVENTS = keys[1], keys[2]
   local status = redis.call('HGET', JOB, 'status')
@@ -15,6 +53,7 @@ local function start_run(keys, argv)
     -- cancelled while its last run was being lost: end it without running it again
     redis.call('HSET', JOB, 'status', 'REVOKED', 'finished_at', now(), 'error_kind', 'cancelled')
     bump(keys[3], METRIC_FINISHED .. ':' .. redis.call('HGET', JOB, 'kind') .. ':REVOKED')
+    bill_earlier_runs(argv[1], keys[3], ttl)
     ended(keys[3], 'cancelled')
     notify(keys[5])
     emit(argv[6], argv[1], ttl)
@@ -26,6 +65,7 @@ local function start_run(keys, argv)
     redis.call('HSET', JOB, 'status', 'FAILURE', 'finished_at', t, 'error_kind', 'lost', 'error',
                'the worker running it was lost ' .. attempts .. ' times')
     bump(keys[3], METRIC_FINISHED .. ':' .. redis.call('HGET', JOB, 'kind') .. ':FAILURE')
+    bill_earlier_runs(argv[1], keys[3], ttl)
     ended(keys[3], 'lost')
     notify(keys[5])
     emit(argv[6], argv[1], ttl)
@@ -42,19 +82,11 @@ local function start_run(keys, argv)
   moved(argv[6], kind)
   emit(argv[6], argv[1], ttl)
   redis.call('EXPIRE', keys[4], ttl)
-  local fields = redis.call('HMGET', JOB, 'owner', 'duration_s', 'type')
+  local fields = redis.call('HMGET', JOB, 'owner', 'duration_s', 'type', 'preemptions', 'ran_s',
+                           'preemptible')
   local input = redis.call('GET', keys[4])
-  return {'run', attempts + 1, fields[1], fields[2], fields[3] or 'burn', input or '{}'}
-end
-
--- A bill as the ledger keeps it (app/bill.py Bill): the worker's charge, its fields as they
--- came, stamped with what the store knows of its own (app/bill.py STAMPED): the job, its
--- account, queue and type from the job's record, and the time.
-local function stamp_bill(bill, id, t)
-  local job = redis.call('HMGET', JOB, 'owner', 'kind', 'type')
-  bill.task_id, bill.user_id, bill.kind, bill.type = id, job[1], job[2], job[3] or 'burn'
-  bill.billed_at = t
-  return bill
+  return {'run', attempts + 1, fields[1], fields[2], fields[3] or 'burn', input or '{}',
+          fields[4] or '0', fields[5] or '0', fields[6] or ''}
 end
 
 -- The run's end: `run` is app/store/recorder.py RunEnd.to_lua's object, decoded once.
@@ -80,18 +112,32 @@ local function finish_run(keys, id, token, channel, ttl, run)
     local mean = tonumber(redis.call('HGET', keys[5], 'run_ewma:' .. kind) or ran)
     redis.call('HSET', keys[5], 'run_ewma:' .. kind, mean + RUN_EWMA_WEIGHT * (ran - mean))
   end
-  if run.bill and redis.call('SET', keys[4], 1, 'NX', 'EX', ttl) then
-    local bill = stamp_bill(run.bill, id, t)
-    -- Integers all the way (cjson writes them exactly below 1e14): bills and totals add up.
-    -- The bill goes to the ledger's outbox (app/ledger/outbox.py) in this same step.
-    redis.call('XADD', keys[9], '*', 'bill', cjson.encode(bill))
-    local month = month_of(t)
-    redis.call('HINCRBY', keys[3], month .. ':billed_ms', bill.billed_ms)
-    redis.call('HINCRBY', keys[3], month .. ':cost_micros', bill.cost_micros)
-    redis.call('HINCRBY', keys[5], METRIC_BILLED_MICROS .. ':' .. kind, bill.cost_micros)
-    redis.call('HINCRBY', keys[5], METRIC_BILLED_MS .. ':' .. kind, bill.billed_ms)
-  end
+  -- (this run's charge covers the job's earlier, preempted runs too: the worker summed them)
+  redis.call('HDEL', JOB, 'earlier_bill')
+  if run.bill then put_bill(keys[3], keys[4], keys[5], keys[9], id, t, ttl, run.bill) end
   notify(keys[8])
+  emit(channel, id, ttl)
+  return 1
+end
+
+-- A run asked to yield its GPU has stopped (preempt.lua's header says what the arguments hold):
+-- the job is PENDING again, not ended, its run's seconds added to those of its earlier runs and
+-- the charge for all of them kept for an end without another run. Not an attempt: the count
+-- start_run made is given back.
+local function preempt_run(keys, id, token, channel, ttl, seconds, bill)
+  JOB, EVENTS = keys[1], keys[2]
+  if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= token then
+    return 0
+  end
+  local ran = tonumber(redis.call('HGET', JOB, 'ran_s') or '0') + tonumber(seconds)
+  redis.call('HSET', JOB, 'status', 'PENDING', 'ran_s', string.format('%.17g', ran),
+             'earlier_bill', bill, 'preempted_at', now())
+  redis.call('HINCRBY', JOB, 'preemptions', 1)
+  redis.call('HINCRBY', JOB, 'attempts', -1)
+  redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at')
+  local kind = redis.call('HGET', JOB, 'kind')
+  bump(keys[3], METRIC_PREEMPTIONS .. ':' .. kind)
+  moved(CHANNEL, kind)  -- (a hint to recount places, told at once even under replicas)
   emit(channel, id, ttl)
   return 1
 end

@@ -13,6 +13,7 @@
 -- [16] the account's monthly budget of billed GPU-time, ms ('' none)
 -- [17] its monthly budget of cost, micro-units ('' none)
 -- [18] the most this job may be billed, ms  [19] the most it may cost, micro-units
+-- [20] '1' when its type may be preempted (kept on the record: the workers do not load types)
 
 local function budgeted(args) return args[16] ~= '' or args[17] ~= '' end
 
@@ -80,6 +81,7 @@ local function create_job(owner, args)
   redis.call('HSET', JOB, 'task_id', id, 'owner', owner, 'kind', kind, 'type', args[4],
              'duration_s', args[3], 'status', 'PENDING', 'attempts', 0, 'enqueued_at', t)
   if args[6] ~= '' then redis.call('HSET', JOB, 'webhook', args[6]) end
+  if args[20] == '1' then redis.call('HSET', JOB, 'preemptible', '1') end
   if budgeted(args) then  -- what it may cost is held until it ends (_lib.lua release_hold)
     redis.call('HSET', JOB, 'held_ms', args[18], 'held_micros', args[19])
     redis.call('HINCRBY', USAGE .. owner, 'held_ms', args[18])

@@ -1,0 +1,11 @@
+-- preempt.lua: a run that was asked to yield its GPU to a job owed one has stopped; its job goes
+-- back in line (the worker then puts its lease back at the front of its account's partition)
+-- and will resume from its checkpoint. Only the run that holds the job's current lease token
+-- may do this. The job is not ended and not billed yet: it is billed once, at its end, for all
+-- its runs (earlier_bill is the charge for those so far, for an end without another run).
+-- KEYS[1] job hash  KEYS[2] event stream  KEYS[3] metrics hash
+-- ARGV[1] job id  ARGV[2] lease token  ARGV[3] channel ('': the worker announces the change)
+-- ARGV[4] ttl  ARGV[5] the seconds the run measured
+-- ARGV[6] the charge for every run so far, this one included (app/bill.py Charge, JSON)
+-- Reply: 1 when the job is PENDING again, 0 when this run no longer holds it.
+return preempt_run(KEYS, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6])
