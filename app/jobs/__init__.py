@@ -5,7 +5,7 @@
 See docs/jobs.md for how to write, register, test and deploy one.
 """
 
-from app.jobs.context import JobCancelledError, JobContext
+from app.jobs.context import JobCancelledError, JobContext, JobPreemptedError
 from app.jobs.registry import (
     MAX_OUTPUT_BYTES,
     JobType,
@@ -19,6 +19,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES",
     "JobCancelledError",
     "JobContext",
+    "JobPreemptedError",
     "JobType",
     "Registry",
     "RegistryError",

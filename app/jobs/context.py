@@ -1,5 +1,5 @@
-"""JobContext: what a running job knows about its run, how it learns that it should stop, and
-how it reports (log lines, progress, files)."""
+"""JobContext: what a running job knows about its run, how it learns that it should stop (or,
+for a preemptible type, yield its GPU), and how it reports (log lines, progress, files)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,27 @@ class JobCancelledError(Exception):
     lets it through ends REVOKED, like one that returns after a cancel."""
 
 
+class JobPreemptedError(Exception):
+    """Raised by JobContext.check_preempted() once a preemptible job's run has been asked to
+    yield its GPU. A job that lets it through ends the run; the job goes back in line and
+    resumes from its checkpoint_dir."""
+
+
 def _scratch_dir() -> Path:
     """An empty folder of its own for a context built by hand (a test of a job type): a worker
     always passes the run's folder, whose files become the job's artifacts."""
     return Path(tempfile.mkdtemp(prefix="fairgpu-output-"))
+
+
+def _scratch_checkpoints() -> Path:
+    """An empty checkpoint folder for a context built by hand: a worker passes the job's own,
+    which outlives the run."""
+    return Path(tempfile.mkdtemp(prefix="fairgpu-checkpoint-"))
+
+
+def _never() -> bool:
+    """The stop and yield flags of a context built by hand: nobody asks."""
+    return False
 
 
 def _ignore_log(text: str) -> None:
@@ -41,19 +58,24 @@ class JobContext:
     `gpu_id` the host's number of the worker's card (None on a CPU worker), `deadline` the Unix
     time at which the job's budget runs out (it is stopped a grace period after that).
     `output_dir` is an empty folder for this run: every file left in it when the job returns
-    is kept as one of the job's artifacts.
+    is kept as one of the job's artifacts. `checkpoint_dir` belongs to the job across its runs
+    (a preemptible job's resumed run finds there what the last run left), and `preemptions`
+    counts the times the job was preempted before this run.
     """
 
     task_id: str
     gpu_id: int | None
     device: Any
     deadline: float
-    _stop: Callable[[], bool] = field(default=lambda: False, repr=False, compare=False)
+    _stop: Callable[[], bool] = field(default=_never, repr=False, compare=False)
     output_dir: Path = field(default_factory=_scratch_dir)
     _log: Callable[[str], None] = field(default=_ignore_log, repr=False, compare=False)
     _progress: Callable[[float, str], None] = field(
         default=_ignore_progress, repr=False, compare=False
     )
+    checkpoint_dir: Path = field(default_factory=_scratch_checkpoints)
+    preemptions: int = 0
+    _yield: Callable[[], bool] = field(default=_never, repr=False, compare=False)
 
     @property
     def cancelled(self) -> bool:
@@ -64,6 +86,18 @@ class JobContext:
         """Raise JobCancelledError if the job was asked to stop."""
         if self._stop():
             raise JobCancelledError(f"job {self.task_id} was cancelled")
+
+    @property
+    def preempted(self) -> bool:
+        """Whether this run was asked to yield its GPU (only a preemptible type's run ever is):
+        save a checkpoint, then raise JobPreemptedError (check_preempted()); a run that returns
+        has finished the job. Cheap: read it often."""
+        return self._yield()
+
+    def check_preempted(self) -> None:
+        """Raise JobPreemptedError if this run was asked to yield its GPU."""
+        if self._yield():
+            raise JobPreemptedError(f"job {self.task_id} was asked to yield its GPU")
 
     def log(self, text: str) -> None:
         """Add a line (or several, one per line of text) to the job's log."""

@@ -5,7 +5,10 @@ An operator writes a job type as a function `f(ctx, inp) -> Out` or as a class w
 `inp` and `Out` are pydantic models, and decorates it with `@job(...)`. An input is read as
 JSON and strictly, whatever its model's own config says: no value is coerced (not "5" nor true
 for an integer), and a field the model does not name is refused; a type opts out with
-`@job(..., strict_input=False)`, and its model then reads inputs as it says. The registry imports
+`@job(..., strict_input=False)`, and its model then reads inputs as it says. A type declared with
+`@job(..., preemptible=True)` may have a run asked to yield its GPU and resumed later from its
+checkpoint (JobContext.preempted, checkpoint_dir); no other type's run is ever preempted. The
+registry imports
 the built-in types (app.jobs.builtin), the modules named by JOB_MODULES and the entry points
 of the group `fairgpu.jobs`, and collects every JobType it finds there. A name registered twice,
 or a module that cannot be imported, is a RegistryError: the process stops at start.
@@ -65,6 +68,7 @@ class JobType:
     target: Callable[..., Any] = field(repr=False)
     requires: tuple[str, ...] = ()
     strict_input: bool = True
+    preemptible: bool = False
 
     @property
     def module(self) -> str:
@@ -138,11 +142,13 @@ def job(
     description: str = "",
     requires: Sequence[str] = (),
     strict_input: bool = True,
+    preemptible: bool = False,
 ) -> Callable[[Callable[..., Any]], JobType]:
     """Register a function or class as a job type (see the module's docstring). `requires` names
     importable packages it needs; where one is missing the type is listed as unavailable.
     `strict_input=False` reads inputs as the input model's own config says, coercion and
-    unknown fields included, instead of strictly."""
+    unknown fields included, instead of strictly. `preemptible=True` lets the scheduler ask its
+    runs to yield their GPU (docs/jobs.md, "Preemptible jobs and checkpoints")."""
 
     def register(target: Callable[..., Any]) -> JobType:
         _checked_name(name)  # before the annotations: the name is what an error names
@@ -161,6 +167,7 @@ def job(
             target=target,
             requires=tuple(requires),
             strict_input=strict_input,
+            preemptible=_checked_flag(name, "preemptible", preemptible),
         )
 
     return register
@@ -180,6 +187,12 @@ def _checked_queue(name: str, queue: str) -> Kind:
         if queue == kind:
             return kind
     raise RegistryError(f"job type {name!r}: queue must be short or long, got {queue!r}")
+
+
+def _checked_flag(name: str, flag: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise RegistryError(f"job type {name!r}: {flag} is True or False, got {value!r}")
+    return value
 
 
 def _checked_budget(name: str, seconds: float) -> float:

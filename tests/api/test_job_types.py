@@ -27,7 +27,9 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="module")
 def module_settings(module_settings: Settings) -> Settings:
-    return with_these_types(module_settings)
+    """typed_jobs's types, and the workers' test types (tests/jobs/sample.py: preemptible ones)."""
+    typed = with_these_types(module_settings)
+    return typed.model_copy(update={"job_modules": [*typed.job_modules, "tests.jobs.sample"]})
 
 
 @pytest.fixture
@@ -59,6 +61,7 @@ async def test_a_type_is_listed_with_its_queue_budget_and_schemas(api: Api) -> N
         "output_schema": EchoOut.model_json_schema(),
         "available": True,
         "unavailable_reason": None,
+        "preemptible": False,
     }
     # the nested model travels with the schema, so a client can check an input itself
     assert "Point" in echo["input_schema"]["$defs"]
@@ -74,6 +77,13 @@ async def test_the_built_in_types_are_listed_and_available(api: Api) -> None:
     assert types["burn"]["max_duration_s_by_queue"] == {"short": 60, "long": 3000}
     assert types["vad"]["available"] is True
     assert types["vad"]["unavailable_reason"] is None
+
+
+async def test_a_preemptible_type_says_so(api: Api) -> None:
+    types = await listed(api)
+
+    assert types["checkpointed"]["preemptible"] is True
+    assert types["echo"]["preemptible"] is False
 
 
 async def test_a_type_whose_dependency_is_missing_is_unavailable_and_says_why(api: Api) -> None:

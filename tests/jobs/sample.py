@@ -4,6 +4,7 @@ small and light to import, as the API and every worker's child import this modul
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import sys
 import time
@@ -165,3 +166,68 @@ class Size(BaseModel):
 def hoarder(ctx: JobContext, inp: Size) -> Nothing:
     (ctx.output_dir / "big.bin").write_bytes(bytes(inp.bytes))
     return Nothing()
+
+
+class Steps(BaseModel):
+    steps: int = 1000
+
+
+class Stepped(BaseModel):
+    done: int
+    resumed_at: int
+    preemptions: int
+
+
+#: checkpointed's file in its checkpoint_dir: the next step to take
+STEP_FILE = "step.json"
+
+
+@job(
+    name="checkpointed",
+    queue="short",
+    max_duration_s=60,
+    description="Counts steps, checkpointed; yields when asked.",
+    preemptible=True,
+)
+def checkpointed(ctx: JobContext, inp: Steps) -> Stepped:
+    """One step per STEP_S from where the last run's checkpoint left off; each step's count is
+    written to a temporary file and renamed over the checkpoint, so a stop at any instant
+    leaves a whole one."""
+    saved = ctx.checkpoint_dir / STEP_FILE
+    start = json.loads(saved.read_text())["next"] if saved.exists() else 0
+    for step in range(start, inp.steps):
+        ctx.check_preempted()  # the checkpoint is up to date: yielding now loses nothing
+        time.sleep(STEP_S)  # the step's work
+        partial = saved.with_suffix(".tmp")
+        partial.write_text(json.dumps({"next": step + 1}))
+        partial.replace(saved)
+    return Stepped(done=inp.steps, resumed_at=start, preemptions=ctx.preemptions)
+
+
+@job(
+    name="stubborn",
+    queue="short",
+    max_duration_s=60,
+    description="Preemptible, but ignores the ask to yield.",
+    preemptible=True,
+)
+def stubborn(ctx: JobContext, inp: Seconds) -> Slept:
+    (ctx.checkpoint_dir / "started").touch()  # what it leaves is there for the next run
+    end = time.monotonic() + inp.seconds
+    while time.monotonic() < end:
+        time.sleep(STEP_S)  # the job's work is to take its time
+    return Slept(slept=inp.seconds)
+
+
+@job(
+    name="finisher",
+    queue="short",
+    max_duration_s=60,
+    description="Preemptible; runs until asked to yield, then returns its output.",
+    preemptible=True,
+)
+def finisher(ctx: JobContext, inp: Seconds) -> Ran:
+    end = time.monotonic() + inp.seconds
+    while time.monotonic() < end and not ctx.preempted:
+        time.sleep(STEP_S)  # the job's work is to take its time
+    return Ran(ran=inp.seconds)

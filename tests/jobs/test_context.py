@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.jobs import JobContext
+from app.jobs import JobContext, JobPreemptedError
 from app.jobs.context import MAX_PROGRESS_MESSAGE
 
 
@@ -51,3 +51,33 @@ def test_a_context_built_by_hand_has_an_empty_folder_and_ignores_reports() -> No
         ctx.progress(0.5)
     finally:
         ctx.output_dir.rmdir()
+
+
+def test_a_context_built_by_hand_has_its_own_checkpoint_folder_and_no_preemptions() -> None:
+    ctx = JobContext("t1", None, None, time.time() + 10)
+    assert ctx.checkpoint_dir.is_dir()
+    assert ctx.checkpoint_dir != ctx.output_dir
+    assert list(ctx.checkpoint_dir.iterdir()) == []
+    assert ctx.preemptions == 0
+    assert ctx.preempted is False
+    ctx.check_preempted()  # nobody asked: nothing raised
+
+
+def test_check_preempted_raises_once_the_run_is_asked_to_yield(tmp_path: Path) -> None:
+    asked = False
+    ctx = JobContext(
+        "t1",
+        None,
+        None,
+        time.time() + 10,
+        checkpoint_dir=tmp_path,
+        preemptions=2,
+        _yield=lambda: asked,
+    )
+    ctx.check_preempted()
+    asked = True
+    assert ctx.preempted is True
+    with pytest.raises(JobPreemptedError, match="t1"):
+        ctx.check_preempted()
+    assert (ctx.checkpoint_dir, ctx.preemptions) == (tmp_path, 2)
+    assert not ctx.cancelled  # an ask to yield is not a cancel

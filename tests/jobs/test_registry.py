@@ -120,3 +120,13 @@ def test_a_class_without_setup_gets_one_that_does_nothing() -> None:
     runnable.setup(ctx)
     assert runnable.run(ctx, In(text="a")) == Out(text="A")
     assert (plain.input_model, plain.output_model) == (In, Out)
+
+
+def test_preemptible_is_read_from_the_decorator_and_off_by_default() -> None:
+    def f(ctx: JobContext, inp: In) -> Out:
+        return Out()
+
+    assert job(name="plain-run")(f).preemptible is False
+    assert job(name="resumable", preemptible=True)(f).preemptible is True
+    with pytest.raises(RegistryError, match="preemptible"):
+        job(name="vague", preemptible="yes")(f)  # type: ignore[arg-type]

@@ -17,8 +17,9 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 @router.get("/job-types", response_model=list[JobTypeView], responses=ERRORS)
 async def job_types(caller: CallerDep, runtime: RuntimeDep) -> list[JobTypeView]:
     """Every job type this service knows, by name: its queue, its longest time budget (in its
-    queue and in each), and the JSON Schemas of its input and output. A type whose dependency
-    is not installed is listed as unavailable, with why; submitting one is a 422."""
+    queue and in each), the JSON Schemas of its input and output, and whether its runs may be
+    preempted. A type whose dependency is not installed is listed as unavailable, with why;
+    submitting one is a 422."""
     return [view(job_type, runtime.settings) for job_type in runtime.job_types.types()]
 
 
@@ -37,4 +38,5 @@ def view(job_type: JobType, settings: Settings) -> JobTypeView:
         output_schema=job_type.output_model.model_json_schema(),
         available=reason is None,
         unavailable_reason=reason,
+        preemptible=job_type.preemptible,
     )
