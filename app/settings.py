@@ -141,6 +141,27 @@ class Settings(BaseSettings):
     setup_timeout_s: float = Field(
         300, gt=0, description="a job type's setup() still running after this fails its job"
     )
+    preempt_after_s: float = Field(
+        300,
+        ge=0,
+        allow_inf_nan=False,
+        description="a job next in line with no free GPU for this long is owed one: a "
+        "preemptible run of an account over its share may be asked to yield",
+    )
+    preempt_min_run_s: float = Field(
+        60,
+        ge=0,
+        allow_inf_nan=False,
+        description="a run younger than this is never asked to yield; also the least budget a "
+        "preempted job's resumed run gets",
+    )
+    preempt_grace_s: float = Field(
+        30,
+        gt=0,
+        allow_inf_nan=False,
+        description="a run asked to yield that has not ended after this is stopped (SIGTERM, "
+        "then SIGKILL) and resumes from its checkpoint",
+    )
     child_max_gpu_leak_mb: float | None = Field(
         256,
         ge=0,

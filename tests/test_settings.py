@@ -44,3 +44,18 @@ def test_kind_limits_and_prices() -> None:
     assert settings.max_duration_s("long") == 3000
     assert settings.price_per_s("short") == 0.5
     assert settings.price_per_s("long") == 0.25
+
+
+def test_preemption_defaults_and_limits() -> None:
+    settings = Settings()
+    assert (settings.preempt_after_s, settings.preempt_min_run_s) == (300, 60)
+    assert settings.preempt_grace_s == 30
+    assert Settings(preempt_after_s=0, preempt_min_run_s=0).preempt_min_run_s == 0
+    for field, value in [
+        ("preempt_after_s", -1),
+        ("preempt_min_run_s", -1),
+        ("preempt_grace_s", 0),
+        ("preempt_after_s", float("inf")),
+    ]:
+        with pytest.raises(ValidationError, match=field):
+            Settings(**{field: value})  # type: ignore[arg-type]

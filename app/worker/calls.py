@@ -8,8 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+#: How a run ended; "preempted": a preemptible job's run yielded its GPU when asked (or was
+#: stopped for not yielding in time), and the job goes back in line to resume.
 EndKind = Literal[
-    "success", "exception", "timeout", "cancelled", "crashed", "oom", "setup", "internal"
+    "success",
+    "exception",
+    "timeout",
+    "cancelled",
+    "crashed",
+    "oom",
+    "setup",
+    "internal",
+    "preempted",
 ]
 
 ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
@@ -19,7 +29,9 @@ ERROR_CHARS = 4096  # and at most this much of them
 @dataclass(frozen=True)
 class Call:
     """One job for the child: its task id, type, input (JSON text), budget and GPU, and the
-    folder for its output files (the executor fills it in)."""
+    folder for its output files (the executor fills it in). A preemptible call's run may be
+    asked to yield; `preemptions` counts the job's earlier preempted runs, and
+    `checkpoint_dir` is the job's own folder across them (empty: a scratch folder)."""
 
     task_id: str
     type: str
@@ -27,6 +39,9 @@ class Call:
     budget_s: float
     gpu_id: int | None
     output_dir: str = ""
+    preemptible: bool = False
+    preemptions: int = 0
+    checkpoint_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,11 @@ class ChildStartError(RuntimeError):
 
 class DeviceBrokenError(ChildStartError):
     """A fresh child found its device unusable: the worker cannot run any job on it."""
+
+
+def never() -> bool:
+    """A should_stop or should_yield that never asks: the default of an executor's run."""
+    return False
 
 
 def last_lines(text: str) -> str:

@@ -4,7 +4,8 @@ job_process.py).
 The child is started with `spawn` (CUDA does not survive a fork), loads the job types and
 probes its device once, and serves job after job, so a type's `setup()` runs once per child,
 before the job's clock starts. The worker (the parent) keeps the clock: a job past its budget
-plus a grace, or one that ignores its cancel, is killed with its child, and so is nothing else:
+plus a grace, one that ignores its cancel, or a preemptible job's run that does not yield its GPU
+within PREEMPT_GRACE_S of the ask, is killed with its child, and so is nothing else:
 a job that crashes the interpreter or hangs costs a fresh child, never the worker or its lease.
 After each job the child reports its state, and a child that a job left with a broken device,
 leaked GPU memory or too big a heap (hygiene.py's limits) is replaced before the next job. The
@@ -31,7 +32,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from app.worker.calls import (
     Ended,
     Reply,
     last_lines,
+    never,
 )
 from app.worker.hygiene import ChildLimits, Verdict, verdict
 from app.worker.job_process import ChildSpec, child_main
@@ -72,6 +74,7 @@ class JobChild:
         timeout_grace_s: float,
         cancel_grace_s: float,
         kill_grace_s: float = 2.0,
+        preempt_grace_s: float = 30.0,
         setup_timeout_s: float = START_TIMEOUT_S,
         limits: ChildLimits | None = None,
         probe: DeviceProbe | None = None,
@@ -79,6 +82,7 @@ class JobChild:
         self._modules, self._gpu_id = list(job_modules), gpu_id
         self._timeout_grace, self._cancel_grace = timeout_grace_s, cancel_grace_s
         self._kill_grace, self._setup_timeout = kill_grace_s, setup_timeout_s
+        self._preempt_grace = preempt_grace_s
         self._limits = limits or ChildLimits()
         self._probe = probe or probe_for(gpu_id)
         #: Told the reason of each replacement (the worker counts them in Redis).
@@ -87,6 +91,7 @@ class JobChild:
         # A lock-free shared flag: a child killed while reading it cannot leave a lock held
         # that the worker would then wait on forever (an Event's would).
         self._cancel = self._mp.RawValue(ctypes.c_bool, False)
+        self._preempt = self._mp.RawValue(ctypes.c_bool, False)  # ctx.preempted: yield the GPU
         self._dir: Path | None = None
         self._process: Any = None  # a SpawnProcess; typeshed does not name it
         self._conn: Connection | None = None
@@ -115,22 +120,32 @@ class JobChild:
         self._await_ready()
 
     def run(
-        self, call: Call, should_stop: Callable[[], bool], events: JobEvents = NO_EVENTS
+        self,
+        call: Call,
+        should_stop: Callable[[], bool],
+        events: JobEvents = NO_EVENTS,
+        should_yield: Callable[[], bool] = never,
     ) -> Ended:
         """Run one job in the child, stopping it past its budget or when should_stop() says so
-        (polled every POLL_S; it should only read a flag). What the job says goes to events,
+        (polled every POLL_S; it should only read a flag). A preemptible call's should_yield()
+        is polled alike (another's never is): once true, the job sees ctx.preempted and has
+        preempt_grace_s to end its run before it is stopped. What the job says goes to events,
         once per poll. The Ended names the job's output folder: the caller deletes it. Its
         seconds count from the end of the type's setup() to the child's reply."""
         self.start()
         assert self._conn is not None
         assert self._dir is not None
         folder = Path(tempfile.mkdtemp(prefix="output-", dir=self._dir))
-        call = replace(call, output_dir=str(folder))
+        scratch = (
+            None if call.checkpoint_dir else tempfile.mkdtemp(prefix="checkpoint-", dir=self._dir)
+        )
+        call = replace(call, output_dir=str(folder), checkpoint_dir=scratch or call.checkpoint_dir)
         watch = JobWatch(call.task_id, events, OutputTail(self._tails_from_here()))
-        self._cancel.value = False
+        self._cancel.value = self._preempt.value = False
+        asks = _Asks(should_stop, should_yield if call.preemptible else never)
         try:
             self._conn.send(call)
-            ended, replied = self._await_end(call, should_stop, watch)
+            ended, replied = self._await_end(call, asks, watch)
             watch.finish()  # the last lines, written before the reply (or the kill)
             if replied:
                 self._jobs_run += 1
@@ -143,6 +158,8 @@ class JobChild:
             raise
         finally:
             watch.close()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         return replace(ended, output_dir=folder)
 
     def close(self) -> None:
@@ -170,7 +187,7 @@ class JobChild:
         ours, theirs = self._mp.Pipe()
         paths = [str(path) for path in self._outputs.values()]
         spec = ChildSpec(self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes)
-        args = (theirs, self._cancel, spec)
+        args = (theirs, self._cancel, spec, self._preempt)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
         process.start()
         theirs.close()  # the child holds its end: EOF on ours means the child is gone
@@ -205,28 +222,29 @@ class JobChild:
         except (EOFError, OSError):
             return None
 
-    def _await_end(
-        self, call: Call, should_stop: Callable[[], bool], watch: JobWatch
-    ) -> tuple[Ended, bool]:
+    def _await_end(self, call: Call, asks: _Asks, watch: JobWatch) -> tuple[Ended, bool]:
         """The job's end, and whether the child replied (False: it died or was killed, and a
         fresh one is on its way). Until the child says the job began, the setup's time runs."""
         setup_deadline = time.monotonic() + self._setup_timeout
-        cancel_deadline = math.inf
+        cancel_deadline = preempt_deadline = math.inf
         while True:
             ended = self._poll(watch)
             if ended is not None:
                 return ended
             now = time.monotonic()
-            if not self._cancel.value and should_stop():
+            if not self._cancel.value and asks.should_stop():
                 self._cancel.value = True  # the job sees ctx.cancelled; it has cancel_grace
-                cancel_deadline = now + self._cancel_grace
+                cancel_deadline, preempt_deadline = now + self._cancel_grace, math.inf
+            elif not (self._cancel.value or self._preempt.value) and asks.should_yield():
+                self._preempt.value = True  # the job sees ctx.preempted; it has preempt_grace
+                preempt_deadline = now + self._preempt_grace
             began = watch.began_at
             if began is None:
                 deadline = setup_deadline
             else:
                 deadline = began + call.budget_s + self._timeout_grace
-            if now >= min(deadline, cancel_deadline):
-                return self._kill(call, watch), False
+            if now >= min(deadline, cancel_deadline, preempt_deadline):
+                return self._kill(call, watch, overdue=now >= preempt_deadline), False
 
     def _poll(self, watch: JobWatch) -> tuple[Ended, bool] | None:
         """The child's reply, a crash, or None while the job runs on; what the job said in
@@ -303,12 +321,18 @@ class JobChild:
         self._replace_child("crash", error.splitlines()[0])
         return Ended("crashed", seconds, error=error)
 
-    def _kill(self, call: Call, watch: JobWatch) -> Ended:
+    def _kill(self, call: Call, watch: JobWatch, *, overdue: bool) -> Ended:
+        """Stop the child for the job's first overrun (a cancel's counts whatever ran out; then
+        the ask to yield, when its grace is past: overdue) and say how the job ended."""
         seconds = watch.seconds()
         if self._cancel.value:
             error = f"the job did not stop within {self._cancel_grace:g} s of its cancel: killed"
             self._replace_child("cancel", error)
             return Ended("cancelled", seconds, error=error)
+        if overdue:
+            error = f"the job did not yield within {self._preempt_grace:g} s of the ask: stopped"
+            self._replace_child("preempt", error)
+            return Ended("preempted", seconds, error=error)
         if watch.began_at is None:
             error = f"setup() did not finish within {self._setup_timeout:g} s: killed"
             self._replace_child("timeout", error)
@@ -390,6 +414,15 @@ class JobChild:
         for path in self._outputs.values():
             path.unlink(missing_ok=True)
         self._outputs = {}
+
+
+@dataclass(frozen=True)
+class _Asks:
+    """What the worker asks of the running job, each polled once per POLL_S: to stop, and (a
+    preemptible job only) to yield its GPU."""
+
+    should_stop: Callable[[], bool]
+    should_yield: Callable[[], bool]
 
 
 def _signal_name(number: int) -> str:

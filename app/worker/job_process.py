@@ -19,6 +19,7 @@ import resource
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -30,7 +31,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.jobs import MAX_OUTPUT_BYTES, JobCancelledError, JobContext, load_registry
+from app.jobs import (
+    MAX_OUTPUT_BYTES,
+    JobCancelledError,
+    JobContext,
+    JobPreemptedError,
+    load_registry,
+)
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
 from app.worker.calls import After, Call, EndKind, Reply, last_lines
 from app.worker.probe import DeviceProbe, NoDeviceProbe
@@ -51,9 +58,12 @@ class ChildSpec:
     leak_limit: int | None = None
 
 
-def child_main(conn: Connection, cancel: ctypes.c_bool, spec: ChildSpec) -> None:
+def child_main(
+    conn: Connection, cancel: ctypes.c_bool, spec: ChildSpec, preempt: ctypes.c_bool
+) -> None:
     """The child process: load the job types, probe the device (a fresh child may initialise
-    it), say so, then serve calls until the pipe closes."""
+    it), say so, then serve calls until the pipe closes. `cancel` and `preempt` are the flags
+    the worker sets to ask the running job to stop or to yield its GPU."""
     _redirect_output(spec.output_paths)
     # a fatal signal's traceback goes to stderr, for the error: the faulting thread's only, so
     # that the job's last output still fits in the lines quoted
@@ -81,7 +91,7 @@ def child_main(conn: Connection, cancel: ctypes.c_bool, spec: ChildSpec) -> None
             _await_orphaning(folder)
             return
         began = _began(pipe, call.task_id)
-        reply = jobs.run(call, _context(call, device, cancel, pipe), began)
+        reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # the job's last words are in the files before the parent hears
         pipe.send(reply)
@@ -107,9 +117,13 @@ class _Pipe:
             self._conn.send(message)
 
 
-def _context(call: Call, device: Any, cancel: ctypes.c_bool, pipe: _Pipe) -> JobContext:
-    """The job's context: its cancel flag, and ctx.log and ctx.progress as messages to the
-    parent (tagged with the job, so that a lingering thread of an earlier one is ignored)."""
+def _context(
+    call: Call, device: Any, flags: tuple[ctypes.c_bool, ctypes.c_bool], pipe: _Pipe
+) -> JobContext:
+    """The job's context: its cancel and yield flags, its checkpoint folder, and ctx.log and
+    ctx.progress as messages to the parent (tagged with the job, so that a lingering thread of
+    an earlier one is ignored)."""
+    cancel, preempt = flags
 
     def say(text: str) -> None:
         pipe.send(("log", call.task_id, time.time(), text))
@@ -126,7 +140,18 @@ def _context(call: Call, device: Any, cancel: ctypes.c_bool, pipe: _Pipe) -> Job
         output_dir=Path(call.output_dir),
         _log=say,
         _progress=progress,
+        checkpoint_dir=checkpoint_dir(call),
+        preemptions=call.preemptions,
+        _yield=lambda: bool(preempt.value),
     )
+
+
+def checkpoint_dir(call: Call) -> Path:
+    """The job's checkpoint folder as the worker named it, or a fresh scratch folder where it
+    named none (the folder, not the run, is the job's: nothing here deletes it)."""
+    if call.checkpoint_dir:
+        return Path(call.checkpoint_dir)
+    return Path(tempfile.mkdtemp(prefix="fairgpu-checkpoint-"))
 
 
 def _redirect_output(paths: list[str]) -> None:
@@ -204,6 +229,8 @@ class Jobs:
             kind: EndKind = "setup" if isinstance(exc, _SetupError) else "exception"
             if ctx.cancelled or isinstance(exc, JobCancelledError):
                 kind = "cancelled"  # a setup() that saw the cancel and let it through
+            elif _yielded(exc, ctx):
+                kind = "preempted"  # or the ask to yield
             cause = exc.__cause__ if isinstance(exc, _SetupError) else exc
             said = str(exc) if isinstance(exc, _SetupError) else _describe(exc, None)
             return Reply(kind, None, said, trace=_trace(cause or exc))
@@ -220,8 +247,11 @@ class Jobs:
         except JobCancelledError as exc:
             end, error = "cancelled", str(exc)
         except Exception as exc:
-            end = "oom" if self._out_of_memory(exc) else "exception"
-            error, trace = _describe(exc, job_type), _trace(exc)
+            if _yielded(exc, ctx):
+                end, error = "preempted", str(exc)
+            else:
+                end = "oom" if self._out_of_memory(exc) else "exception"
+                error, trace = _describe(exc, job_type), _trace(exc)
         seconds = time.monotonic() - clock  # the job's own time, whatever its parent went through
         if ctx.cancelled:
             end, output = "cancelled", None  # any end after a cancel counts as the cancel
@@ -254,7 +284,7 @@ class Jobs:
             runnable = job_type.make()
             try:
                 runnable.setup(ctx)  # if it raises, the next job of the type tries afresh
-            except JobCancelledError:
+            except (JobCancelledError, JobPreemptedError):
                 raise
             except Exception as exc:
                 why = f"setup() of {job_type.name!r} failed: {_describe(exc, job_type)}"
@@ -283,6 +313,12 @@ class Jobs:
             return self.probe.out_of_memory(exc)
         except Exception:
             return False
+
+
+def _yielded(exc: Exception, ctx: JobContext) -> bool:
+    """Whether the job ended its run as asked to: JobPreemptedError after the ask. Raised with
+    no ask (the job's own code raised it) it is an exception like any other."""
+    return isinstance(exc, JobPreemptedError) and ctx.preempted
 
 
 class _SetupError(Exception):

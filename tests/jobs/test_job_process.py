@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.jobs import JobContext, Registry, job, load_registry
+from app.jobs import JobContext, JobPreemptedError, Registry, job, load_registry
 from app.worker.calls import After, Call, Reply
-from app.worker.job_process import Jobs
+from app.worker.job_process import Jobs, checkpoint_dir
 from tests.jobs import device
 from tests.jobs.device import MB, FakeProbe
 from tests.jobs.sample import EchoOut, Nothing
@@ -46,9 +46,10 @@ def run(
     stop: bool = False,
     jobs: Jobs | None = None,
     began: list[str] | None = None,
+    asked: bool = False,
 ) -> Reply:
     call = Call("t1", type_, json.dumps(inp or {}), 10, None)
-    ctx = JobContext("t1", None, None, time.time() + 10, _stop=lambda: stop)
+    ctx = JobContext("t1", None, None, time.time() + 10, _stop=lambda: stop, _yield=lambda: asked)
     marks = [] if began is None else began
     return (jobs or Jobs(registry)).run(call, ctx, lambda: marks.append(type_))
 
@@ -204,3 +205,40 @@ def test_a_job_that_cannot_end_well_is_an_exception(
     reply = run(registry, type_, inp)
     assert (reply.end, reply.output) == ("exception", None)
     assert says in (reply.error or "")
+
+
+def test_a_job_that_raises_the_ask_to_yield_ends_preempted(registry: Registry) -> None:
+    reply = run(registry, "checkpointed", asked=True)
+    assert (reply.end, reply.output) == ("preempted", None)
+    assert reply.error == "job t1 was asked to yield its GPU"
+    assert reply.trace is None  # not a failure: nothing for the worker's log
+    assert reply.seconds is not None
+
+
+def test_a_job_that_returns_after_the_ask_succeeds(registry: Registry) -> None:
+    reply = run(registry, "finisher", {"seconds": 5}, asked=True)
+    assert reply.end == "success", reply.error
+
+
+def test_a_cancel_counts_over_the_ask(registry: Registry) -> None:
+    assert run(registry, "checkpointed", stop=True, asked=True).end == "cancelled"
+
+
+@job(name="self-preempting", description="Raises JobPreemptedError unasked.")
+def self_preempting(ctx: JobContext, inp: Nothing) -> Nothing:
+    raise JobPreemptedError("nobody asked")
+
+
+def test_the_error_raised_unasked_is_an_exception(registry: Registry) -> None:
+    jobs = Jobs(Registry([self_preempting]))
+    reply = run(registry, "self-preempting", jobs=jobs)
+    assert reply.end == "exception"
+    assert "JobPreemptedError: nobody asked" in (reply.error or "")
+
+
+def test_the_checkpoint_folder_is_the_calls_or_a_fresh_one(tmp_path: Path) -> None:
+    named = Call("t1", "echo", "{}", 10, None, checkpoint_dir=str(tmp_path))
+    assert checkpoint_dir(named) == tmp_path
+    scratch = checkpoint_dir(Call("t1", "echo", "{}", 10, None))
+    assert scratch.is_dir() and scratch != tmp_path
+    assert list(scratch.iterdir()) == []
