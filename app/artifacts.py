@@ -10,6 +10,11 @@ service's periodic sweep removes them once their job's record has expired (JOB_T
 
 A name may have folders ("plots/loss.png"); check_name refuses one that could leave the job's
 folder or its prefix. Both stores block: call them from a thread in async code.
+
+A store's `within(CHECKPOINTS)` is a store of the same kind one level down, where the jobs'
+checkpoints are kept (app/worker/checkpoints.py): ARTIFACTS_DIR/checkpoints/<job id>/, or
+prefix/checkpoints/<job id>/. That name is no job id, so neither the API nor an artifact sweep
+ever reaches them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import urlsplit
@@ -35,6 +40,8 @@ MAX_NAME = 1024  # S3's longest key; the prefix and job id come on top, so this 
 MAX_PART = 255  # the longest file name most file systems take
 #: S3 takes at most this many keys per DeleteObjects call (and lists as many per page).
 PAGE = 1000
+#: Where, under the artifacts' folder or prefix, the jobs' checkpoints are kept.
+CHECKPOINTS = "checkpoints"
 
 
 class BadNameError(ValueError):
@@ -69,9 +76,22 @@ class ArtifactStore(Protocol):
         """Remove all of the job's artifacts (none: nothing happens)."""
         ...
 
-    def sweep(self, older_than_s: float) -> int:
-        """Remove the artifacts of every job whose newest one is older than this; how many
-        jobs' artifacts were removed."""
+    def names(self, job_id: str) -> list[str]:
+        """The names of the job's artifacts, sorted ([] when it has none)."""
+        ...
+
+    def remove(self, job_id: str, names: Iterable[str]) -> None:
+        """Remove those of the job's artifacts (a name it has not: nothing happens)."""
+        ...
+
+    def sweep(self, older_than_s: float, alive: Callable[[str], bool] | None = None) -> int:
+        """Remove the artifacts of every job whose newest one is older than this, unless
+        alive(job id) says to keep them; how many jobs' artifacts were removed."""
+        ...
+
+    def within(self, area: str) -> ArtifactStore:
+        """A store of the same kind whose jobs' files lie under `area` (a plain name) of this
+        one's folder or prefix."""
         ...
 
 
@@ -130,7 +150,11 @@ class LocalArtifacts:
         self.root = root
 
     def _path(self, job_id: str, name: str) -> Path:
-        return self.root / _check_job(job_id) / check_name(name)
+        return self.folder(job_id) / check_name(name)
+
+    def folder(self, job_id: str) -> Path:
+        """The job's folder (it may not exist)."""
+        return self.root / _check_job(job_id)
 
     def put(self, job_id: str, name: str, source: BinaryIO) -> None:
         """Copy the file in whole, then rename: a reader never sees half of it."""
@@ -159,15 +183,37 @@ class LocalArtifacts:
         """Remove the job's folder."""
         shutil.rmtree(self.root / _check_job(job_id), ignore_errors=True)
 
-    def sweep(self, older_than_s: float) -> int:
+    def names(self, job_id: str) -> list[str]:
+        """The regular files under the job's folder; a link is no artifact of its."""
+        folder = self.folder(job_id)
+        found = []
+        for parent, _, files in os.walk(folder):  # it does not follow a link to a folder
+            for file in files:
+                path = Path(parent, file)
+                if not path.is_symlink() and path.is_file():
+                    found.append(path.relative_to(folder).as_posix())
+        return sorted(found)
+
+    def remove(self, job_id: str, names: Iterable[str]) -> None:
+        """Unlink each file."""
+        for name in names:
+            self._path(job_id, name).unlink(missing_ok=True)
+
+    def sweep(self, older_than_s: float, alive: Callable[[str], bool] | None = None) -> int:
         """A job folder's time is that of its last put (put touches it)."""
         if not self.root.is_dir():
             return 0
         cutoff = time.time() - older_than_s
         old = [folder for folder in self.root.iterdir() if _expired(folder, cutoff)]
+        if alive is not None:  # asked only of the old: it may cost a round trip each
+            old = [folder for folder in old if not alive(folder.name)]
         for folder in old:
             shutil.rmtree(folder, ignore_errors=True)
         return len(old)
+
+    def within(self, area: str) -> LocalArtifacts:
+        """The sub-folder `area`."""
+        return LocalArtifacts(self.root / _check_job(area))
 
 
 def _expired(folder: Path, cutoff: float) -> bool:
@@ -216,7 +262,22 @@ class S3Artifacts:
         """Remove every object under the job's folder."""
         self._remove([key for key, _ in self._objects(self._folder(job_id))])
 
-    def sweep(self, older_than_s: float) -> int:
+    def names(self, job_id: str) -> list[str]:
+        """The objects under the job's folder, less the folder (S3 lists keys in order)."""
+        folder = self._folder(job_id)
+        return [key[len(folder) :] for key, _ in self._objects(folder)]
+
+    def remove(self, job_id: str, names: Iterable[str]) -> None:
+        """Delete those objects, a page of keys a call."""
+        self._remove([self._key(job_id, name) for name in names])
+
+    def within(self, area: str) -> S3Artifacts:
+        """The prefix prefix/area/, on the same client."""
+        inner = S3Artifacts(self.bucket, f"{self.prefix}{_check_job(area)}", client=self.client)
+        inner.page = self.page
+        return inner
+
+    def sweep(self, older_than_s: float, alive: Callable[[str], bool] | None = None) -> int:
         """A job's time is that of its newest object."""
         cutoff = time.time() - older_than_s
         newest: dict[str, float] = {}
@@ -226,6 +287,8 @@ class S3Artifacts:
             newest[job_id] = max(newest.get(job_id, 0.0), modified)
             keys.setdefault(job_id, []).append(key)
         old = [job_id for job_id, at in newest.items() if at < cutoff and _is_job_id(job_id)]
+        if alive is not None:  # asked only of the old: it may cost a round trip each
+            old = [job_id for job_id in old if not alive(job_id)]
         self._remove([key for job_id in old for key in keys[job_id]])
         return len(old)
 
