@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import pytest
 
 from app.artifacts import (
+    CHECKPOINTS,
     ArtifactStore,
     BadNameError,
     LocalArtifacts,
@@ -25,7 +26,9 @@ from app.artifacts import (
 from app.auth import Accounts
 from app.models import RECLAIM_QUEUE
 from app.settings import Settings
+from app.store.keys import job_key
 from app.wiring.service import SWEEP_TASK, build
+from app.worker.checkpoints import Checkpoints
 from tests.s3_server import new_bucket
 from tests.support import FIXTURES
 
@@ -206,6 +209,58 @@ def test_sweep_removes_what_is_older_than_asked(store: ArtifactStore) -> None:
     assert store.sweep(-60) == 0
 
 
+def test_names_lists_one_job_s_files_in_order(store: ArtifactStore) -> None:
+    job, other = str(uuid.uuid4()), str(uuid.uuid4())
+    for name in ("z.txt", "d/e/b.txt", "a.txt"):
+        store.put(job, name, source(b"x"))
+    store.put(other, "o.txt", source(b"o"))
+
+    assert store.names(job) == ["a.txt", "d/e/b.txt", "z.txt"]
+    assert store.names(str(uuid.uuid4())) == []
+
+
+def test_remove_removes_the_named_files_only(store: ArtifactStore) -> None:
+    job = str(uuid.uuid4())
+    for name in ("a.txt", "d/b.txt", "d/c.txt"):
+        store.put(job, name, source(b"x"))
+
+    store.remove(job, ["a.txt", "d/b.txt", "never.txt"])
+
+    assert store.names(job) == ["d/c.txt"]
+    with pytest.raises(BadNameError):
+        store.remove(job, ["../x"])
+
+
+def test_a_sweep_spares_the_jobs_still_alive(store: ArtifactStore) -> None:
+    jobs = [str(uuid.uuid4()) for _ in range(3)]
+    for job_id in jobs:
+        store.put(job_id, "a.txt", source(b"a"))
+    asked: list[str] = []
+
+    def alive(job_id: str) -> bool:
+        asked.append(job_id)
+        return job_id == jobs[0]
+
+    assert store.sweep(3600, alive) == 0
+    assert asked == []  # asked only of the old
+    assert store.sweep(-60, alive) == 2
+    assert store.names(jobs[0]) == ["a.txt"]
+    assert store.names(jobs[1]) == []
+
+
+def test_within_is_a_store_apart_that_sweeps_and_lists_leave_alone(store: ArtifactStore) -> None:
+    job = str(uuid.uuid4())
+    area = store.within(CHECKPOINTS)
+    area.put(job, "model.pt", source(b"m"))
+
+    assert store.names(job) == []
+    assert store.sweep(-60) == 0
+    assert read_all(area, job, "model.pt") == b"m"
+    assert area.sweep(-60) == 1
+    with pytest.raises(BadNameError):
+        store.within("a/b")
+
+
 # -- each store's own ----------------------------------------------------------------------------
 def test_the_local_sweep_goes_by_a_job_s_last_put(tmp_path: Path) -> None:
     store = LocalArtifacts(tmp_path / "artifacts")
@@ -308,6 +363,33 @@ def test_the_periodic_sweep_removes_artifacts_kept_past_their_job_s_record(
         os.utime(store.root / running, (0, 0))
         assert service.sweep_artifacts() == 0  # swept a moment ago: not again so soon
         assert service.sweep_artifacts(now=True) == 1
+    finally:
+        service.close()
+
+
+def test_the_periodic_sweep_removes_checkpoints_of_jobs_whose_records_are_gone(
+    tmp_path: Path, redis_url: str
+) -> None:
+    settings = Settings(
+        users_file=FIXTURES, redis_url=redis_url, artifacts_dir=tmp_path / "a", job_ttl_s=60
+    )
+    service = build(settings, Accounts.load(FIXTURES))
+    checkpoints = Checkpoints(LocalArtifacts(tmp_path / "a"))
+    expired, waiting, recent = (str(uuid.uuid4()) for _ in range(3))
+    for job_id in (expired, waiting, recent):
+        checkpoints.keep(job_id, checkpoints.open(job_id))
+    # The waiting job, preempted long ago, still has its record: its next run resumes from it.
+    service.recorder.redis.hset(job_key(waiting), "status", "PENDING")
+    kept_s = settings.job_ttl_s + settings.max_long_s + settings.timeout_grace_s
+    for job_id, age_s in [(expired, kept_s + 60), (waiting, kept_s + 60), (recent, kept_s - 60)]:
+        then = time.time() - age_s
+        os.utime(tmp_path / "a" / CHECKPOINTS / job_id, (then, then))
+    try:
+        service.sweep_artifacts()
+
+        assert sorted(path.name for path in (tmp_path / "a" / CHECKPOINTS).iterdir()) == sorted(
+            [waiting, recent]
+        )
     finally:
         service.close()
 

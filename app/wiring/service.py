@@ -21,11 +21,12 @@ import redis
 from celery import Celery, Task
 
 from app import connections
-from app.artifacts import open_artifacts
+from app.artifacts import CHECKPOINTS, open_artifacts
 from app.auth import AccountBook
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
+from app.store.keys import job_key
 from app.store.recorder import internal_end
 from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
 from app.wiring.celery_app import create_celery
@@ -136,10 +137,27 @@ class Service:
         # A record expires JOB_TTL_S after the job ends, its artifacts were put during its run:
         # keep them as long as the longest run besides.
         longest_run = max(settings.max_short_s, settings.max_long_s) + settings.timeout_grace_s
+        self.sweep_checkpoints(settings.job_ttl_s + longest_run)
         try:
             return open_artifacts(settings).sweep(settings.job_ttl_s + longest_run)
         except Exception:
             log.warning("the artifact sweep failed", exc_info=True)
+            return 0
+
+    def sweep_checkpoints(self, older_than_s: float) -> int:
+        """Remove the checkpoints (app/worker/checkpoints.py) that are as old as the artifacts
+        the sweep removes, but only of jobs whose records are gone: a preempted job may wait in
+        line long after its last run kept its checkpoint. How many went; a store that fails is
+        logged."""
+
+        def alive(job_id: str) -> bool:
+            return bool(self.recorder.redis.exists(job_key(job_id)))
+
+        try:
+            area = open_artifacts(self.settings).within(CHECKPOINTS)
+            return area.sweep(older_than_s, alive=alive)
+        except Exception:
+            log.warning("the checkpoint sweep failed", exc_info=True)
             return 0
 
     def close(self) -> None:
