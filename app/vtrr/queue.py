@@ -41,8 +41,8 @@ LAG_WINDOW = 1000
 
 
 class FairQueue:
-    """One fair queue: enqueue, dequeue (lease), ack, extend, release, credit, reshare, reclaim,
-    and inspection."""
+    """One fair queue: enqueue, dequeue (lease), ack, extend, release, put back, take, credit,
+    reshare, reclaim, and inspection."""
 
     def __init__(
         self,
@@ -212,6 +212,27 @@ class FairQueue:
         self._publish(int(triggers))
         return bool(released)
 
+    def put_back(self, task_id: str, token: str) -> bool:
+        """Give a leased item back to the front of its own partition, not of the whole queue
+        (a preempted run): it leaves before its partition's other queued items, and where that
+        partition's next one would among the others'. It keeps what it was charged and is not
+        credited (a later credit returns the unused part once); limits apply to it as to any
+        queued item. Counted as released. False when the token is stale: nothing changes."""
+        put_back, triggers = self._scripts.run("put_back", task_id, token, self._trigger_cap)
+        self._publish(int(triggers))
+        return bool(put_back)
+
+    def take(self, task_id: str) -> Lease | None:
+        """Lease one named queued item now, wherever it is in line, as dequeue would lease it;
+        None when it is not queued (unknown, leased) or its partition's limits hold it back.
+        The others keep their order, and the queue's virtual time moves to the first queued
+        item's start (where a dequeue now would move it), never back. Reclaims nothing."""
+        token = secrets.token_hex(16)
+        reply = self._scripts.run(
+            "take", task_id, micros(self.lease_seconds), token, self._trigger_cap
+        )
+        return self._leased(reply, token)
+
     def reclaim(self) -> int:
         """Put every item whose lease has expired back into the queue; returns how many."""
         return self._reclaim(self._trigger_cap)[0]
@@ -342,6 +363,17 @@ class FairQueue:
                 first.setdefault(as_text(partition), float(score))
         vt = float(clock or 0)
         return max((first[p] - vt) * self.share(p) for p in first)
+
+    def head(self) -> tuple[str, str] | None:
+        """The first item in line that may start, which the next dequeue would lease (expired
+        leases aside): (its task id, its partition), or None when none is queued (or it was
+        leased between the two reads)."""
+        first: list[Any] = self.redis.zrange(self.keys.queue, 0, 0)
+        if not first:
+            return None
+        task_id = task_id_of(first[0])
+        partition = self.redis.hget(self.keys.item_key(task_id), Field.PARTITION)
+        return None if partition is None else (task_id, as_text(partition))
 
     def top_partitions(self, n: int = 10) -> list[tuple[str, int]]:
         """The n partitions with most items queued, most first (reads one counter per

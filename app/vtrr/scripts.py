@@ -42,6 +42,8 @@ NAMES = (
     "ack_lease",
     "renew",
     "release",
+    "put_back",
+    "take",
     "reclaim",
     "cancel",
     "promote",

@@ -274,6 +274,38 @@ class QueueModel:
         self.stats["released"] += 1
         return True
 
+    def put_back(self, task_id: str, token: str) -> bool:
+        """Give a leased item back to the front of its own partition, for the holder of its
+        current lease only: at the score of its partition's first queued item (lowest score,
+        then member), with a member that sorts before every other, so it leaves before each of
+        its partition's items and after every item that left before that first one; with none
+        queued, at max(the queue's clock, its partition's). Nothing is charged or credited."""
+        if not self.holds_lease(task_id, token):
+            return False
+        entry = self._unlease(task_id)
+        own = [(e.score, e.member) for e in self.entries.values() if e.member]
+        own = [sm for sm in own if self.entries[sm[1][17:]].partition == entry.partition]
+        vt = max(self.cvt, self.pvt.get(entry.partition, 0.0))
+        self.seq += 1
+        entry.score = min(own)[0] if own else vt
+        entry.member = f"0{FRONT_BASE - self.seq:015d}:{task_id}"
+        self.stats["released"] += 1
+        return True
+
+    def take(self, task_id: str, token: str) -> Taken | None:
+        """Lease a named queued item out of turn, when it may start; the others keep their
+        places, and the clock moves to the first item in line's score (which a dequeue now
+        would take), never back."""
+        entry = self.entries.get(task_id)
+        if entry is None or (entry.member, entry.score) not in self.may_start():
+            return None
+        self.cvt = max(self.cvt, self.may_start()[0][1])
+        entry.member, entry.token = "", token
+        self._unqueued(entry.partition)
+        self.stats["dequeued"] += 1
+        self._reset_if_drained()
+        return Taken(task_id, entry.payload, entry.timeouts)
+
     def reclaim(self) -> int:
         """Requeue every expired lease, oldest expiry first, as a fair (or front) placement."""
         expired, self.expired = self.expired, []

@@ -29,6 +29,9 @@ def transcript(q: FairQueue) -> list[object]:
     said += [first.payload, first.timeouts, q.release(first.task_id, first.token)]
     again = q.dequeue()
     assert again is not None and again.task_id == "b1"  # released to the front
+    took = q.take("a1")  # from behind a0 and b0
+    assert took is not None and took.task_id == "a1"
+    said += [q.take("a1"), q.put_back(took.task_id, took.token), q.position("a1")]
     said += [
         q.extend(again.task_id, again.token, 1e-6),
         q.reclaim(),
@@ -55,11 +58,11 @@ def test_each_engine_runs_the_whole_life_of_a_queue(engine: tuple[str, redis.Red
         [],
         {
             "enqueued": 4,
-            "dequeued": 3,
+            "dequeued": 4,
             "acked": 1,
             "reclaimed": 1,
             "cancelled": 1,
-            "released": 1,
+            "released": 2,
             "promoted": 1,
             "credited": 1,
         },

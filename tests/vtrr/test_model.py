@@ -272,6 +272,37 @@ class FairQueueMachine(RuleBasedStateMachine):
         assert self.queue.release(lease.task_id, lease.token) == expected
         self.retire_if_done(lease)
 
+    @precondition(lambda self: self.live)
+    @rule(ago=newest)
+    def put_back(self, ago: int) -> None:
+        """A preempted run: its item goes before its own partition's, not before everything."""
+        lease = self.lease(ago)
+        before = self.model.order()
+        expected = self.model.put_back(lease.task_id, lease.token)
+        assert self.queue.put_back(lease.task_id, lease.token) == expected
+        self.retire_if_done(lease)
+        if expected:
+            assert [i for i in self.model.order() if i != lease.task_id] == before
+            own = [
+                i
+                for i in self.model.order()
+                if self.model.entries[i].partition == self.model.entries[lease.task_id].partition
+            ]
+            assert own[0] == lease.task_id
+
+    @rule(who=someone)
+    def take(self, who: int | str) -> None:
+        """A named item leased out of turn: the others' order is what it was without it."""
+        task_id = self.task_id(who)
+        others = [i for i in self.model.order() if i != task_id]
+        lease = self.queue.take(task_id)
+        token = "" if lease is None else lease.token
+        assert as_taken(lease) == self.model.take(task_id, token)
+        if lease is not None:
+            assert self.model.order() == others
+            self.assert_fresh_expiry(lease)
+            self.live.append(lease)
+
     @precondition(lambda self: self.done)
     @rule(ago=newest)
     def stale_lease_is_refused(self, ago: int) -> None:
@@ -280,6 +311,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         assert not self.queue.ack(lease.task_id, lease.token)
         assert not self.queue.extend(lease.task_id, lease.token, EXPIRE_NOW)
         assert not self.queue.release(lease.task_id, lease.token)
+        assert not self.queue.put_back(lease.task_id, lease.token)
         assert self.queue.resume(lease.task_id, lease.token) is None
         assert self.queue.credit(lease.task_id, lease.token, 1) == 0.0
 

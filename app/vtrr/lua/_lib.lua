@@ -479,6 +479,24 @@ local function queued_member(id)
   return nil
 end
 
+-- Lease a queued item that has just left queue (or is about to: take): item id of partition
+-- p, weight w, index entry `entry`, p's limits lim (nil: none), at t (Redis time, us, a string),
+-- for lease_us. Returns its lease expiry, as a score string.
+local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
+  unindex_item(entry)
+  partition_queued(p, -1)
+  weigh(w, -1)
+  redis.call('HSET', item_key(id), F_LEASE, token)
+  local expiry = string.format('%d', tonumber(t) + lease_us)
+  redis.call('ZADD', K.inflight, expiry, id)
+  if lim then
+    redis.call('HDEL', K.reps, p)
+    redis.call('HSET', K.live .. p, id, t .. ' ' .. w)
+    refresh(p, lim, tonumber(t))
+  end
+  return expiry
+end
+
 -- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
 local function lease_next(lease_us, token, consumes, from_rear, limit, cap, front)
   local t = clock()
@@ -524,17 +542,7 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, fron
     -- a limited partition's item may have waited below the clock: the clock never goes back
     if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
   end
-  unindex_item(f[5])
-  partition_queued(f[1], -1)
-  weigh(f[2], -1)
-  redis.call('HSET', key, F_LEASE, token)
-  local expiry = string.format('%d', tonumber(t) + lease_us)
-  redis.call('ZADD', K.inflight, expiry, id)
-  if lim then
-    redis.call('HDEL', K.reps, f[1])
-    redis.call('HSET', K.live .. f[1], id, t .. ' ' .. f[2])
-    refresh(f[1], lim, tonumber(t))
-  end
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
@@ -546,8 +554,9 @@ local function ack_item(id, token)
   if f[1] ~= token then return 0 end
   redis.call('ZREM', K.inflight, id)
   redis.call('DEL', item_key(id))
-  -- (a credit remembered what it used; else it used its weight)
-  if f[4] and f[5] ~= token then remember_use(f[3], tonumber(f[6]), tonumber(f[4]), tonumber(clock())) end
+  -- (a credit since its last charge remembered what it used, under this lease or one before
+  -- a put_back or release, which charge nothing; else it used its weight)
+  if f[4] and not f[5] then remember_use(f[3], tonumber(f[6]), tonumber(f[4]), tonumber(clock())) end
   if f[2] then
     landed(f[3], id)
     refresh(f[3], limits_of(f[3]), tonumber(clock()))
@@ -601,6 +610,87 @@ local function credit_item(id, token, used, most)
   end
   if lim then refresh(p, lim, tonumber(clock())) end
   return string.format('%.17g', credit)
+end
+
+-- Out of turn: put_back and take. ------------------------------------------------------------
+
+-- The most of a partition's front-placed items that first_queued reads: there are few, and
+-- the first of them in the index is nearly always the first in line (see first_queued).
+local FRONT_LOOK = 64
+
+-- The first of partition p's queued items in dispatch order (lowest score, then member): its
+-- member and score (a number), or nil when none is queued. A limited partition's is its next
+-- item. An unlimited one's is among its front-placed items and its first fairly placed one
+-- (fair starts never decrease with arrival); the front-placed ones are each looked at, since
+-- those placed while the partition had limits may sit in the index out of dispatch order.
+local function first_queued(p, lim)
+  if lim then
+    local member, score = next_of(p)
+    return member, member and tonumber(score)
+  end
+  local prefix = items_prefix(p)
+  local entries = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FRONT_MARK,
+                             '(' .. prefix .. FAIR_MARK, 'LIMIT', 0, FRONT_LOOK)
+  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
+                          '(' .. prefix .. AFTER_FAIR_MARK, 'LIMIT', 0, 1)
+  entries[#entries + 1] = fair[1]
+  local first, low
+  for _, entry in ipairs(entries) do
+    local member = string.sub(entry, #prefix + 1)
+    local raw = redis.call('ZSCORE', K.queue, member)
+    local score = raw and tonumber(raw)
+    if score and (not first or before(score, member, low, first)) then first, low = member, score end
+  end
+  return first, low
+end
+
+-- Put a leased item back ahead of every other queued item of its own partition, for the
+-- holder of its current lease (put_back.lua): at the score of its partition's first queued
+-- item, or, with none queued, where the partition's next item would start; its front member
+-- sorts before that item. No placement charges it and nothing is credited: what it was charged
+-- stays charged, and F_CREDITED as it was, so one credit at the end returns the unused part.
+-- Returns whether token held the lease.
+local function put_back_item(id, token)
+  if not holds_lease(id, token) then return false end
+  local key = item_key(id)
+  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED)
+  local p = f[1]
+  local lim = f[3] and limits_of(p)
+  redis.call('ZREM', K.inflight, id)
+  if f[3] then landed(p, id) end  -- (marked while its partition had limits: counted then)
+  local _, score = first_queued(p, lim)
+  if not score then
+    score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, p) or '0'))
+  end
+  local member = front_member(id)
+  local entry = queue(p, f[2], score, member, lim)
+  redis.call('HDEL', key, F_LEASE)
+  redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
+  if lim then refresh(p, lim, tonumber(clock())) end
+  return true
+end
+
+-- Lease queued item id now, wherever it is in line, as a dequeue leases (take.lua), when it may
+-- start: not when it is not queued or its partition's limits hold it back. The queue's clock
+-- moves to where a dequeue now would move it, the score of the first item in line (perhaps
+-- this one), and never back: so no item left ahead of it is passed by the clock, and no one
+-- who arrives later gets ahead of them. Returns dequeue's reply.
+local function take_item(id, token, lease_us, cap)
+  local member = queued_member(id)
+  if not member then return {0} end
+  local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
+                       F_ENTRY, F_LIMITED)
+  local lim = f[6] and limits_of(f[1])
+  local t = clock()
+  -- a limited partition's item is in queue exactly while it is its next one and may start
+  if lim then refresh(f[1], lim, tonumber(t)) end
+  if not redis.call('ZSCORE', K.queue, member) then return {top_up_triggers(cap)} end
+  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  if tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  redis.call('ZREM', K.queue, member)
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
 
 -- A name the operation did not declare: say so, rather than hand redis.call a nil.

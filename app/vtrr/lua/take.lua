@@ -1,0 +1,12 @@
+-- take.lua: lease one named queued item now, wherever it is in line, when it may start (its
+-- partition's limits do not hold it back). The others keep their order; the queue's virtual
+-- time moves as a dequeue's would now, to the first item in line's score, and never back. It
+-- reclaims nothing, consumes no trigger and counts nothing (`dequeued` follows).
+-- KEYS: queue item inflight cvt pvt pqueued idle seq triggers queued_weight items
+-- KEYS: limits parked reps waits park live
+-- KEYS: trigger_message broker
+-- ARGV[1] task id  ARGV[2] lease microseconds  ARGV[3] lease token
+-- ARGV[4] trigger cap (-1: no triggers)
+-- Reply: {triggers to publish} when the item is not queued, or may not start now, else
+--        {triggers to publish, task id, payload, timeouts, lease expiry (microseconds)}
+return take_item(ARGV[1], ARGV[3], tonumber(ARGV[2]), tonumber(ARGV[4]))
