@@ -173,3 +173,18 @@ def test_a_queue_with_no_task_yet_publishes_nothing_itself(r: redis.Redis, app: 
     message_key, broker_list = vtrr._trigger_keys()
     assert message_key == broker_list  # the never-written key: no push
     assert vtrr._trigger_route is None  # decided again once the task exists
+
+
+def test_put_back_tops_the_triggers_up_and_take_consumes_none(r: redis.Redis, app: Celery) -> None:
+    """A preempted run's item is queued again, so a trigger is sent for it, as for a release;
+    the owed item taken by name runs on the freed consumer, which consumed no trigger for it."""
+    vtrr = queue_on(r, app, max_concurrency=2)
+    vtrr._task.queue("A", [{"id": "a0"}])  # type: ignore[union-attr]
+    delivery = vtrr._dequeue()  # the published trigger's run
+    assert delivery is not None and int(r.get(vtrr.keys.triggers) or 0) == 0
+    assert vtrr.put_back(delivery.task_id, delivery.token)
+    assert int(r.get(vtrr.keys.triggers) or 0) == 1
+    assert len(messages(r, vtrr)) == 2  # the first published, the second pushed
+    assert vtrr.take("a0") is not None
+    assert int(r.get(vtrr.keys.triggers) or 0) == 1
+    assert len(messages(r, vtrr)) == 2
