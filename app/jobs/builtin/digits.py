@@ -1,8 +1,18 @@
 """digits-train: trains a small classifier on scikit-learn's bundled 8x8 digits (1,797 images,
 no download) and reports its accuracy on a held-out fifth. An example of a job that checks for
-its cancel between epochs, and of a setup() that warms its device. With torch (and a device) it
-trains an MLP with torch on the job's device; without torch, scikit-learn's MLPClassifier, one
-pass per epoch.
+its cancel between epochs, of a setup() that warms its device, and of a preemptible job that
+resumes from a checkpoint. With torch (and a device) it trains an MLP with torch on the job's
+device; without torch, scikit-learn's MLPClassifier, one pass per epoch.
+
+After every epoch but the last it saves a checkpoint in ctx.checkpoint_dir (a temporary file
+renamed over the last one, so a stop mid-write leaves the previous one whole), then yields if
+it was asked to: a preemption loses no finished epoch. The checkpoint holds the input's epochs
+and seed (a checkpoint of another input is ignored), the epochs done and their accuracies, and
+the model: on scikit-learn the fitted MLPClassifier, pickled (it reseeds its shuffling at every
+pass, so a resumed run trains exactly as an unpreempted one); on torch the model's and Adam's
+state_dicts and the batch order's generator state (the same training, up to the GPU's
+nondeterministic arithmetic). Each library has a file of its own: a run on a worker without
+torch does not read a torch run's checkpoint, and starts over.
 
 setup() runs once per child, before the first job's clock starts: it loads the images and, on
 torch, runs one training step and one evaluation of a throwaway model, so that CUDA's context,
@@ -14,8 +24,12 @@ schemas, and stays light."""
 
 from __future__ import annotations
 
+import os
+import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +42,9 @@ BATCH = 32
 SPLIT_SEED = 0  # the held-out images are the same whatever the input's seed
 #: The largest seed: scikit-learn hands it to numpy, whose generators take 0 to 2**32 - 1.
 MAX_SEED = 2**32 - 1
+#: The checkpoint's file in ctx.checkpoint_dir, one per library (their models differ).
+SKLEARN_CHECKPOINT = "digits-sklearn.pickle"
+TORCH_CHECKPOINT = "digits-torch.pt"
 
 
 class DigitsIn(BaseModel):
@@ -61,6 +78,7 @@ class _Split:
     queue="short",
     max_duration_s=60,
     description="Trains a small classifier on scikit-learn's digits; returns its accuracy.",
+    preemptible=True,
 )
 class DigitsTrain:
     """Trains a small classifier on scikit-learn's digits; returns its accuracy."""
@@ -110,18 +128,76 @@ def _load() -> _Split:
 def _train_sklearn(ctx: JobContext, inp: DigitsIn, split: _Split) -> list[float]:
     from sklearn.neural_network import MLPClassifier  # type: ignore[import-untyped]
 
-    model = MLPClassifier(
-        hidden_layer_sizes=(HIDDEN,),
-        learning_rate_init=LEARNING_RATE,
-        batch_size=BATCH,
-        random_state=inp.seed,
+    path = ctx.checkpoint_dir / SKLEARN_CHECKPOINT
+    saved = _resumed(ctx, inp, path, _unpickle)
+    model = (
+        saved["model"]
+        if saved
+        else MLPClassifier(
+            hidden_layer_sizes=(HIDDEN,),
+            learning_rate_init=LEARNING_RATE,
+            batch_size=BATCH,
+            random_state=inp.seed,
+        )
     )
-    history: list[float] = []
-    for _ in range(inp.epochs):
+    history: list[float] = list(saved["history"]) if saved else []
+    for _ in range(len(history), inp.epochs):
         ctx.check_cancelled()
         model.partial_fit(split.x_train, split.y_train, classes=list(range(10)))
         _epoch_done(ctx, inp, history, float(model.score(split.x_test, split.y_test)))
+        if len(history) < inp.epochs:  # after the last epoch the job is done: nothing to save
+            _checkpoint(ctx, path, pickle.dump, {**_head(inp, history), "model": model})
     return history
+
+
+def _unpickle(path: Path) -> Any:
+    with path.open("rb") as saved:
+        # this job's own earlier run wrote it; the checkpoint store is the service's own, as
+        # trusted as the job types' code
+        return pickle.load(saved)  # noqa: S301
+
+
+def _head(inp: DigitsIn, history: list[float]) -> dict[str, Any]:
+    """What a checkpoint holds besides the model: whose it is (the input's epochs and seed),
+    the epochs done and their accuracies (the learning curve goes on from them)."""
+    return {"epochs": inp.epochs, "seed": inp.seed, "epoch": len(history), "history": history}
+
+
+def _resumed(
+    ctx: JobContext, inp: DigitsIn, path: Path, load: Callable[[Path], Any]
+) -> dict[str, Any] | None:
+    """The checkpoint at path if it is this input's, or None: training starts from epoch 0."""
+    if not path.exists():
+        return None
+    try:
+        state = load(path)
+    except Exception as exc:  # another library version's file, say: start over, not fail
+        ctx.log(f"checkpoint unreadable ({type(exc).__name__}: {exc}); starting over")
+        return None
+    ours = (inp.epochs, inp.seed)
+    if not isinstance(state, dict) or (state.get("epochs"), state.get("seed")) != ours:
+        ctx.log("checkpoint of another input ignored; starting over")
+        return None
+    ctx.log(
+        f"resumed from the checkpoint of epoch {state['epoch']} "
+        f"({ctx.preemptions} earlier run(s) preempted)"
+    )
+    return state
+
+
+def _checkpoint(
+    ctx: JobContext,
+    path: Path,
+    dump: Callable[[dict[str, Any], IO[bytes]], None],
+    state: dict[str, Any],
+) -> None:
+    """Between epochs: save the checkpoint, then yield if asked (what is saved is whole, so the
+    yield loses no finished epoch)."""
+    partial = path.with_name(path.name + ".tmp")
+    with partial.open("wb") as out:
+        dump(state, out)
+    os.replace(partial, path)  # a rename: a stop at any instant leaves one whole checkpoint
+    ctx.check_preempted()
 
 
 def _model(device: Any, seed: int) -> Any:
@@ -161,9 +237,17 @@ def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> list[float]:
     model = _model(device, inp.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     order = torch.Generator().manual_seed(inp.seed)
+    path = ctx.checkpoint_dir / TORCH_CHECKPOINT
+    # onto the CPU, where the generator's state must be; the model and Adam copy theirs over
+    # to the device. weights_only: tensors and plain values, nothing that runs code
+    saved = _resumed(ctx, inp, path, lambda p: torch.load(p, map_location="cpu", weights_only=True))
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        order.set_state(saved["order"])
     x_test = torch.as_tensor(split.x_test, device=device)
-    history: list[float] = []
-    for _ in range(inp.epochs):
+    history: list[float] = list(saved["history"]) if saved else []
+    for _ in range(len(history), inp.epochs):
         ctx.check_cancelled()
         for rows in torch.randperm(len(x_train), generator=order).split(BATCH):
             batch = rows.to(device)
@@ -174,4 +258,12 @@ def _train_torch(ctx: JobContext, inp: DigitsIn, split: _Split) -> list[float]:
         with torch.no_grad():
             guesses = model(x_test).argmax(dim=1).cpu()
         _epoch_done(ctx, inp, history, float((guesses.numpy() == split.y_test).mean()))
+        if len(history) < inp.epochs:
+            state = {
+                **_head(inp, history),
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "order": order.get_state(),
+            }
+            _checkpoint(ctx, path, torch.save, state)
     return history
