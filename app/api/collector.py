@@ -132,7 +132,13 @@ class ServiceCollector(Collector):
         gpu_s = CounterMetricFamily(
             "fairgpu_billed_gpu_seconds", "GPU-seconds billed", labels=["queue"]
         )
+        preemptions = CounterMetricFamily(
+            "fairgpu_job_preemptions",
+            "Runs that yielded their GPU to a job owed one (docs/fairness.md)",
+            labels=["queue"],
+        )
         for kind in KINDS:
+            preemptions.add_metric([kind], counters.get(field(Counter.PREEMPTIONS, kind), 0))
             for status in (s for s in Status if s.terminal):
                 ended = counters.get(field(Counter.FINISHED, kind, status), 0)
                 finished.add_metric([kind, status], ended)
@@ -143,7 +149,7 @@ class ServiceCollector(Collector):
             cost.add_metric([kind], billed + counters.get(f"billed_cost:{kind}", 0))
             billed_s = counters.get(field(Counter.BILLED_MS, kind), 0) / MS
             gpu_s.add_metric([kind], billed_s + counters.get(f"billed_gpu_seconds:{kind}", 0))
-        yield from (finished, attempts, cost, gpu_s)
+        yield from (finished, attempts, cost, gpu_s, preemptions)
 
     def _ended(self, counters: Mapping[str, float]) -> Metric:
         """Jobs ended by type and end, from the scripts' `ended:<type>:<end>` fields; the types

@@ -150,6 +150,12 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         start = state.estimated_start_at
         yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
     yield "attempts", str(state.attempts)
+    if state.preemptions:
+        runs = "run" if state.preemptions == 1 else "runs"
+        yield (
+            "preempted",
+            f"{state.preemptions} {runs} yielded the GPU; it resumes from its checkpoint",
+        )
     if state.status is Status.STARTED and state.progress is not None:
         yield "progress", progress_text(state.progress)
     if result is not None:

@@ -42,6 +42,14 @@
     fairgpu:webhooks:due      zset    deliveries a sender of an earlier version scheduled for all
                                       accounts at once; senders move them to their accounts'
     fairgpu:webhooks:failed   hash    job id -> failed deliveries of its webhook so far
+    fairgpu:yields            channel a running job's id, when its run is asked to yield its GPU
+    fairgpu:preempt:heads     hash    queue -> "<job id> <since>": the job next in line with no
+                                      free worker, and since when (Redis TIME) it has been
+    fairgpu:preempt:lock      string  the worker that decides preemptions this second
+    fairgpu:preempt:ask:<id>  string  "<owed job id> <its queue>": the run of job <id> is asked
+                                      to yield to that job (expires PREEMPT_GRACE_S + ASK_SLACK_S
+                                      after the ask)
+    fairgpu:preempt:for:<id>  string  the job whose run was asked to yield to owed job <id>
 
 Job hashes, inputs and event streams expire job_ttl_s after their last change.
 """
@@ -65,6 +73,20 @@ WEBHOOKS_LEGACY_DUE = "fairgpu:webhooks:due"
 WEBHOOKS_FAILED = "fairgpu:webhooks:failed"
 #: Bills on their way to the SQL ledger (app/ledger/outbox.py).
 LEDGER = "fairgpu:ledger"
+#: Workers listen here too, so that an ask to yield reaches a running job at once.
+YIELDS = "fairgpu:yields"
+PREEMPT_HEADS = "fairgpu:preempt:heads"
+PREEMPT_LOCK = "fairgpu:preempt:lock"
+
+
+def ask_key(job_id: str) -> str:
+    """The ask that the run of job_id yield its GPU: the owed job and its queue."""
+    return f"fairgpu:preempt:ask:{job_id}"
+
+
+def asked_for_key(owed_id: str) -> str:
+    """The job whose run was asked to yield to the owed job owed_id."""
+    return f"fairgpu:preempt:for:{owed_id}"
 
 
 def job_key(job_id: str) -> str:

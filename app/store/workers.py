@@ -1,9 +1,11 @@
 """Workers' heartbeats as readers see them: who is alive, and which queues each one serves.
 
 Each worker keeps an entry in `fairgpu:workers`: <name> -> {"queues": [...], "seen": <Redis
-TIME>, "busy_until": <when its job should end, or null>, "broken": <why its device is unusable,
-only when it is>} (written by app/worker/presence.py). Readers count a worker alive while its
-entry is under ALIVE_BEATS heartbeats old and it is not broken, and forget entries a day old.
+TIME>, "busy_until": <when its job should end, or null>, "running": <the run in hand, or null:
+{"job", "account", "kind", "since" (Redis TIME), "preemptible"}>, "broken": <why its device is
+unusable, only when it is>} (written by app/worker/presence.py). Readers count a worker alive
+while its entry is under ALIVE_BEATS heartbeats old and it is not broken, and forget entries a
+day old.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import redis
 
@@ -23,6 +25,22 @@ FORGET_S = 86400
 
 
 @dataclass(frozen=True)
+class Running:
+    """The run a worker has in hand: its job, the job's account and queue, when the run began
+    (Redis's clock) and whether it may be asked to yield (app/worker/preemption.py)."""
+
+    job: str
+    account: str
+    kind: str
+    since: float
+    preemptible: bool = False
+
+    def entry(self) -> dict[str, object]:
+        """As a heartbeat holds it."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Seen:
     """One worker's last heartbeat."""
 
@@ -31,6 +49,7 @@ class Seen:
     seen: float
     busy_until: float | None = None
     broken: str | None = None
+    running: Running | None = None
 
 
 def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:
@@ -59,7 +78,22 @@ def _entry(name: str, entry: object) -> Seen:
         times[0],
         None if until is None else times[1],
         None if broken is None else str(broken),
+        _running(entry.get("running")),
     )
+
+
+def _running(raw: object) -> Running | None:
+    """The run in a heartbeat, or None (none, or one this release cannot read)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        since = float(raw["since"])
+        if not math.isfinite(since):
+            return None
+        fields = (str(raw["job"]), str(raw["account"]), str(raw["kind"]))
+        return Running(*fields, since, bool(raw.get("preemptible", False)))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def read(client: redis.Redis, now: float) -> list[Seen]:

@@ -79,6 +79,9 @@ class Runner(Protocol):
     def run_started(self, kind: Kind, job_id: str, token: str, started: Started) -> Ran:
         """Run a job that its lease has started; say how it ended, for the step to record."""
 
+    def take_owed(self) -> tuple[Kind, str, str] | None:
+        """The lease of the job that the last run yielded its GPU to: queue, id, token."""
+
 
 @dataclass
 class Service:
@@ -105,10 +108,13 @@ class Service:
         if lease is None:
             raise RuntimeError(f"{task.name} ran without a lease of its fair queue")
         if lease.hooked is None:
-            return self.runner.run(kind, job_id, lease.token)
+            outcome = self.runner.run(kind, job_id, lease.token)
+            self._run_owed(self.runner)
+            return outcome
         ran = self.runner.run_started(kind, job_id, lease.token, started_of(lease.hooked))
         if ran.end is None:
             end_with(task, used_weight=ran.used_weight)
+            self._run_owed(self.runner)
             return ran.outcome
 
         def recorded(done: Any) -> None:
@@ -124,6 +130,18 @@ class Service:
             args = self.recorder.end_args(internal_end(ran.end))
         end_with(task, *args, used_weight=ran.used_weight, then=recorded)
         return ran.outcome
+
+    def _run_owed(self, runner: Runner) -> None:
+        """After a run that yielded its GPU (and holds no lease now), run the job it yielded
+        to on this worker, leased by name: the freed GPU is handed to it, not raced for. Its
+        start and end are calls of their own; its lease is acked once its end is recorded (a
+        failure before leaves the lease to lapse, and the job to run again)."""
+        while (taken := runner.take_owed()) is not None:  # (it may itself be preempted)
+            kind, job_id, token = taken
+            log.info("running the job the preempted run yielded to", extra={"task_id": job_id})
+            outcome = runner.run(kind, job_id, token)
+            self.queues[kind].ack(job_id, token)
+            log.info("job ended: %s", outcome, extra={"task_id": job_id, "queue": kind})
 
     def sweep_artifacts(self, *, now: bool = False) -> int:
         """Remove the artifacts of jobs whose records have expired (unless one was swept lately,

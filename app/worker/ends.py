@@ -43,7 +43,7 @@ class RunEnds:
         except Exception as exc:
             ended = internal(job_id, ended, exc)
         try:
-            charge: Charge | None = self._price(kind, started, ended)
+            charge: Charge | None = self.price(kind, started, ended)
         except Exception:
             charge = None  # the price itself failed: nothing it could bill
         end = RunEnd(
@@ -55,17 +55,23 @@ class RunEnds:
         )
         return "failed: internal", internal_end(end)
 
-    def _price(self, kind: Kind, started: Started, ended: Ended) -> Charge:
-        """What the run costs: the seconds it ran, at most its budget, at least MIN_BILLED_S."""
-        end = None if ended.end == "success" else ended.end
-        return billing.price(
+    def price(self, kind: Kind, started: Started, ended: Ended) -> Charge:
+        """What the job costs once this run has ended: the seconds of all its runs (a job
+        preempted before has earlier ones), at most its declared duration, at least
+        MIN_BILLED_S."""
+        end = None if ended.end in ("success", "preempted") else ended.end
+        charge = billing.price(
             self._settings,
             kind,
-            ended.seconds,
+            started.ran_s + ended.seconds,
             job_type=started.type,
             end=end,
             budget_s=started.duration_s,
         )
+        if started.preemptions == 0:
+            return charge
+        runs = started.preemptions + 1
+        return replace(charge, description=f"{charge.description}, over {runs} runs")
 
     def _end_of(
         self, kind: Kind, job_id: str, started: Started, ended: Ended
@@ -78,8 +84,10 @@ class RunEnds:
             return self._stopped(kind, job_id, started, ended)
         charge: Charge | None = None  # a setup() that failed: the job never began
         if ended.end != "setup":
-            charge = self._price(kind, started, ended)
+            charge = self.price(kind, started, ended)
         status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
+        if ended.end == "preempted":  # the runner puts a preempted run back in line
+            raise ValueError("a preempted run has no end to record")
         end = RunEnd(
             job_id=job_id, owner=started.owner, status=status, charge=charge,
             seconds=ended.seconds, error=ended.error or "",
@@ -100,7 +108,7 @@ class RunEnds:
         by = self._recorder.stopped_by(job_id)
         if by is None:
             return "lease lost", None  # another run owns the job now; leave its end to that run
-        charge = self._price(kind, started, ended)
+        charge = self.price(kind, started, ended)
         end = RunEnd(
             job_id=job_id, owner=started.owner, status=Status.REVOKED,
             charge=charge if by == "owner" else None, seconds=ended.seconds,

@@ -35,6 +35,7 @@ from app.wiring.service import Service
 from app.worker import gpu
 from app.worker.broker_check import consumer_timeout_problem
 from app.worker.calls import ChildStartError
+from app.worker.preemption import Preemptor, Shares
 from app.worker.presence import Presence
 from app.worker.runner import JobRunner, build_worker, worker_name
 
@@ -116,15 +117,20 @@ def main() -> None:
 
     # Accounts' limits: lets an account start its next job as soon as it has room (limits.py).
     waker = Waker(list(service.queues.values()))
+    # Preemption: asks a run to yield its GPU to a job owed one (preemption.py).
+    shares = Shares(ledger.accounts.snapshot)
+    preemptor = Preemptor(service.recorder.redis, name, service.queues, shares, settings)
 
     def ready(**_: object) -> None:
         beats.start()
         writer.start()
         waker.start()
+        preemptor.start()
 
     signals.worker_ready.connect(ready, weak=False)
 
     def shut_down(**_: object) -> None:
+        preemptor.stop()
         waker.stop()
         beats.stop()
         writer.close()

@@ -8,13 +8,25 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import dataclass
 
 import redis
 from redis.exceptions import RedisError
 
 from app.store.keys import WORKERS
+from app.store.workers import Running
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """The run a worker starts, as its heartbeat tells it (the start time is Redis's)."""
+
+    job: str
+    account: str
+    kind: str
+    preemptible: bool = False
 
 
 class Presence:
@@ -23,6 +35,7 @@ class Presence:
     def __init__(self, client: redis.Redis, name: str, queues: list[str], every: float) -> None:
         self.client, self.name, self.queues, self.every = client, name, queues, every
         self._busy_until: float | None = None
+        self._running: Running | None = None
         self._broken: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
@@ -32,20 +45,25 @@ class Presence:
         seconds, micros = self.client.time()
         entry = {"queues": self.queues, "seen": seconds + micros / 1e6}
         entry["busy_until"] = self._busy_until
+        entry["running"] = None if self._running is None else self._running.entry()
         if self._broken is not None:
             entry["broken"] = self._broken
         self.client.hset(WORKERS, self.name, json.dumps(entry))
 
-    def busy(self, for_s: float | None) -> None:
-        """Say that a job started and should end in `for_s` seconds, or, with None, that the
-        worker is idle again; written at once, so estimates see it. The end is stamped on
-        Redis's clock, as every time that processes compare (this host's may be off)."""
+    def busy(self, for_s: float | None, job: JobRun | None = None) -> None:
+        """Say that a job started and should end in `for_s` seconds (the run being `job`), or,
+        with None, that the worker is idle again; written at once, so estimates and the
+        preemption policy see it. Times are stamped on Redis's clock, as every time that
+        processes compare (this host's may be off)."""
         try:
             if for_s is None:
-                self._busy_until = None
+                self._busy_until, self._running = None, None
             else:
                 seconds, micros = self.client.time()
-                self._busy_until = seconds + micros / 1e6 + for_s
+                now = seconds + micros / 1e6
+                self._busy_until = now + for_s
+                if job is not None:
+                    self._running = Running(job.job, job.account, job.kind, now, job.preemptible)
             self.beat()
         except RedisError:
             log.warning("heartbeat of %s not written; the next beat retries", self.name)
@@ -53,7 +71,7 @@ class Presence:
     def broken(self, why: str) -> None:
         """Say that the worker's device is unusable and it takes no more jobs; written at once,
         and kept when the worker stops."""
-        self._broken, self._busy_until = why, None
+        self._broken, self._busy_until, self._running = why, None, None
         try:
             self.beat()
         except RedisError:

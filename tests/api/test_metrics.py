@@ -51,6 +51,7 @@ FAMILIES = {
     "fairgpu_jobs_finished": "counter",
     "fairgpu_jobs_ended": "counter",
     "fairgpu_job_attempts": "counter",
+    "fairgpu_job_preemptions": "counter",
     "fairgpu_billed_cost": "counter",
     "fairgpu_billed_gpu_seconds": "counter",
     "fairgpu_job_wait_seconds": "histogram",

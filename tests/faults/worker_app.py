@@ -32,7 +32,7 @@ from app.jobs.builtin.burn import burn as builtin_burn
 from app.settings import Settings, get_settings
 from app.wiring.celery_app import worker_argv
 from app.worker import gpu
-from app.worker.calls import Call, Ended
+from app.worker.calls import Call, Ended, never
 from app.worker.inline import InlineExecutor
 from app.worker.live import NO_EVENTS, JobEvents
 from app.worker.runner import build_worker, worker_name
@@ -71,16 +71,15 @@ class StubbornExecutor(InlineExecutor):
     the run would end as stopped (never reaching finish()) or not, as the two threads raced."""
 
     def run(
-        self, call: Call, should_stop: Callable[[], bool], events: JobEvents = NO_EVENTS
+        self,
+        call: Call,
+        should_stop: Callable[[], bool],
+        events: JobEvents = NO_EVENTS,
+        should_yield: Callable[[], bool] = never,
     ) -> Ended:
         if abs(call.budget_s - STUBBORN_S) < TELL_APART_S:
             should_stop = never
-        return super().run(call, should_stop, events)
-
-
-def never() -> bool:
-    """A stop flag that is never raised."""
-    return False
+        return super().run(call, should_stop, events, should_yield)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import redis
 
 from app.store.keys import WORKERS
 from app.store.workers import ALIVE_BEATS, FORGET_S, Seen, alive, parse, read
-from app.worker.presence import Presence
+from app.worker.presence import JobRun, Presence
 from tests.support import wait_for
 
 
@@ -37,6 +37,7 @@ def test_a_beat_writes_the_workers_queues_and_redis_time(r: redis.Redis) -> None
         "queues": ["short", "long"],
         "seen": worker.seen,
         "busy_until": None,
+        "running": None,
     }
 
 
@@ -53,6 +54,31 @@ def test_a_busy_worker_says_until_when_on_redis_clock_and_then_that_it_is_idle(
     assert read(r, redis_now(r))[0].busy_until == worker.busy_until
     beats.busy(None)
     assert read(r, redis_now(r))[0].busy_until is None
+
+
+def test_a_busy_worker_names_its_run_for_the_preemption_policy(r: redis.Redis) -> None:
+    beats = Presence(r, "gpu0@box", ["long"], every=1)
+    before = redis_now(r)
+    beats.busy(600.0, JobRun("job-1", "alice", "long", preemptible=True))
+    [worker] = read(r, redis_now(r))
+    assert worker.running is not None
+    assert (worker.running.job, worker.running.account, worker.running.kind) == (
+        "job-1",
+        "alice",
+        "long",
+    )
+    assert worker.running.preemptible and before <= worker.running.since <= redis_now(r)
+    beats.beat()
+    assert read(r, redis_now(r))[0].running == worker.running  # each beat says it again
+    beats.busy(None)
+    assert read(r, redis_now(r))[0].running is None
+
+
+def test_a_heartbeat_whose_run_this_release_cannot_read_names_none(r: redis.Redis) -> None:
+    entry = {"queues": ["long"], "seen": redis_now(r), "running": {"job": "j", "since": "x"}}
+    r.hset(WORKERS, "gpu9@box", json.dumps(entry))
+    [worker] = read(r, redis_now(r))
+    assert worker.name == "gpu9@box" and worker.running is None
 
 
 def test_a_later_beat_replaces_the_earlier_one(r: redis.Redis) -> None:

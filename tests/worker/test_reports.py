@@ -23,7 +23,7 @@ from app.jobs import load_registry
 from app.settings import Settings
 from app.store.keys import METRICS, events_key, job_key, logs_key
 from app.wiring.service import Service
-from app.worker.calls import Call, Ended
+from app.worker.calls import Call, Ended, never
 from app.worker.inline import InlineExecutor
 from app.worker.live import JobEvents, LogLine
 from app.worker.reports import EVENT_LINES, LiveReports
@@ -37,8 +37,14 @@ class KeepingExecutor(InlineExecutor):
 
     folders: list[Path | None]
 
-    def run(self, call: Call, should_stop: Callable[[], bool], events: JobEvents) -> Ended:
-        ended = super().run(call, should_stop, events)
+    def run(
+        self,
+        call: Call,
+        should_stop: Callable[[], bool],
+        events: JobEvents,
+        should_yield: Callable[[], bool] = never,
+    ) -> Ended:
+        ended = super().run(call, should_stop, events, should_yield)
         self.folders.append(ended.output_dir)
         return ended
 

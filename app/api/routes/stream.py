@@ -53,13 +53,23 @@ LOG_BATCH = {
         "dropped": {"type": "integer", "description": "lines the throttle left out of the stream"},
     },
 }
+PREEMPTED = {
+    "type": "object",
+    "properties": {
+        "preemptions": {"type": "integer", "description": "the job's preemptions, this one in"},
+        "seconds": {"type": "number", "description": "what the run that yielded measured"},
+        "ran_s": {"type": "number", "description": "what all the job's runs measured so far"},
+    },
+}
 STREAM_EVENT = {
     "description": "one event: a status (no `event:` field, so of type message; data holding a "
-    "TaskStatus), a running job's progress or log lines, or the error that ends a stream",
+    "TaskStatus), a running job's progress or log lines, a preemption, or the error that ends "
+    "a stream",
     "oneOf": [
         _event_shape("message", {"$ref": "#/components/schemas/TaskStatus"}),
         _event_shape("progress", {"$ref": "#/components/schemas/Progress"}),
         _event_shape("log", LOG_BATCH),
+        _event_shape("preempted", PREEMPTED),
         _event_shape(
             "error",
             {"$ref": "#/components/schemas/ErrorBody"},
@@ -81,9 +91,11 @@ STREAM_EVENT = {
             'progress` with `data: {"fraction", "message"}` (as the status\'s `progress`), and '
             '`event: log` with `data: {"lines": [{"at", "stream", "text"}], "dropped": N}`, '
             "its new log lines batched a few times a second (N lines left out of the stream by "
-            "that throttle; GET /tasks/{task_id}/logs has them all). Every event but keep-alives "
-            "and `event: error` has an id, and a stream opened late replays them from the start. "
-            "A Redis outage of up to SSE_OUTAGE_S (default 30 s) is ridden out: "
+            "that throttle; GET /tasks/{task_id}/logs has them all), and `event: preempted` "
+            'with `data: {"preemptions", "seconds", "ran_s"}` when a run yielded its GPU to a '
+            "job owed one (a PENDING status follows: the job resumes later). Every event but "
+            "keep-alives and `event: error` has an id, and a stream opened late replays them "
+            "from the start. A Redis outage of up to SSE_OUTAGE_S (default 30 s) is ridden out: "
             "keep-alive comments go on and the stream resumes from its last event. Past that, or "
             "on an internal error, it ends with `event: error`, a `retry:` field (milliseconds, "
             '2,000 to 10,000) and `data: {"detail": "..."}`, without an id: reconnect '

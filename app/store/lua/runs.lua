@@ -138,6 +138,11 @@ local function preempt_run(keys, id, token, channel, ttl, seconds, bill)
   local kind = redis.call('HGET', JOB, 'kind')
   bump(keys[3], METRIC_PREEMPTIONS .. ':' .. kind)
   moved(CHANNEL, kind)  -- (a hint to recount places, told at once even under replicas)
+  -- a named event for the streams first (the status that follows it is PENDING again)
+  local told = {preemptions = tonumber(redis.call('HGET', JOB, 'preemptions')),
+                seconds = tonumber(seconds), ran_s = ran}
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', 'preempted', 'data',
+             cjson.encode(told))
   emit(channel, id, ttl)
   return 1
 end
