@@ -69,6 +69,7 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "result": None,
         "kind": "short",
         "attempts": 0,
+        "preemptions": 0,
         "position": 0,
         "waiting_for": "gpu",
         "estimated_start_at": None,  # no worker serves the queue

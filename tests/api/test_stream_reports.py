@@ -222,6 +222,7 @@ async def test_the_schema_documents_each_kind_of_event(api: Api) -> None:
         "message",
         "progress",
         "log",
+        "preempted",
         "error",
     ]
     data = [s["properties"]["data"]["contentSchema"] for s in shapes]
@@ -230,4 +231,6 @@ async def test_the_schema_documents_each_kind_of_event(api: Api) -> None:
     assert data[2]["properties"]["lines"]["items"] == {"$ref": "#/components/schemas/LogLine"}
     assert "event: progress" in ok["description"]
     assert "event: log" in ok["description"]
+    assert "event: preempted" in ok["description"]
+    assert set(data[3]["properties"]) == {"preemptions", "seconds", "ran_s"}
     assert {"Progress", "LogLine"} <= set(schema["components"]["schemas"])
