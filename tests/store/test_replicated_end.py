@@ -101,3 +101,34 @@ def test_an_end_no_replica_has_is_refused_and_not_announced(primary: RedisServer
     assert client.hget(job_key(job), "status") == b"SUCCESS"  # on the primary all the same
     assert heard.get_message(timeout=0.5) is None  # but no API process was told
     heard.close()
+
+
+def test_a_preemption_is_on_a_replica_before_it_is_announced(
+    primary: RedisServer, tmp_path: Path
+) -> None:
+    """The preempted run's record (the job PENDING again, its seconds kept) is replicated as an
+    end is, before the worker puts the lease back in line."""
+    job = "0b7d2f6e-0000-4000-8000-000000000013"
+    recorder, _ = started(primary, job)
+    of = ("--replicaof", "127.0.0.1", str(primary.port))
+    replica = RedisServer(tmp_path / "replica", binary=BINARY, extra=of).start()
+    try:
+        mirror = redis.Redis(port=replica.port)
+        linked = lambda: mirror.info("replication").get("master_link_status") == "up"  # noqa: E731
+        wait_until(linked, 30, "the replica to have synced")
+        so_far = billing.price(Settings(), "short", 0.4)
+        assert recorder.preempted(job, "token", 0.4, so_far)
+        status, preemptions, ran_s = mirror.hmget(job_key(job), "status", "preemptions", "ran_s")
+        assert (status, preemptions, float(ran_s or 0)) == (b"PENDING", b"1", 0.4)
+        mirror.close()
+    finally:
+        replica.stop()
+
+
+def test_a_preemption_no_replica_has_is_refused(primary: RedisServer) -> None:
+    job = "0b7d2f6e-0000-4000-8000-000000000014"
+    recorder, client = started(primary, job)
+    recorder.patience_s = 0.2
+    with pytest.raises(NotReplicatedError, match="0 of 1 replicas"):
+        recorder.preempted(job, "token", 0.4, billing.price(Settings(), "short", 0.4))
+    assert client.hget(job_key(job), "status") == b"PENDING"  # on the primary all the same
