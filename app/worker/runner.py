@@ -330,17 +330,19 @@ class JobRunner:
             except Exception as exc:  # the executor's own failure: the job must end all the same
                 ended = internal(job_id, Ended("internal", 0.0), exc)
             if folder is not None:
-                ended = self._keep_checkpoint(job_id, folder, ended)
+                self._keep_checkpoint(job_id, folder)
             return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
 
-    def _keep_checkpoint(self, job_id: str, folder: Path, ended: Ended) -> Ended:
-        """Store what the run left in the job's checkpoint folder, for its next run; a store
-        that fails ends the run `internal` (its next run would start from an older state)."""
+    def _keep_checkpoint(self, job_id: str, folder: Path) -> None:
+        """Store what the run left in the job's checkpoint folder, for its next run. A store
+        that fails is logged, not the job's end: its next run resumes from the checkpoint
+        before, as after a lost worker."""
         try:
             self.checkpoints.keep(job_id, folder)
-        except Exception as exc:
-            return internal(job_id, ended, exc)
-        return ended
+        except Exception:
+            log.warning(
+                "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
+            )
 
     def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:
         """The run's last reports written (before its end: the status event comes last) and
