@@ -34,7 +34,7 @@ MEMORY = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 #: or any run of named files) generates all of them. tests/conftest.py sets it before any test
 #: module is imported; the assertions are the same in both.
 unit_tier = False
-UNIT_TIER_SHARE = 0.25
+UNIT_TIER_SHARE = 0.1
 
 
 def examples(full: int) -> int:

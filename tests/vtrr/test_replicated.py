@@ -22,6 +22,10 @@ from app.vtrr.replicated import until_replicated
 from app.vtrr.step import Ending, Stepped, step
 from tests.vtrr.conftest import ENGINES
 
+#: A replica is a Redis process of its own, and the tests wait on replication: the
+#: integration tier, where replicas and Sentinels run (docs/testing.md).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(params=sorted(ENGINES))
 def primary(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServer]:
