@@ -12,7 +12,6 @@ within WAKE_POLL_S: no idle worker sits while a job that may start waits.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from redis.exceptions import RedisError
@@ -21,6 +20,7 @@ from app.auth import Account
 from app.models import Kind
 from app.vtrr import FairQueue, Limits, wake_together
 from app.vtrr.aio import AsyncFairQueue
+from app.wiring.loop import Loop
 from app.wiring.service import WEIGHT_PER_S, held_limit_weight
 
 log = logging.getLogger(__name__)
@@ -68,34 +68,20 @@ async def apply_all(
     return triggers
 
 
-class Waker:
+class Waker(Loop):
     """A thread that wakes the queues of the limits group: at the end of an account's wait for
     time, and at least every WAKE_POLL_S for jobs ended in the other queue."""
 
     def __init__(self, queues: Sequence[FairQueue], poll_s: float = WAKE_POLL_S) -> None:
+        super().__init__("limits-waker")
         self._queues = list(queues)
         self._poll_s = poll_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="limits-waker", daemon=True)
 
-    def start(self) -> None:
-        """Start waking in the background."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop, and wait for the thread."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pause = self._poll_s
-            try:
-                woken = wake_together(self._queues)
-            except RedisError:
-                log.warning("the limits waker could not reach Redis", exc_info=True)
-            else:
-                if woken.next_in is not None:
-                    pause = min(pause, woken.next_in)
-            self._stop.wait(pause)
+    def step(self) -> float:
+        """Wake once; the pause until the next wake."""
+        try:
+            woken = wake_together(self._queues)
+        except RedisError:
+            log.warning("the limits waker could not reach Redis", exc_info=True)
+            return self._poll_s
+        return self._poll_s if woken.next_in is None else min(self._poll_s, woken.next_in)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -39,6 +38,7 @@ from app.settings import Settings
 from app.store.keys import PREEMPT_HEADS, PREEMPT_LOCK, YIELDS, ask_key, asked_for_key
 from app.store.workers import ALIVE_BEATS, Seen, read
 from app.vtrr.wire import as_text
+from app.wiring.loop import Loop
 
 log = logging.getLogger(__name__)
 #: How often the policy looks: at least once a second, whatever the other intervals are.
@@ -136,7 +136,7 @@ def choose(
     return asks
 
 
-class Preemptor:
+class Preemptor(Loop):
     """A worker's thread that decides preemptions when it holds PREEMPT_LOCK (see above)."""
 
     def __init__(
@@ -147,29 +147,19 @@ class Preemptor:
         share: Callable[[str], float],
         settings: Settings,
     ) -> None:
+        super().__init__("preemptor")
         self.client, self.name, self.queues, self.share = client, name, queues, share
         self.settings = settings
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="preemptor", daemon=True)
 
-    def start(self) -> None:
-        """Start looking, in the background."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop, and wait for the thread."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
-            try:
-                self.tick()
-            except RedisError:
-                log.warning("the preemption policy could not reach Redis", exc_info=True)
-            except Exception:  # a bug here must not stop the worker's jobs
-                log.exception("the preemption policy failed; it looks again next tick")
+    def step(self) -> float:
+        """One tick of the thread; the pause until the next."""
+        try:
+            self.tick()
+        except RedisError:
+            log.warning("the preemption policy could not reach Redis", exc_info=True)
+        except Exception:  # a bug here must not stop the worker's jobs
+            log.exception("the preemption policy failed; it looks again next tick")
+        return TICK_S
 
     def tick(self) -> list[Ask]:
         """Look once, if no other worker is looking this tick; the asks made."""

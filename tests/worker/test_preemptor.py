@@ -13,6 +13,7 @@ from app.settings import Settings
 from app.store.keys import PREEMPT_HEADS, PREEMPT_LOCK, YIELDS, ask_key, asked_for_key
 from app.worker.preemption import Preemptor
 from app.worker.presence import JobRun, Presence
+from tests.support import wait_for
 from tests.worker.support import ALICE, BOB, Worker
 
 NOW_POLICY = {"preempt_after_s": 0.0, "preempt_min_run_s": 0.0}
@@ -92,3 +93,19 @@ def test_nothing_is_asked_while_a_worker_serving_the_queue_is_free(
     Presence(r, "gpu2@a", ["short"], every=1).beat()  # idle: it will take B1 itself
     w.submit(r, "short", "B1", owner=BOB)
     assert preemptor(r, w).tick() == []
+
+
+def test_the_thread_ticks_until_it_is_stopped(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker()
+    busy(r, "gpu0@a", "A1")
+    busy(r, "gpu1@a", "A2")
+    w.submit(r, "short", "B1", owner=BOB)
+    thread = preemptor(r, w)
+    thread.start()
+    try:
+        wait_for(lambda: r.exists(asked_for_key("B1")), 10, "the thread's ask")
+    finally:
+        thread.stop()
+    assert not thread.running
