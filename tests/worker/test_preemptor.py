@@ -11,6 +11,7 @@ import redis
 
 from app.settings import Settings
 from app.store.keys import PREEMPT_HEADS, PREEMPT_LOCK, YIELDS, ask_key, asked_for_key
+from app.vtrr import Limits
 from app.worker.preemption import Preemptor
 from app.worker.presence import JobRun, Presence
 from tests.support import wait_for
@@ -109,3 +110,23 @@ def test_the_thread_ticks_until_it_is_stopped(
     finally:
         thread.stop()
     assert not thread.running
+
+
+def test_a_job_held_back_by_its_accounts_limit_is_never_owed(
+    worker: Callable[..., Worker], r: redis.Redis
+) -> None:
+    w = worker()
+    queue = w.service.queues["short"]
+    w.submit(r, "short", "B0", owner=BOB)
+    lease = queue.dequeue()
+    assert lease is not None and lease.task_id == "B0"
+    busy(r, "gpu0@a", "A1")
+    busy(r, "gpu1@a", "A2")
+    busy(r, "gpu2@a", "B0", account=BOB)  # Alice 2 of 3, Bob 1: Bob is under his share
+    w.submit(r, "short", "B1", owner=BOB)
+    queue.set_limits(BOB, Limits(most_in_flight=1))  # ...but may run only one at a time
+    assert preemptor(r, w).tick() == []
+    queue.set_limits(BOB, Limits())
+    r.delete(PREEMPT_LOCK)
+    [ask] = preemptor(r, w).tick()
+    assert ask.owed.job == "B1" and ask.victim in {"A1", "A2"}
