@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import secrets
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, Literal
 
 from redis import Redis
@@ -21,6 +22,7 @@ from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
 from app.vtrr.limits import Limits, Woken, check_half_life, limits_of, wake_together
+from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
     as_text,
@@ -217,8 +219,17 @@ class FairQueue:
         (a preempted run): it leaves before its partition's other queued items, and where that
         partition's next one would among the others'. It keeps what it was charged and is not
         credited (a later credit returns the unused part once); limits apply to it as to any
-        queued item. Counted as released. False when the token is stale: nothing changes."""
-        put_back, triggers = self._scripts.run("put_back", task_id, token, self._trigger_cap)
+        queued item. Counted as released. False when the token is stale: nothing changes.
+        With replicas, it returns once that many have it (NotReplicatedError past
+        REPLICA_PATIENCE_S), as a step's end does: a failover cannot take the requeue back."""
+        args: list[str | int] = [task_id, token, self._trigger_cap]
+        if self.replicas:
+            keys, wanted = self._scripts.keys("put_back"), (self.replicas, REPLICA_WAIT_MS)
+            call = partial(self._scripts.run_replicated, "put_back", keys, args, wanted)
+            reply = until_replicated(call, self.replicas, REPLICA_PATIENCE_S)
+        else:
+            reply = self._scripts.run("put_back", *args)
+        put_back, triggers = reply
         self._publish(int(triggers))
         return bool(put_back)
 

@@ -34,7 +34,7 @@ from app.models import ChildReplacement, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
 from app.store.keys import MOVES
-from app.vtrr import Heartbeat, VTRRQueue
+from app.vtrr import Heartbeat, NotReplicatedError, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.wiring.service import Service, build, job_weight
 from app.worker import gpu
@@ -247,6 +247,8 @@ class JobRunner:
             self.recorder.redis.publish(MOVES, kind)
         except UNREACHABLE:
             log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
+        except NotReplicatedError:  # on the primary all the same; lost in a failover, it lapses
+            log.warning("the requeue is on too few replicas", exc_info=True, extra=who)
         log.info("job preempted", extra={**who, "seconds": round(ended.seconds, 3)})
         return "preempted"
 

@@ -98,6 +98,23 @@ def test_a_step_says_how_many_replicas_have_the_end_it_made(
         assert (again.acked, again.replicated) == (False, 1)
 
 
+def test_a_put_back_returns_once_a_replica_has_the_item_queued_again(
+    primary: RedisServer, tmp_path: Path
+) -> None:
+    """A preempted run's lease goes back in line replicated, as a step's end does."""
+    client = redis.Redis.from_url(primary.url)
+    with replica_of(primary, tmp_path) as mirror:
+        q = FairQueue(client, "preempted", replicas=1)
+        q.enqueue("ann", [Item("x", id="long")])
+        lease = q.dequeue()
+        assert lease is not None
+        assert q.put_back("long", lease.token)
+        on_replica = FairQueue(mirror, "preempted")
+        assert (on_replica.length(), on_replica.pending()) == (1, 0)  # there when answered
+        assert not q.put_back("long", lease.token)  # a stale token, replicated or not
+    client.close()
+
+
 def test_until_replicated_repeats_a_short_call_then_gives_up() -> None:
     counts = iter([0, 0, 1])
     made: list[int] = []
