@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import Protocol
 
 from tenacity import (
@@ -34,26 +33,23 @@ from app.models import ChildReplacement, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
 from app.store.keys import MOVES
-from app.vtrr import Heartbeat, NotReplicatedError, VTRRQueue
+from app.vtrr import Heartbeat, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.wiring.service import Service, build, job_weight
 from app.worker import gpu
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
-from app.worker.checkpoints import Checkpoints
 from app.worker.child import JobChild
 from app.worker.ends import RunEnds, internal
 from app.worker.hygiene import ChildLimits
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
-from app.worker.preemption import answered
 from app.worker.presence import JobRun
 from app.worker.probe import probe_for
 from app.worker.reports import LiveReports
-from app.worker.stops import StopCheck, StopListener, YieldCheck
+from app.worker.stops import StopCheck, StopListener
+from app.worker.yields import Yields
 
 log = logging.getLogger(__name__)
-#: The error of a run that raised JobPreemptedError when it was not asked to yield.
-UNASKED = "the job raised JobPreemptedError without being asked to yield its GPU"
 
 #: How long a run keeps trying to record its end while Redis is unreachable. After that it
 #: gives up without acking: its lease expires and the job runs again, billed once.
@@ -121,12 +117,7 @@ class JobRunner:
         #: (None): the worker's heartbeat passes it on, for the start estimates of queued jobs
         #: and for the preemption policy.
         self.on_busy: Callable[[float | None, JobRun | None], None] = lambda for_s, run: None
-        self.checkpoints = Checkpoints(artifacts)
-        #: The job that the last run yielded its GPU to, and its queue: the worker leases it
-        #: next (take_owed), ahead of everything else.
-        self._owed: tuple[str, Kind] | None = None
-        #: The preemptible run's ask check, which holds whether (and for whom) it was asked.
-        self._ask: YieldCheck | None = None
+        self.yields = Yields(settings, recorder, queues, self.ends, stops, artifacts)
         #: Told why, once a fresh child found the device unusable: the worker must stop (its
         #: main marks it broken and exits non-zero); the job in hand has been handed back.
         self.on_broken: Callable[[str], None] = lambda why: None
@@ -158,9 +149,8 @@ class JobRunner:
             return Ran(started.reason, None)
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
-        budget_s = self._budget(started)
-        self._ask = None
-        self.on_busy(budget_s, JobRun(job_id, started.owner, kind, started.preemptible))
+        run = JobRun(job_id, started.owner, kind, started.preemptible)
+        self.on_busy(self.yields.budget(started), run)
         heard = self.stops.watch(job_id)
         self._current = (job_id, heard)
         try:
@@ -186,84 +176,15 @@ class JobRunner:
         log.info("job ended", extra={**who, "end": ended.end, "seconds": seconds, **trace})
         if ended.end == "cancelled" and self._handing_back == job_id:
             return Ran(self._give_back(kind, job_id, token, who), None)
-        ask, self._ask = self._ask, None
-        if ask is not None and ask.asked:
-            self._forget(ask)  # whatever its end, the run has answered the ask
-        if ended.end == "preempted":
-            if ask is not None and ask.asked:
-                outcome = self._preempted(kind, job_id, token, started, ended, who)
-                if outcome == "preempted" and ask.owed is not None:
-                    self._owed = self._known(ask.owed)
-                return Ran(outcome, None)
-            ended = replace(ended, end="exception", error=UNASKED)  # it raised it unasked
+        yielded, ended = self.yields.settle(kind, token, started, ended, who, self._finish)
+        if yielded is not None:
+            return Ran(yielded, None)
         outcome, end = self.ends.of(kind, job_id, started, ended)
         return Ran(outcome, end, job_weight(started.ran_s + ended.seconds))
 
-    def _budget(self, started: Started) -> float:
-        """The seconds this run may take: the job's declared duration is a budget for all its
-        runs, and a resumed run gets what is left of it, at least PREEMPT_MIN_RUN_S."""
-        if started.preemptions == 0:
-            return started.duration_s
-        left = started.duration_s - started.ran_s
-        return max(left, min(self.settings.preempt_min_run_s, started.duration_s))
-
-    def _forget(self, ask: YieldCheck) -> None:
-        """Delete the ask that a run answered (a run that ended otherwise frees its worker all
-        the same, and the owed job, next in line, takes it)."""
-        try:
-            if ask.owed is not None:
-                answered(self.recorder.redis, ask.job_id, ask.owed[0])
-        except UNREACHABLE:
-            pass  # the ask expires by itself
-
-    def _known(self, owed: tuple[str, str]) -> tuple[str, Kind] | None:
-        """The owed job and its queue, if this worker has that queue."""
-        job_id, name = owed
-        for kind in self.queues:
-            if kind == name:
-                return job_id, kind
-        return None
-
-    def _preempted(
-        self,
-        kind: Kind,
-        job_id: str,
-        token: str,
-        started: Started,
-        ended: Ended,
-        who: dict[str, str],
-    ) -> str:
-        """Put a run that yielded back in line: its record first (PENDING, its seconds kept,
-        priced so far for an end without another run), then its lease, at the front of its
-        account's partition (not of the whole queue), its cost still charged. Retried while
-        Redis is unreachable, as an end is; a run that lost its lease leaves the job to the
-        run that took it."""
-        so_far = self.ends.price(kind, started, ended)
-        record = partial(self.recorder.preempted, job_id, token, ended.seconds, so_far)
-        if not self._finish(who, record):
-            return "lease lost"
-        try:
-            self.queues[kind].put_back(job_id, token)
-            self.recorder.redis.publish(MOVES, kind)
-        except UNREACHABLE:
-            log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
-        except NotReplicatedError:  # on the primary all the same; lost in a failover, it lapses
-            log.warning("the requeue is on too few replicas", exc_info=True, extra=who)
-        log.info("job preempted", extra={**who, "seconds": round(ended.seconds, 3)})
-        return "preempted"
-
     def take_owed(self) -> tuple[Kind, str, str] | None:
-        """Lease the job that the last run yielded its GPU to, if it is still queued: its queue,
-        id and lease token. The freed worker is handed to it, not raced for."""
-        owed, self._owed = self._owed, None
-        if owed is None:
-            return None
-        job_id, kind = owed
-        try:
-            lease = self.queues[kind].take(job_id)
-        except UNREACHABLE:
-            return None
-        return None if lease is None else (kind, job_id, lease.token)
+        """Lease the job that the last run yielded its GPU to (Yields.take_owed)."""
+        return self.yields.take_owed()
 
     def hand_back_after(self, grace_s: float) -> None:
         """The worker is shutting down (Kubernetes', Compose's or an operator's SIGTERM): it
@@ -303,12 +224,12 @@ class JobRunner:
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
     ) -> Ended:
-        folder = self.checkpoints.open(job_id) if started.preemptible else None
+        folder = self.yields.checkpoint(job_id, started)
         call = Call(
             job_id,
             started.type,
             started.input,
-            self._budget(started),
+            self.yields.budget(started),
             self.device.gpu_id,
             preemptible=started.preemptible,
             preemptions=started.preemptions,
@@ -321,30 +242,15 @@ class JobRunner:
         with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
             marked = partial(self.recorder.cancel_requested, job_id)
             stop = StopCheck(beat, heard, marked, every)
-            should_yield: Callable[[], bool] = never
-            if started.preemptible:
-                yielded = self.stops.watch_yield(job_id)
-                should_yield = self._ask = YieldCheck(self.recorder.redis, job_id, yielded, every)
+            should_yield = self.yields.should_yield(job_id, started, every)
             try:
                 ended = self.executor.run(call, stop, reports, should_yield)
             except ChildStartError:
                 raise
             except Exception as exc:  # the executor's own failure: the job must end all the same
                 ended = internal(job_id, Ended("internal", 0.0), exc)
-            if folder is not None:
-                self._keep_checkpoint(job_id, folder)
+            self.yields.keep(job_id, folder)
             return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
-
-    def _keep_checkpoint(self, job_id: str, folder: Path) -> None:
-        """Store what the run left in the job's checkpoint folder, for its next run. A store
-        that fails is logged, not the job's end: its next run resumes from the checkpoint
-        before, as after a lost worker."""
-        try:
-            self.checkpoints.keep(job_id, folder)
-        except Exception:
-            log.warning(
-                "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
-            )
 
     def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:
         """The run's last reports written (before its end: the status event comes last) and

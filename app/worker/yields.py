@@ -1,0 +1,182 @@
+"""Yields: a worker's side of preemption (app/worker/preemption.py decides which run yields).
+
+A preemptible run gets the job's checkpoint folder (app/worker/checkpoints.py) and a YieldCheck
+(app/worker/stops.py) that turns true when the run is asked to yield. Once the run has ended,
+whatever its end, the folder is stored and the ask answered; a run that yielded is put back in
+line: its record first (preempt.lua: PENDING, not an attempt, its seconds kept and priced so
+far), then its lease, at the front of its account's partition; and the job it yielded to is
+the worker's next, leased by name (take_owed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import redis
+
+from app.artifacts import ArtifactStore
+from app.models import Kind
+from app.settings import Settings
+from app.store import JobRecorder, Started
+from app.store.keys import MOVES
+from app.vtrr import NotReplicatedError, VTRRQueue
+from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
+from app.worker.calls import Ended, never
+from app.worker.checkpoints import Checkpoints
+from app.worker.ends import RunEnds
+from app.worker.preemption import answered
+from app.worker.stops import StopListener, YieldCheck
+
+log = logging.getLogger(__name__)
+#: The error of a run that raised JobPreemptedError when it was not asked to yield.
+UNASKED = "the job raised JobPreemptedError without being asked to yield its GPU"
+#: How the runner records a change patiently (JobRunner._finish, around a recorder's call).
+Patient = Callable[[dict[str, str], Callable[[], bool]], bool]
+
+
+def budget(started: Started, min_run_s: float) -> float:
+    """The seconds a run may take: the job's declared duration is a budget for all its runs,
+    and a resumed run gets what is left of it, at least min_run_s (PREEMPT_MIN_RUN_S)."""
+    if started.preemptions == 0:
+        return started.duration_s
+    left = started.duration_s - started.ran_s
+    return max(left, min(min_run_s, started.duration_s))
+
+
+class Yields:
+    """One worker's preemptible runs: their checkpoints, their asks, and the job owed next."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        recorder: JobRecorder,
+        queues: Mapping[Kind, VTRRQueue],
+        ends: RunEnds,
+        stops: StopListener,
+        artifacts: ArtifactStore,
+    ) -> None:
+        self.settings, self.recorder, self.queues = settings, recorder, queues
+        self.ends, self.stops = ends, stops
+        self.checkpoints = Checkpoints(artifacts)
+        self._ask: YieldCheck | None = None  # the run in hand's, if preemptible
+        self._owed: tuple[str, Kind] | None = None  # the job the last run yielded to
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self.recorder.redis
+
+    def budget(self, started: Started) -> float:
+        """The seconds this run may take (see budget())."""
+        return budget(started, self.settings.preempt_min_run_s)
+
+    def checkpoint(self, job_id: str, started: Started) -> Path | None:
+        """The job's checkpoint folder, as its last run left it; None for a job that is not
+        preemptible (its context gets a scratch folder)."""
+        return self.checkpoints.open(job_id) if started.preemptible else None
+
+    def should_yield(self, job_id: str, started: Started, every: float) -> Callable[[], bool]:
+        """The run's ask check (read again at each heartbeat, `every`); never, for a job that is
+        not preemptible."""
+        self._ask = None
+        if not started.preemptible:
+            return never
+        heard = self.stops.watch_yield(job_id)
+        self._ask = YieldCheck(self.redis, job_id, heard, every)
+        return self._ask
+
+    def keep(self, job_id: str, folder: Path | None) -> None:
+        """Store what the run left in its checkpoint folder, for the next run. A store that
+        fails is logged, not the run's end: the next run resumes from the checkpoint before,
+        as after a lost worker."""
+        if folder is None:
+            return
+        try:
+            self.checkpoints.keep(job_id, folder)
+        except Exception:
+            log.warning(
+                "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
+            )
+
+    def settle(
+        self,
+        kind: Kind,
+        token: str,
+        started: Started,
+        ended: Ended,
+        who: dict[str, str],
+        patiently: Patient,
+    ) -> tuple[str | None, Ended]:
+        """After the run: (what happened, None) once a run that yielded is back in line; else
+        (None, the end to record). The ask is answered whatever the end; JobPreemptedError
+        raised unasked ends the run as any exception."""
+        ask, self._ask = self._ask, None
+        if ask is None or not ask.asked:
+            if ended.end == "preempted":
+                return None, replace(ended, end="exception", error=UNASKED)
+            return None, ended
+        self._answer(ask)
+        if ended.end != "preempted":
+            return None, ended  # it ended first: the owed job, next in line, takes the worker
+        outcome = self._requeue(kind, token, started, ended, who, patiently)
+        if outcome == "preempted" and ask.owed is not None:
+            self._owed = self._known(ask.owed)
+        return outcome, ended
+
+    def take_owed(self) -> tuple[Kind, str, str] | None:
+        """Lease the job that the last run yielded its GPU to, if it is still queued: its queue,
+        id and lease token. The freed worker is handed to it, not raced for."""
+        owed, self._owed = self._owed, None
+        if owed is None:
+            return None
+        job_id, kind = owed
+        try:
+            lease = self.queues[kind].take(job_id)
+        except UNREACHABLE:
+            return None
+        return None if lease is None else (kind, job_id, lease.token)
+
+    def _answer(self, ask: YieldCheck) -> None:
+        try:
+            if ask.owed is not None:
+                answered(self.redis, ask.job_id, ask.owed[0])
+        except UNREACHABLE:
+            pass  # the ask expires by itself
+
+    def _known(self, owed: tuple[str, str]) -> tuple[str, Kind] | None:
+        """The owed job and its queue, if this worker has that queue."""
+        job_id, name = owed
+        for kind in self.queues:
+            if kind == name:
+                return job_id, kind
+        return None
+
+    def _requeue(
+        self,
+        kind: Kind,
+        token: str,
+        started: Started,
+        ended: Ended,
+        who: dict[str, str],
+        patiently: Patient,
+    ) -> str:
+        """The record first, retried while Redis is unreachable as an end is (another worker
+        cannot start the job before it), then the lease; a run that lost its lease leaves the
+        job to the run that took it."""
+        job_id = who["task_id"]
+        so_far = self.ends.price(kind, started, ended)
+        record = partial(self.recorder.preempted, job_id, token, ended.seconds, so_far)
+        if not patiently(who, record):
+            return "lease lost"
+        try:
+            self.queues[kind].put_back(job_id, token)
+            self.redis.publish(MOVES, kind)
+        except UNREACHABLE:
+            log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
+        except NotReplicatedError:  # on the primary all the same; lost in a failover, it lapses
+            log.warning("the requeue is on too few replicas", exc_info=True, extra=who)
+        log.info("job preempted", extra={**who, "seconds": round(ended.seconds, 3)})
+        return "preempted"
