@@ -13,10 +13,11 @@ there are no storms. One ask per owed job at a time, and none for a run asked al
 
 Every worker runs a Preemptor thread; each tick (TICK_S) the one that takes PREEMPT_LOCK decides
 for all, from the workers' heartbeats (the runs in hand: app/store/workers.py) and the queues'
-heads. An ask is two keys that expire PREEMPT_GRACE_S + ASK_SLACK_S later (so a worker lost
-mid-ask does not block the owed job for long) and a message on YIELDS, which the run's worker
+heads. An ask is two keys that expire PREEMPT_GRACE_S + ASK_SLACK_S later (an ask whose run is
+no longer in any heartbeat is dropped at once, so a worker lost mid-ask does not block the owed
+job) and a message on YIELDS, which the run's worker
 hears (app/worker/stops.py); the run then sees ctx.preempted, and its worker puts it back in line
-and leases the owed job itself (app/worker/runner.py).
+and leases the owed job itself (app/worker/yields.py).
 """
 
 from __future__ import annotations
