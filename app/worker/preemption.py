@@ -229,7 +229,7 @@ class Preemptor(Loop):
         ttl = max(1, round(self.settings.preempt_grace_s + ASK_SLACK_S))
         owed = ask.owed
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(ask_key(ask.victim), f"{owed.job} {owed.kind}", ex=ttl)
+            pipe.set(ask_key(ask.victim), ask_value(owed.job, owed.kind), ex=ttl)
             pipe.set(asked_for_key(owed.job), ask.victim, ex=ttl)
             pipe.publish(YIELDS, ask.victim)
             pipe.execute()
@@ -256,6 +256,17 @@ class Shares:
             except Exception:
                 log.warning("the accounts' shares could not be read; the last ones stand")
         return 1.0 if self._book is None else self._book.share(user_id)
+
+
+def ask_value(owed: str, kind: str) -> str:
+    """What an ask key holds: the owed job and its queue (read back by read_ask)."""
+    return f"{owed} {kind}"
+
+
+def read_ask(raw: bytes | str) -> tuple[str, str]:
+    """The owed job and its queue, from an ask key's value."""
+    owed, _, kind = as_text(raw).partition(" ")
+    return owed, kind
 
 
 def answered(client: redis.Redis, job_id: str, owed: str) -> None:

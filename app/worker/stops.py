@@ -26,6 +26,7 @@ from app.store.keys import STOPS, YIELDS, ask_key
 from app.vtrr import Heartbeat
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.vtrr.wire import as_text
+from app.worker.preemption import read_ask
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.2  # how long the listening thread waits for a message before it looks again
@@ -148,10 +149,7 @@ class YieldCheck:
             raw = self._client.get(ask_key(self.job_id))
         except UNREACHABLE:
             return None
-        if raw is None:
-            return None
-        owed, _, kind = as_text(raw).partition(" ")
-        return owed, kind
+        return None if raw is None else read_ask(raw)
 
     def _look(self) -> bool:
         if self._heard.is_set():

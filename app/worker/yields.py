@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -32,8 +31,6 @@ from app.worker.preemption import answered
 from app.worker.stops import StopListener, YieldCheck
 
 log = logging.getLogger(__name__)
-#: The error of a run that raised JobPreemptedError when it was not asked to yield.
-UNASKED = "the job raised JobPreemptedError without being asked to yield its GPU"
 #: How the runner records a change patiently (JobRunner._finish, around a recorder's call).
 Patient = Callable[[dict[str, str], Callable[[], bool]], bool]
 
@@ -111,13 +108,10 @@ class Yields:
         patiently: Patient,
     ) -> tuple[str | None, Ended]:
         """After the run: (what happened, None) once a run that yielded is back in line; else
-        (None, the end to record). The ask is answered whatever the end; JobPreemptedError
-        raised unasked ends the run as any exception."""
+        (None, the end to record). The ask is answered whatever the end."""
         ask, self._ask = self._ask, None
         if ask is None or not ask.asked:
-            if ended.end == "preempted":
-                return None, replace(ended, end="exception", error=UNASKED)
-            return None, ended
+            return None, ended  # (the executors end JobPreemptedError raised unasked as any)
         self._answer(ask)
         if ended.end != "preempted":
             return None, ended  # it ended first: the owed job, next in line, takes the worker
