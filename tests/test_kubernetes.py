@@ -342,6 +342,34 @@ def test_the_scaledobject_reads_the_queued_jobs_from_prometheus(keda):
     assert server.hostname.endswith(".svc"), "Prometheus is reached by its Service's name"
 
 
+#: One queue's term of the trigger's query: a gauge taken once over the API replicas.
+QUERY_TERM = re.compile(r"sum\(max by \(queue\) \((fairgpu_\w+)\)\)")
+
+
+def scaled_to(query: str, gauges: dict[str, float]) -> float:
+    """The trigger's query worked out for given values of each gauge (one queue, one replica)."""
+    arithmetic = QUERY_TERM.sub(lambda term: repr(gauges[term.group(1)]), query)
+    first, *rest = re.split(r"\s*([+-])\s*", arithmetic.strip())  # a sum of terms, nothing else
+    total = float(first)
+    for sign, value in zip(rest[::2], rest[1::2], strict=True):
+        total += float(value) if sign == "+" else -float(value)
+    return total
+
+
+def test_the_scaledobject_asks_no_worker_for_jobs_a_limit_holds_back(keda):
+    query = keda["spec"]["triggers"][0]["metadata"]["query"]
+    # Five queued, three of them held by their accounts' limits, one running: a worker each for
+    # the two that could start and the one that runs; none for the held three.
+    running_and_startable = {
+        "fairgpu_jobs_queued": 5.0,
+        "fairgpu_jobs_held_by_limit": 3.0,
+        "fairgpu_jobs_in_flight": 1.0,
+    }
+    assert scaled_to(query, running_and_startable) == 3.0
+    only_held = {**running_and_startable, "fairgpu_jobs_queued": 3.0, "fairgpu_jobs_in_flight": 0}
+    assert scaled_to(query, only_held) == 0.0
+
+
 def test_the_scaledobject_queries_only_gauges_the_api_exports(keda):
     source = (ROOT / "app" / "api" / "collector.py").read_text()
     gauges = set(re.findall(r'GaugeMetricFamily\(\s*"(fairgpu_\w+)"', source))
