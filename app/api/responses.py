@@ -12,11 +12,13 @@ from fastapi.utils import is_body_allowed_for_status_code
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import NOT_FOUND
+from app.api.live import held
 from app.api.runtime import Runtime
 from app.auth import Account
 from app.models import ErrorBody, Status, TaskStatus, WaitingFor
 from app.store import JobRecord
 from app.wiring.limits import limits_for
+from app.wiring.service import WEIGHT_PER_S, job_weight
 
 
 class OrjsonResponse(JSONResponse):
@@ -77,19 +79,25 @@ async def job_status(runtime: Runtime, job: JobRecord) -> TaskStatus:
 
 async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) -> TaskStatus:
     """A queued job's status at a place in line, with its estimated start and why it waits: its
-    account's limits first (its start is then no sooner than they should let it), else it is
-    next (a GPU), else other jobs go first (its turn)."""
-    start_at = None
+    account's limits first (its start is then when they should let it, its account's jobs ahead
+    of it walked in order: app/api/live/held.py), else it is next (a GPU), else other jobs go
+    first (its turn)."""
     if position is None:
-        return job.status_view(position, start_at)
-    start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
+        return job.status_view(position, None)
     account = runtime.accounts.get(job.owner)
-    limited = account is not None and not limits_for(account).none
-    # (an account without limits is never held back: no read of the queue's limits for it)
-    hold = await runtime.queues[job.kind].hold(job.owner) if limited else None
+    if account is None or limits_for(account).none:
+        # an account without limits is never held back: no read of the queue's limits for it
+        start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
+        return job.status_view(position, start_at, "gpu" if position == 0 else "turn")
+    line = await held.read(runtime.queues[job.kind], job.owner, job.task_id)
+    ahead = 0 if line.walk is None else line.walk.ahead
+    # the queue's estimate for the jobs of other accounts ahead of it; its own account's are
+    # the walk's to play out
+    others = max(0, position - ahead)
+    start_at = await runtime.estimator.start_at(job.kind, others, job.duration_s)
+    if start_at is not None and line.walk is not None:
+        start_at = held.start_at(line.walk, job_weight(job.duration_s) / WEIGHT_PER_S, start_at)
     waiting_for: WaitingFor = "gpu" if position == 0 else "turn"
-    if hold is not None:
+    if line.hold is not None:
         waiting_for = "account_limit"
-        if start_at is not None and hold.until is not None:
-            start_at = max(start_at, hold.until)
     return job.status_view(position, start_at, waiting_for)
