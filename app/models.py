@@ -228,9 +228,22 @@ class TaskStatus(BaseModel):
     status: Status
     result: JobResult | None = None
     kind: Kind
-    attempts: int = Field(description="runs started so far, not counting those preempted")
-    preemptions: int = Field(
-        0, description="times a run of it yielded its GPU to a job owed one (not attempts)"
+    attempts: int = Field(
+        description="runs started so far, the one under way included: those preempted and "
+        "those lost with their worker too (MAX_ATTEMPTS counts the runs not preempted)"
+    )
+    preemptions: int = Field(0, description="times a run of it yielded its GPU to a job owed one")
+    runs: int = Field(
+        0,
+        description="its runs that its bill counts: its earlier ones (preempted, or lost with "
+        "their worker and billed to their checkpoint) and the one under way or its billed last "
+        "(a bill's 'over N runs')",
+    )
+    ran_s: float = Field(
+        0.0,
+        description="the seconds those runs ran, as its bill measures them: its earlier runs', "
+        "and its last run's once it has ended (a run under way adds the time since "
+        "result.started_at, when that run started)",
     )
     enqueued_at: float | None = Field(None, description="when it was submitted (Unix seconds)")
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
@@ -243,8 +256,8 @@ class TaskStatus(BaseModel):
     estimated_start_at: float | None = Field(
         None,
         description="while PENDING: when it should start (Unix seconds), from the jobs ahead of "
-        "it, the workers serving its queue and their recent run times; null when no worker "
-        "serves the queue",
+        "it, the workers serving its queue and their recent run times, and its account's "
+        "limits with its account's jobs ahead of it; null when no worker serves the queue",
     )
     error: str | None = Field(None, description="why a FAILURE failed")
     cancel_requested: bool = Field(

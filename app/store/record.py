@@ -119,6 +119,9 @@ class JobRecord:
     progress: str | None = None  # JSON text, the latest the job reported
     artifacts: str | None = None  # JSON text, the list a SUCCESS left
     preemptions: int = 0
+    ran_s: float = 0.0  # the seconds of its earlier runs, those its bill counts
+    ran_runs: int | None = None  # how many earlier runs those are (absent: its preemptions)
+    run_s: float | None = None  # the seconds of its last run, once ended and billed
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -149,7 +152,24 @@ class JobRecord:
             progress=fields.get("progress"),
             artifacts=fields.get("artifacts"),
             preemptions=int(fields.get("preemptions", "0")),
+            ran_s=_number(fields, "ran_s") or 0.0,
+            ran_runs=_whole(fields, "ran_runs"),
+            run_s=_number(fields, "run_s"),
         )
+
+    @property
+    def runs(self) -> int:
+        """Its runs that its bill counts: the earlier ones whose seconds are in ran_s, and the
+        one under way or its last, once billed (a preempted run's successor waits: not yet)."""
+        earlier = self.preemptions if self.ran_runs is None else self.ran_runs
+        last = self.status is Status.STARTED or self.run_s is not None
+        return earlier + (1 if last else 0)
+
+    @property
+    def seconds_run(self) -> float:
+        """The seconds of those runs, as its bill measures them: the earlier runs', and the
+        last one's once it has ended (a run under way is the client's to add)."""
+        return self.ran_s + (self.run_s or 0.0)
 
     def status_view(
         self,
@@ -180,8 +200,11 @@ class JobRecord:
             enqueued_at=self.enqueued_at,
             result=result,
             kind=self.kind,
-            attempts=self.attempts,
+            # every run started: the store counts those not preempted (MAX_ATTEMPTS's count)
+            attempts=self.attempts + self.preemptions,
             preemptions=self.preemptions,
+            runs=self.runs,
+            ran_s=round(self.seconds_run, 3),
             position=position if pending else None,
             estimated_start_at=estimated_start_at if pending else None,
             waiting_for=waiting_for if pending else None,

@@ -97,6 +97,8 @@ class RunEnd:
             "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes,
             "peak_rss_bytes": self.peak_rss_bytes,
             "artifacts": self.artifacts,
+            # the run's seconds where it is billed: the status's runs and ran_s, as the bill
+            "run_s": self.seconds if self.charge is not None else None,
         }
         end: dict[str, Any] = {
             "owner": self.owner,

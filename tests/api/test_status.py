@@ -11,10 +11,12 @@ import httpx
 import pytest
 import redis
 
+from app.models import Status
 from tests.api.conftest import Api
 from tests.api.helpers import (
     KEY,
     NOT_FOUND,
+    OWNER,
     SECOND,
     SECOND_KEY,
     SECOND_KEY_V2,
@@ -70,6 +72,8 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "kind": "short",
         "attempts": 0,
         "preemptions": 0,
+        "runs": 0,
+        "ran_s": 0.0,
         "position": 0,
         "waiting_for": "gpu",
         "estimated_start_at": None,  # no worker serves the queue
@@ -171,6 +175,31 @@ async def test_a_rerun_after_a_lost_worker_counts_a_second_attempt(
 
     assert body["status"] == "STARTED"
     assert body["attempts"] == 2
+
+
+async def test_a_job_waiting_after_a_preemption_shows_the_run_it_had(
+    api: Api, worker: Worker
+) -> None:
+    """Its run is an attempt and a run of its bill, with the seconds it ran (not attempts 0
+    beside a bill for 5 s); once resumed and ended, both runs and all their seconds."""
+    task_id = await submit(api, duration_s=30)
+    token = worker.lease()
+    worker.start(task_id, token)
+    assert worker.recorder.preempted(task_id, token, 5.0, worker.charge("short", 5.0))
+    body = await body_of(api, task_id)
+    assert body["status"] == "PENDING"
+    assert (body["attempts"], body["preemptions"], body["runs"], body["ran_s"]) == (1, 1, 1, 5.0)
+    again = "lease-of-the-resumed-run"  # (the job store's side alone: the queue's is vtrr's)
+    worker.start(task_id, again)
+    running = await body_of(api, task_id)
+    assert (running["attempts"], running["runs"], running["ran_s"]) == (2, 2, 5.0)
+    charge = worker.charge("short", 5.0 + 3.5)
+    assert worker.recorder.finish(
+        task_id, again, Status.SUCCESS, charge=charge, owner=OWNER, seconds=3.5
+    )
+    ended = await body_of(api, task_id)
+    assert (ended["attempts"], ended["runs"], ended["ran_s"]) == (2, 2, 8.5)
+    assert ended["ran_s"] == charge.gpu_seconds  # what the bill counts
 
 
 # -- ownership: the account, not the key ----------------------------------------------------------

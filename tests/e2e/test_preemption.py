@@ -76,7 +76,9 @@ def test_a_preemptible_job_yields_to_an_owed_account_resumes_and_is_billed_once(
     assert theirs["status"] == "SUCCESS"
 
     ours = ended(stack, DEMO_KEY, long)
-    assert (ours["status"], ours["preemptions"], ours["attempts"]) == ("SUCCESS", 1, 1)
+    # two runs started, both in its one bill, their seconds as the bill counts them
+    assert (ours["status"], ours["preemptions"], ours["attempts"]) == ("SUCCESS", 1, 2)
+    assert ours["runs"] == 2
     output = ours["result"]["output"]
     assert output["done"] == STEPS and output["preemptions"] == 1
     assert 0 < output["resumed_at"] < STEPS  # it went on from its checkpoint, not from 0
@@ -86,6 +88,7 @@ def test_a_preemptible_job_yields_to_an_owed_account_resumes_and_is_billed_once(
     assert bill["task_id"] == long
     assert bill["gpu_seconds"] >= STEPS * 0.05  # both runs' seconds, summed
     assert "over 2 runs" in bill["description"]
+    assert ours["ran_s"] == pytest.approx(bill["gpu_seconds"], abs=0.002)  # ms rounding
     assert [b["task_id"] for b in bills(stack, OTHER_KEY)] == [owed]
     assert stream_events(stack, DEMO_KEY, long).count("preempted") == 1
 
@@ -99,7 +102,12 @@ def test_a_job_that_ignores_the_ask_is_stopped_after_the_grace_and_still_resumes
     owed = submit(stack, OTHER_KEY, duration_s=0.3)
     assert ended(stack, OTHER_KEY, owed)["status"] == "SUCCESS"
     ours = ended(stack, DEMO_KEY, stubborn)
-    assert (ours["status"], ours["preemptions"], ours["attempts"]) == ("SUCCESS", 1, 1)
+    assert (ours["status"], ours["preemptions"], ours["attempts"], ours["runs"]) == (
+        "SUCCESS",
+        1,
+        2,
+        2,
+    )
     [bill] = bills(stack, DEMO_KEY)
     assert bill["gpu_seconds"] >= 8  # the stopped run's seconds and the whole second run's
 
