@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
-import math
 import multiprocessing
 import os
 import shutil
@@ -48,6 +47,7 @@ from app.worker.calls import (
     last_lines,
     never,
 )
+from app.worker.deadline import KILLED_END, TIMEOUT_TOLERANCE_S, Deadline
 from app.worker.hygiene import ChildLimits, Verdict, verdict
 from app.worker.job_process import ChildSpec, child_main
 from app.worker.live import NO_EVENTS, JobEvents, JobWatch, OutputTail, Stream
@@ -74,6 +74,7 @@ class JobChild:
         timeout_grace_s: float,
         cancel_grace_s: float,
         kill_grace_s: float = 2.0,
+        timeout_tolerance_s: float = TIMEOUT_TOLERANCE_S,
         preempt_grace_s: float = 30.0,
         setup_timeout_s: float = START_TIMEOUT_S,
         limits: ChildLimits | None = None,
@@ -82,7 +83,7 @@ class JobChild:
         self._modules, self._gpu_id = list(job_modules), gpu_id
         self._timeout_grace, self._cancel_grace = timeout_grace_s, cancel_grace_s
         self._kill_grace, self._setup_timeout = kill_grace_s, setup_timeout_s
-        self._preempt_grace = preempt_grace_s
+        self._preempt_grace, self._tolerance = preempt_grace_s, timeout_tolerance_s
         self._limits = limits or ChildLimits()
         self._probe = probe or probe_for(gpu_id)
         #: Told the reason of each replacement (the worker counts them in Redis).
@@ -224,27 +225,35 @@ class JobChild:
 
     def _await_end(self, call: Call, asks: _Asks, watch: JobWatch) -> tuple[Ended, bool]:
         """The job's end, and whether the child replied (False: it died or was killed, and a
-        fresh one is on its way). Until the child says the job began, the setup's time runs."""
+        fresh one is on its way). Until the child says the job began, the setup's time runs;
+        then its budget. How asks, graces and the end combine: app/worker/deadline.py."""
         setup_deadline = time.monotonic() + self._setup_timeout
-        cancel_deadline = preempt_deadline = math.inf
+        stop = Deadline()
         while True:
-            ended = self._poll(watch)
-            if ended is not None:
-                return ended
+            polled = self._poll(watch)
+            if polled is not None:
+                ended, replied = polled
+                if replied and watch.began_at is not None:
+                    ended = stop.overran(ended, call.budget_s, self._tolerance)
+                return ended, replied
             now = time.monotonic()
-            if not self._cancel.value and asks.should_stop():
-                self._cancel.value = True  # the job sees ctx.cancelled; it has cancel_grace
-                cancel_deadline, preempt_deadline = now + self._cancel_grace, math.inf
-            elif not (self._cancel.value or self._preempt.value) and asks.should_yield():
-                self._preempt.value = True  # the job sees ctx.preempted; it has preempt_grace
-                preempt_deadline = now + self._preempt_grace
-            began = watch.began_at
-            if began is None:
-                deadline = setup_deadline
-            else:
-                deadline = began + call.budget_s + self._timeout_grace
-            if now >= min(deadline, cancel_deadline, preempt_deadline):
-                return self._kill(call, watch, overdue=now >= preempt_deadline), False
+            self._ask(call, stop, asks, watch, now)
+            setup_overrun = watch.began_at is None and now >= setup_deadline
+            if stop.due(now) or setup_overrun:
+                return self._kill(call, watch, stop, setup_overrun=setup_overrun), False
+
+    def _ask(self, call: Call, stop: Deadline, asks: _Asks, watch: JobWatch, now: float) -> None:
+        """Ask the job to stop or to yield, each once, through the flags it reads; a run still
+        going at the end of its budget (and the tolerance) is asked to stop as a cancel asks."""
+        if not stop.final and asks.should_stop() and stop.ask("cancel", now, self._cancel_grace):
+            self._cancel.value = True  # the job sees ctx.cancelled
+        elif stop.reason is None and asks.should_yield():
+            stop.ask("preempt", now, self._preempt_grace)
+            self._preempt.value = True  # the job sees ctx.preempted
+        began = watch.began_at
+        over = began is not None and now >= began + call.budget_s + self._tolerance
+        if over and stop.ask("timeout", now, self._timeout_grace):
+            self._cancel.value = True  # its seconds are up: it sees ctx.cancelled
 
     def _poll(self, watch: JobWatch) -> tuple[Ended, bool] | None:
         """The child's reply, a crash, or None while the job runs on; what the job said in
@@ -321,28 +330,17 @@ class JobChild:
         self._replace_child("crash", error.splitlines()[0])
         return Ended("crashed", seconds, error=error)
 
-    def _kill(self, call: Call, watch: JobWatch, *, overdue: bool) -> Ended:
-        """Stop the child for the job's first overrun (a cancel's counts whatever ran out; then
-        the ask to yield, when its grace is past: overdue) and say how the job ended."""
+    def _kill(self, call: Call, watch: JobWatch, stop: Deadline, *, setup_overrun: bool) -> Ended:
+        """Stop the child for the job's overrun (a cancel's end counts whatever ran out) and say
+        how the job ended."""
         seconds = watch.seconds()
-        if self._cancel.value:
-            error = f"the job did not stop within {self._cancel_grace:g} s of its cancel: killed"
-            self._replace_child("cancel", error)
-            return Ended("cancelled", seconds, error=error)
-        if overdue:
-            error = f"the job did not yield within {self._preempt_grace:g} s of the ask: stopped"
-            self._replace_child("preempt", error)
-            return Ended("preempted", seconds, error=error)
-        if watch.began_at is None:
+        if stop.reason is None or (setup_overrun and stop.reason != "cancel"):
             error = f"setup() did not finish within {self._setup_timeout:g} s: killed"
             self._replace_child("timeout", error)
             return Ended("setup", 0.0, error=error)
-        error = (
-            f"the job ran past its budget of {call.budget_s:g} s and a grace of "
-            f"{self._timeout_grace:g} s: killed"
-        )
-        self._replace_child("timeout", error)
-        return Ended("timeout", seconds, error=error)
+        error = stop.killed(call.budget_s)
+        self._replace_child(stop.reason, error)
+        return Ended(KILLED_END[stop.reason], seconds, error=error)
 
     def _replace_child(self, reason: ChildReplacement, detail: str) -> None:
         """Stop the child and start its successor at once (its start is nobody's job time);

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.jobs import JobContext, Registry
 from app.worker.calls import Call, Ended, never
+from app.worker.deadline import TIMEOUT_TOLERANCE_S, Deadline
 from app.worker.job_process import Jobs
 from app.worker.live import NO_EVENTS, JobEvents, lines_of
 
@@ -23,8 +24,10 @@ from app.worker.live import NO_EVENTS, JobEvents, lines_of
 class InlineExecutor:
     """Runs each job in this process, in the calling thread."""
 
-    def __init__(self, registry: Registry, device: object = None) -> None:
-        self.registry, self.device = registry, device
+    def __init__(
+        self, registry: Registry, device: object = None, tolerance_s: float = TIMEOUT_TOLERANCE_S
+    ) -> None:
+        self.registry, self.device, self.tolerance_s = registry, device, tolerance_s
         self._jobs = Jobs(registry)
 
     def start(self) -> None:
@@ -41,12 +44,22 @@ class InlineExecutor:
         preemptible call, should_yield() what its ctx.preempted does (once true, true for the
         rest of the run), and each ctx.log and ctx.progress goes to events as it is called. The
         Ended names the job's output folder: the caller deletes it. Its seconds count from the
-        end of the type's setup()."""
-        began = time.monotonic()
+        end of the type's setup(); past its budget, ctx.cancelled turns true, and a run that
+        ends past it is a timeout (app/worker/deadline.py), though nothing kills it here."""
+        began: float | None = None
+        stop = Deadline()  # no kill here: only the asks, and the verdict on a run past its budget
 
         def clock_starts() -> None:
             nonlocal began
             began = time.monotonic()
+
+        def stopped() -> bool:
+            now = time.monotonic()
+            if not stop.final and should_stop():
+                stop.ask("cancel", now, 0.0)
+            if began is not None and now >= began + call.budget_s + self.tolerance_s:
+                stop.ask("timeout", now, 0.0)  # its seconds are up: it sees ctx.cancelled
+            return stop.final
 
         folder = Path(tempfile.mkdtemp(prefix="fairgpu-output-"))
         scratch = None if call.checkpoint_dir else tempfile.mkdtemp(prefix="fairgpu-checkpoint-")
@@ -56,7 +69,7 @@ class InlineExecutor:
             call.gpu_id,
             self.device,
             time.time() + call.budget_s,
-            should_stop,
+            stopped,
             output_dir=folder,
             _log=lambda text: events.lines(lines_of("log", text, time.time())),
             _progress=events.progress,
@@ -72,7 +85,10 @@ class InlineExecutor:
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
-        return replace(reply.ended(time.monotonic() - began), output_dir=folder)
+        ended = reply.ended(0.0 if began is None else time.monotonic() - began)
+        if began is not None:
+            ended = stop.overran(ended, call.budget_s, self.tolerance_s)
+        return replace(ended, output_dir=folder)
 
     def broken(self) -> str | None:
         """Never: there is no device to check."""

@@ -147,6 +147,9 @@ class JobRunner:
         credits the unused time and acks the lease in one call."""
         if not started.run:
             return Ran(started.reason, None)
+        if (spent := self.yields.spent(started)) is not None:  # resumed with no time left
+            outcome, end = self.ends.of(kind, job_id, started, spent)
+            return Ran(outcome, end, job_weight(started.ran_s))
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         run = JobRun(job_id, started.owner, kind, started.preemptible)

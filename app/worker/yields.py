@@ -35,13 +35,13 @@ log = logging.getLogger(__name__)
 Patient = Callable[[dict[str, str], Callable[[], bool]], bool]
 
 
-def budget(started: Started, min_run_s: float) -> float:
+def budget(started: Started) -> float:
     """The seconds a run may take: the job's declared duration is a budget for all its runs,
-    and a resumed run gets what is left of it, at least min_run_s (PREEMPT_MIN_RUN_S)."""
+    and a resumed run gets what is left of it, never more (0: nothing is left, and the job ends
+    `timeout` without running: JobRunner)."""
     if started.preemptions == 0:
         return started.duration_s
-    left = started.duration_s - started.ran_s
-    return max(left, min(min_run_s, started.duration_s))
+    return max(0.0, started.duration_s - started.ran_s)
 
 
 class Yields:
@@ -68,7 +68,18 @@ class Yields:
 
     def budget(self, started: Started) -> float:
         """The seconds this run may take (see budget())."""
-        return budget(started, self.settings.preempt_min_run_s)
+        return budget(started)
+
+    def spent(self, started: Started) -> Ended | None:
+        """The end of a resumed job that has no time left (its earlier runs used its declared
+        seconds): `timeout`, without running; None while it has some."""
+        if started.preemptions == 0 or budget(started) > 0:
+            return None
+        error = (
+            f"the job's earlier runs used its budget of {started.duration_s:g} s: "
+            "no time was left to resume it"
+        )
+        return Ended("timeout", 0.0, error=error)
 
     def checkpoint(self, job_id: str, started: Started) -> Path | None:
         """The job's checkpoint folder, as its last run left it; None for a job that is not

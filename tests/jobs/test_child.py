@@ -198,6 +198,22 @@ def test_past_budget_and_grace_is_a_timeout(child: JobChild) -> None:
     assert child.run(call("echo", {"text": "next"}), never).end == "success"
 
 
+@pytest.mark.parametrize("job", ["sleepy", "polite"])
+def test_a_job_that_ends_within_the_grace_is_a_timeout_and_its_output_is_not_kept(
+    make_child: Callable[..., JobChild], job: str
+) -> None:
+    # sleepy returns after its budget, polite stops when its budget's end asks it to (it sees
+    # ctx.cancelled); neither is killed (a kill would take a minute: this test would time out)
+    child = make_child(timeout_grace_s=60)
+    pid = child.pid
+    ended = child.run(call(job, {"seconds": 1.5}, budget_s=0.2), never)
+    assert (ended.end, ended.output) == ("timeout", None)
+    assert "ran past its budget of 0.2 s" in (ended.error or "")
+    assert "killed" not in (ended.error or "")
+    assert ended.seconds > 0.2
+    assert child.pid == pid  # it stopped by itself: no kill
+
+
 def test_a_polite_job_stops_at_its_cancel_without_a_kill(
     make_child: Callable[..., JobChild],
 ) -> None:

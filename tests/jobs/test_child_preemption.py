@@ -35,15 +35,15 @@ def preemptible(call_: Call, folder: Path, preemptions: int = 0) -> Call:
 
 
 @pytest.fixture
-def make_child() -> Iterator[Callable[[float], JobChild]]:
+def make_child() -> Iterator[Callable[..., JobChild]]:
     children: list[JobChild] = []
 
-    def make(preempt_grace_s: float) -> JobChild:
+    def make(preempt_grace_s: float, cancel_grace_s: float = GRACE_S) -> JobChild:
         child = JobChild(
             MODULES,
             None,
             timeout_grace_s=GRACE_S,
-            cancel_grace_s=GRACE_S,
+            cancel_grace_s=cancel_grace_s,
             kill_grace_s=GRACE_S,
             preempt_grace_s=preempt_grace_s,
         )
@@ -62,7 +62,7 @@ def checkpoint(folder: Path) -> int:
 
 
 def test_a_job_that_checks_the_ask_yields_and_resumes_from_its_checkpoint(
-    make_child: Callable[[float], JobChild], tmp_path: Path
+    make_child: Callable[..., JobChild], tmp_path: Path
 ) -> None:
     # a minute's grace: a kill would time the test out, so a preempted end is the job's own
     child = make_child(60)
@@ -86,7 +86,7 @@ def test_a_job_that_checks_the_ask_yields_and_resumes_from_its_checkpoint(
 
 
 def test_a_job_that_ignores_the_ask_is_stopped_after_the_grace_and_its_child_replaced(
-    make_child: Callable[[float], JobChild], tmp_path: Path
+    make_child: Callable[..., JobChild], tmp_path: Path
 ) -> None:
     child = make_child(0.3)
     replaced: list[ChildReplacement] = []
@@ -104,7 +104,7 @@ def test_a_job_that_ignores_the_ask_is_stopped_after_the_grace_and_its_child_rep
 
 
 def test_a_call_that_is_not_preemptible_is_never_asked(
-    make_child: Callable[[float], JobChild], tmp_path: Path
+    make_child: Callable[..., JobChild], tmp_path: Path
 ) -> None:
     child = make_child(GRACE_S)
     asked = Recorded(True)
@@ -115,7 +115,7 @@ def test_a_call_that_is_not_preemptible_is_never_asked(
 
 
 def test_a_job_that_returns_after_the_ask_succeeds(
-    make_child: Callable[[float], JobChild], tmp_path: Path
+    make_child: Callable[..., JobChild], tmp_path: Path
 ) -> None:
     child = make_child(60)
     asked = Recorded(True)
@@ -127,12 +127,22 @@ def test_a_job_that_returns_after_the_ask_succeeds(
     assert asked.calls == 1  # once asked, it is not asked again
 
 
-def test_a_cancel_wins_over_the_ask(
-    make_child: Callable[[float], JobChild], tmp_path: Path
-) -> None:
+def test_a_cancel_wins_over_the_ask(make_child: Callable[..., JobChild], tmp_path: Path) -> None:
     # asked to yield, then cancelled: the cancel's grace, not the minute's, decides the kill
     child = make_child(60)
     stubborn = preemptible(call("stubborn", {"seconds": 30}), tmp_path)
     ended = child.run(stubborn, after_polls(6), should_yield=after_polls(3))
     assert ended.end == "cancelled"
     assert "cancel" in (ended.error or "")
+
+
+def test_a_cancel_during_the_yields_grace_does_not_put_off_its_stop(
+    make_child: Callable[..., JobChild], tmp_path: Path
+) -> None:
+    # asked to yield, then cancelled within the yield's grace: the cancel's end, but the
+    # yield's (earlier) deadline, not the cancel's minute
+    child = make_child(2.0, cancel_grace_s=60)
+    stubborn = preemptible(call("stubborn", {"seconds": 30}), tmp_path)
+    ended = child.run(stubborn, after_polls(6), should_yield=after_polls(3))
+    assert ended.end == "cancelled"
+    assert ended.error == "the job did not yield within 2 s of the ask: stopped"
