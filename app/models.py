@@ -400,6 +400,11 @@ class Health(BaseModel):
 
     redis: str
     queues: dict[str, int]
+    workers_ready: int | None = Field(
+        None,
+        description="live workers that take jobs (heartbeat fresh, device usable); absent on a "
+        "503, when Redis cannot tell",
+    )
     detail: str | None = Field(None, description="what is wrong, on a 503")
 
 

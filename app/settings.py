@@ -61,6 +61,18 @@ class Settings(BaseSettings):
     api_workers: int = Field(
         1, ge=1, description="API processes sharing the port (uvicorn's workers), one per core"
     )
+    embedded_redis_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="port of the Redis that fairgpu dev and scripts/gpu_check.py start of their "
+        "own (default: a free one)",
+    )
+    dev_log_dir: Path | None = Field(
+        None,
+        description="folder of fairgpu dev's logs, kept after it stops (default: a new folder "
+        "per run in the system's temporary folder)",
+    )
     lease_seconds: float = Field(
         30, gt=0, description="a job's lease; a dead worker's job returns within it"
     )

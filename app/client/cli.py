@@ -34,6 +34,14 @@ def _root(url: RootUrlOption = DEFAULT_URL, key: RootKeyOption = None) -> None:
 def dev(
     port: Annotated[int, typer.Option(help="port of the API on 127.0.0.1")] = 8000,
     workers: Annotated[int, typer.Option(min=1, max=16, help="CPU workers to start")] = 1,
+    redis_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="port of the embedded Redis (default: EMBEDDED_REDIS_PORT, else a free one)",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole stack here, restarting what dies, until Ctrl-C.
 
@@ -41,7 +49,7 @@ def dev(
     periodic reclaim."""
     from app.dev import console  # the server stack: loaded only to run it
 
-    console.run(port, workers)
+    console.run(port, workers, redis_port)
 
 
 def _register(cli: typer.Typer) -> None:

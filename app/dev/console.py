@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import tempfile
 import threading
+import time
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -33,22 +36,32 @@ def make_console(**options: Any) -> Console:
 console = make_console()
 
 
-def run(port: int, workers: int) -> None:
-    """Run Redis, the API, `workers` CPU workers and the periodic reclaim until a signal."""
+def run(port: int, workers: int, redis_port: int | None = None) -> None:
+    """Run Redis, the API, `workers` CPU workers and the periodic reclaim until a signal; the
+    embedded Redis on redis_port if given (else EMBEDDED_REDIS_PORT, else a free port)."""
     # One line a record, with the time: what the supervisor says is read by a person, between
     # the banner's lines, and must never be a traceback.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     settings = get_settings()
     given_redis = "redis_url" in settings.model_fields_set  # REDIS_URL was set
-    settings = settings.model_copy(update={"port": port, "host": "127.0.0.1"})
+    update: dict[str, object] = {"port": port, "host": "127.0.0.1"}
+    if redis_port is not None:
+        update["embedded_redis_port"] = redis_port
+    settings = settings.model_copy(update=update)
     accounts = Accounts.load(settings.users_file)
-    stack = Stack(settings, use_given_redis=given_redis, workers=workers, supervise=True)
+    logs = settings.dev_log_dir or run_log_dir(port)
+    stack = Stack(
+        settings, use_given_redis=given_redis, workers=workers, log_dir=logs, supervise=True
+    )
     try:
         with console.status("starting Redis, the API and the workers..."):
             stack.start()
+            stack.wait_for_workers()  # "up" means a job submitted now starts at once
     except (RuntimeError, TimeoutError, OSError) as exc:
         stack.stop()  # what did start
         said = f"fairgpu dev could not start: {exc}"
+        if logs.exists():
+            said += f"; logs in {logs}"
         console.print(str(exc) if isinstance(exc, PortInUseError) else said, markup=False)
         raise SystemExit(1) from None
     try:
@@ -57,7 +70,15 @@ def run(port: int, workers: int) -> None:
     finally:
         with console.status("stopping..."):
             stack.stop()
-        console.print("stopped.")
+        # The logs outlive the stack's folder: they are what one reads after a surprise.
+        console.print(f"stopped; its logs stay in {stack.log_dir}", markup=False, highlight=False)
+
+
+def run_log_dir(port: int) -> Path:
+    """A new folder for one run's logs, kept after it stops: in the system's temporary folder,
+    named by the time and the API's port (two stacks never share a port), made at start."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"fairgpu-dev-{stamp}-port{port}"
 
 
 def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> None:

@@ -1,4 +1,5 @@
-"""The API's port: whether the dev stack may take it, and who holds it when it may not.
+"""The API's port (and a chosen Redis port): whether the dev stack may take it, and who holds it
+when it may not.
 
     check_free(host, port)     PortInUseError, naming the holder, unless a server could bind there
     holder(port)               "another fairgpu" or "another program", with its process if known
@@ -27,17 +28,19 @@ TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 
 
 class PortInUseError(RuntimeError):
-    """The API's port is taken; the message is the one line `fairgpu dev` prints."""
+    """A port the stack needs is taken (the API's, or the one chosen for its Redis); the message
+    is the one line `fairgpu dev` prints."""
 
-    def __init__(self, port: int) -> None:
-        super().__init__(f"port {port} is in use (by {holder(port)})")
+    def __init__(self, port: int, what: str = "port") -> None:
+        super().__init__(f"{what} {port} is in use (by {holder(port)})")
         self.port = port
 
 
-def check_free(host: str, port: int) -> None:
-    """Raise PortInUseError unless a server could listen on host:port now."""
+def check_free(host: str, port: int, what: str = "port") -> None:
+    """Raise PortInUseError (its message beginning with `what` and the port) unless a server
+    could listen on host:port now."""
     if not is_free(host, port):
-        raise PortInUseError(port)
+        raise PortInUseError(port, what)
 
 
 def is_free(host: str, port: int) -> bool:

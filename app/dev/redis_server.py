@@ -52,8 +52,10 @@ class RedisServer:
         new_session: bool = False,
         binary: str | None = None,
         extra: tuple[str, ...] = (),
+        log: Path | None = None,
     ) -> None:
         self.directory = directory
+        self.log = log or directory / "redis.log"  # the server's log file
         self.extra = extra  # more of redis-server's options, e.g. ("--replicaof", host, port)
         self.binary = binary  # None: find_binary()
         self.new_session = new_session  # out of the terminal's reach: only its owner stops it
@@ -95,11 +97,6 @@ class RedisServer:
         self.process = processes.spawn(args, os.environ, self.log, new_session=self.new_session)
         self._wait_ready()
         return self
-
-    @property
-    def log(self) -> Path:
-        """The server's log file."""
-        return self.directory / "redis.log"
 
     def _wait_ready(self) -> None:
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)

@@ -4,7 +4,8 @@ supervised (a process that dies is started again, see supervisor.py); so do the 
 which also kill its workers and so leave supervision off.
 
 What the environment leaves unset, the stack sets for its processes: ARTIFACTS_DIR is a folder in
-its workdir, and WEBHOOK_SECRET a key made for this run (the banner prints it).
+its workdir, and WEBHOOK_SECRET a key made for this run (the banner prints it). The processes'
+logs go to log_dir: the workdir unless given (`fairgpu dev` gives a folder that outlives it).
 
 The API's port is checked before anything starts (port.py), and the stack is up only once the
 socket that answers on it is its own API's: a server that another program (another fairgpu, say)
@@ -35,7 +36,7 @@ from pydantic import SecretStr
 
 from app import connections
 from app.auth import Accounts
-from app.dev import port, processes
+from app.dev import port, processes, ready
 from app.dev.redis_server import RedisServer
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.settings import Settings
@@ -43,6 +44,8 @@ from app.wiring.service import build
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
+#: A worker's start: Celery, and its warm child loading the job types (more on a busy machine).
+WORKERS_TIMEOUT_S = 60.0
 
 
 def reachable(url: str) -> bool:
@@ -111,17 +114,23 @@ class Stack:
 
     def start(self) -> Stack:
         """Start everything and wait until the API answers /health; port.PortInUseError, with
-        nothing started, when another program holds the API's port. Under Sentinel
+        nothing started, when another program holds the API's port (or EMBEDDED_REDIS_PORT, for
+        a Redis of its own). The workers may still be starting: wait_for_workers. Under Sentinel
         (REDIS_SENTINELS) the stack uses the primary the Sentinels elect, and never starts a
         Redis of its own, nor one in place of a lost primary: the Sentinels replace it."""
         port.check_free(self.settings.host, self.port)
-        if self.settings.redis_sentinels:
-            self.redis_url = self.settings.redis_url
-        elif self._given_redis and reachable(self._given_redis):
-            self.redis_url = self._given_redis
-        else:
+        self.redis_url = self._given_redis_url()
+        chosen = self.settings.embedded_redis_port
+        if not self.redis_url and chosen is not None:  # taken: one clear line, not Redis's log
+            port.check_free("127.0.0.1", chosen, "the embedded Redis's port")
+        self.log_dir.mkdir(parents=True, exist_ok=True)  # only now: a refusal leaves nothing
+        if not self.redis_url:
             self.redis_server = RedisServer(
-                self.workdir / "redis", appendonly=True, new_session=self.supervise
+                self.workdir / "redis",
+                port=chosen,
+                appendonly=True,
+                new_session=self.supervise,
+                log=self.log_dir / "redis.log",
             ).start()
             self.redis_url = self.redis_server.url
         self.redis_watch = RedisWatch(self.redis_url)
@@ -139,6 +148,15 @@ class Stack:
             self._supervisor = Supervisor(self._slots, self.redis_watch, self._ping, self._lock)
             self._supervisor.start()
         return self
+
+    def _given_redis_url(self) -> str:
+        """The Redis to use that is not the stack's own ("" when it starts one): the Sentinels'
+        primary, or REDIS_URL when given and reachable."""
+        if self.settings.redis_sentinels:
+            return self.settings.redis_url
+        if self._given_redis and reachable(self._given_redis):
+            return self._given_redis
+        return ""
 
     def _own_defaults(self) -> dict[str, object]:
         """The settings the stack picks where the environment gave none: its own artifacts
@@ -165,7 +183,7 @@ class Stack:
         """Start one CPU worker called <name>@<host> on the given queues (with more
         environment variables, if given)."""
         env = {
-            "WORKER_NAME": f"{name}@{socket.gethostname()}",
+            "WORKER_NAME": worker_name(name),
             "WORKER_QUEUES": queues,
             "CUDA_VISIBLE_DEVICES": "",
             **(env or {}),
@@ -216,6 +234,18 @@ class Stack:
 
     def _ping(self) -> bool:
         return primary_reachable(self.settings)
+
+    def wait_for_workers(self, timeout_s: float = WORKERS_TIMEOUT_S) -> None:
+        """Wait until each of the stack's workers takes jobs (its heartbeat is in Redis:
+        ready.py); TimeoutError with the last line of the log of one that does not."""
+        with self._lock:
+            names = [worker_name(name) for name in self.workers]
+        ready.wait_for_workers(
+            self.settings,
+            names,
+            lambda name: last_line(self.log_dir / f"{name.partition('@')[0]}.log"),
+            timeout_s,
+        )
 
     def wait_for_api(self) -> None:
         """Wait until api_answers(). PortInUseError, or RuntimeError with the last line of its log,
@@ -312,6 +342,11 @@ class Stack:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def worker_name(name: str) -> str:
+    """The name a worker of the stack goes by (its heartbeat's, Celery's): <name>@<host>."""
+    return f"{name}@{socket.gethostname()}"
 
 
 def last_line(log: Path) -> str:

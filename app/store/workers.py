@@ -105,6 +105,12 @@ def read(client: redis.Redis, now: float) -> list[Seen]:
     return [w for w in workers if w.seen >= now - FORGET_S]
 
 
+def ready(workers: list[Seen], now: float, heartbeat_s: float) -> list[Seen]:
+    """The workers among these that beat recently and can run jobs, whatever their queues."""
+    cutoff = now - ALIVE_BEATS * heartbeat_s
+    return [w for w in workers if w.seen >= cutoff and w.broken is None]
+
+
 def alive(workers: list[Seen], queue: str, now: float, heartbeat_s: float) -> list[Seen]:
     """The workers among these that serve `queue`, beat recently and can run jobs."""
     cutoff = now - ALIVE_BEATS * heartbeat_s

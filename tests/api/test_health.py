@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,6 +11,9 @@ import pytest
 
 from app.dev.redis_server import RedisServer, free_port
 from app.settings import Settings
+from app.store.keys import WORKERS
+from app.store.workers import ALIVE_BEATS
+from app.worker.presence import Presence
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, SECOND_KEY, UNAUTHORIZED, UNAVAILABLE, USERS_FILE, Worker
 
@@ -49,7 +53,7 @@ async def test_health_is_ok_with_empty_queues(api: Api) -> None:
     response = await api.client.get("/health")
 
     assert response.status_code == 200
-    assert response.json() == {"redis": "ok", "queues": {"short": 0, "long": 0}}
+    assert response.json() == {"redis": "ok", "queues": {"short": 0, "long": 0}, "workers_ready": 0}
 
 
 async def test_health_counts_the_jobs_waiting_in_each_queue(api: Api, worker: Worker) -> None:
@@ -59,6 +63,7 @@ async def test_health_counts_the_jobs_waiting_in_each_queue(api: Api, worker: Wo
     assert (await api.client.get("/health")).json() == {
         "redis": "ok",
         "queues": {"short": 2, "long": 1},
+        "workers_ready": 0,
     }
 
     worker.lease("short")  # in flight now, no longer waiting
@@ -66,7 +71,24 @@ async def test_health_counts_the_jobs_waiting_in_each_queue(api: Api, worker: Wo
     assert (await api.client.get("/health")).json() == {
         "redis": "ok",
         "queues": {"short": 1, "long": 1},
+        "workers_ready": 0,
     }
+
+
+async def test_health_counts_the_workers_that_take_jobs(api: Api, worker: Worker) -> None:
+    every = api.runtime.settings.heartbeat_seconds
+    Presence(worker.client, "gpu0@a", ["short", "long"], every).beat()
+    Presence(worker.client, "gpu1@a", ["long"], every).beat()
+    assert (await api.client.get("/health")).json()["workers_ready"] == 2
+
+    Presence(worker.client, "gpu1@a", ["long"], every).broken("its device is unusable: test")
+    seconds, _ = worker.client.time()
+    stale = {"queues": ["short"], "seen": seconds - ALIVE_BEATS * every - 1}
+    worker.client.hset(WORKERS, "gpu2@a", json.dumps(stale))  # stopped beating: dead
+
+    response = await api.client.get("/health")
+    assert response.status_code == 200  # none ready would still be 200: the API serves
+    assert response.json()["workers_ready"] == 1
 
 
 async def test_health_needs_no_key_and_ignores_a_wrong_one(api: Api) -> None:
@@ -136,5 +158,5 @@ async def test_the_api_recovers_when_redis_comes_back(
             "/enqueue-task", json={"kind": "long", "duration_s": 5}, headers=KEY
         )
 
-    assert health.json() == {"redis": "ok", "queues": {"short": 0, "long": 0}}
+    assert health.json() == {"redis": "ok", "queues": {"short": 0, "long": 0}, "workers_ready": 0}
     assert enqueued.status_code == 200, enqueued.text

@@ -106,15 +106,16 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def fairgpu_dev(tmp_path: Path, **env: str) -> Iterator[Dev]:
-    """Run `fairgpu dev --port P --workers 1` until the API is healthy; SIGTERM it afterwards,
-    and check that it stopped everything it had started."""
+def fairgpu_dev(tmp_path: Path, *options: str, **env: str) -> Iterator[Dev]:
+    """Run `fairgpu dev --port P --workers 1` (and the options given) until it says it is up;
+    SIGTERM it afterwards, and check that it stopped everything it had started."""
     port = free_port()
     environment = {**child_environment(), **FAST, "USERS_FILE": str(FIXTURES), **env}
     if "REDIS_URL" not in env:
         environment.pop("REDIS_URL", None)
     output = tmp_path / "console.txt"
     argv = [sys.executable, "-m", "app.client.cli", "dev", "--port", str(port), "--workers", "1"]
+    argv += options
     with output.open("wb") as out:
         process = subprocess.Popen(
             argv, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT
