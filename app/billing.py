@@ -68,7 +68,8 @@ def price(
     seconds billed. Every run that held the GPU pays for the seconds it ran, whatever its end
     (which the description says), at least MIN_BILLED_S, and never more than its budget
     (budget_s, the job's duration_s: what admission held, so a bill cannot overrun a budget;
-    the grace a job has past it to stop is not billed)."""
+    the grace a job has past it to stop is the service's cost, and a run that used it ended
+    `timeout`, its work not kept: app/worker/deadline.py)."""
     used_ms = milliseconds(gpu_seconds)
     run_ms = used_ms if budget_s is None else min(used_ms, milliseconds(budget_s))
     billed_ms = max(milliseconds(settings.min_billed_s), run_ms)

@@ -145,7 +145,10 @@ class Settings(BaseSettings):
         "(the built-in types and the fairgpu.jobs entry points are always loaded)",
     )
     timeout_grace_s: float = Field(
-        5, ge=0, description="a job past its duration_s by this much is stopped: timeout"
+        5,
+        ge=0,
+        description="a job still running at its duration_s is asked to stop; this is how long "
+        "it has to stop cleanly before it is killed (either way: timeout, billed its duration_s)",
     )
     cancel_grace_s: float = Field(
         5, ge=0, description="a cancelled job that has not stopped after this is killed"
@@ -164,8 +167,8 @@ class Settings(BaseSettings):
         60,
         ge=0,
         allow_inf_nan=False,
-        description="a run younger than this is never asked to yield; also the least budget a "
-        "preempted job's resumed run gets",
+        description="the policy's minimum run: a run younger than this is never asked to yield "
+        "(a resumed run gets only what is left of its job's duration_s)",
     )
     preempt_grace_s: float = Field(
         30,

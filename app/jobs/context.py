@@ -16,7 +16,8 @@ MAX_PROGRESS_MESSAGE = 200
 
 class JobCancelledError(Exception):
     """Raised by JobContext.check_cancelled() once the job has been asked to stop. A job that
-    lets it through ends REVOKED, like one that returns after a cancel."""
+    lets it through ends REVOKED, like one that returns after a cancel (or `timeout`, where the
+    ask was its budget's end)."""
 
 
 class JobPreemptedError(Exception):
@@ -56,7 +57,8 @@ class JobContext:
 
     `device` is the torch device the job should use (None where torch is not installed),
     `gpu_id` the host's number of the worker's card (None on a CPU worker), `deadline` the Unix
-    time at which the job's budget runs out (it is stopped a grace period after that).
+    time at which the job's budget runs out (it is then asked to stop, as a cancel asks, and killed
+    a grace period later; docs/jobs.md, "Budgets").
     `output_dir` is an empty folder for this run: every file left in it when the job returns
     is kept as one of the job's artifacts. `checkpoint_dir` belongs to the job across its runs
     (a preemptible job's resumed run finds there what the last run left), and `preemptions`
@@ -79,7 +81,8 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """Whether the job's owner (or an operator) asked it to stop. Cheap: read it often."""
+        """Whether the job was asked to stop: its owner or an operator cancelled it, or its
+        budget ran out. Cheap: read it often."""
         return self._stop()
 
     def check_cancelled(self) -> None:
