@@ -34,8 +34,8 @@ from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Item, Shares
-from app.vtrr.layout import TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND
-from app.vtrr.queue import FairQueue
+from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND
+from app.vtrr.queue import FairQueue, Placement
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
 
@@ -133,6 +133,7 @@ class VTRRQueue(FairQueue):
         replicas: int = 0,
         limits_group: str | None = None,
         usage_half_life_s: float | None = None,
+        reclaim_to: Placement = FAIR,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -146,6 +147,7 @@ class VTRRQueue(FairQueue):
             replicas=replicas,
             limits_group=limits_group,
             usage_half_life_s=usage_half_life_s,
+            reclaim_to=reclaim_to,
         )
         self.celery_app = celery_app
         self.celery_queue = celery_queue

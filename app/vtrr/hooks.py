@@ -12,6 +12,13 @@ and so in the same atomic step:
                                   lease was still current, `step.credited` what was credited
     lease(id, token, args)        once the next item is leased; `args` are `lease_args()`
 
+A lease that lapses is the application's news too: its run was lost (a worker killed, frozen or
+cut off), and the item is queued again by whichever call reclaims it (a periodic reclaim, a
+dequeue, a step). In that same call:
+
+    reclaimed(id, token)          once the item is back in line; `token` is the lease that
+                                  lapsed (the application's record of the run can say so)
+
 The producer's side has two more, run by AsyncFairQueue.admit_and_enqueue with the arguments it
 is given (a plain enqueue runs neither), so that a record and its item are written together:
 
@@ -52,8 +59,8 @@ class Hooks(Protocol):
     @property
     def lua(self) -> str:
         """A Lua chunk that returns {lease = function(id, token, args), done = function(id,
-        token, args, step), admit = function(partition, args), enqueued = function(partition,
-        args)}, any of them missing."""
+        token, args, step), reclaimed = function(id, token), admit = function(partition,
+        args), enqueued = function(partition, args)}, any of them missing."""
         ...
 
     def lease_args(self) -> Sequence[Arg]:

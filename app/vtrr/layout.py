@@ -58,9 +58,11 @@ SEPARATOR: Final = ":"
 MEMBER_PREFIX: Final = len(FAIR_MARK) + COUNTER_DIGITS + len(SEPARATOR)
 FRONT_BASE: Final = 10**COUNTER_DIGITS - 1
 
-#: Where an item goes (enqueue's and a reclaim's ARGV): after its partition's, or at the front.
+#: Where an item goes (enqueue's and a reclaim's ARGV): after its partition's, or at the front;
+#: a reclaim may also put it at the front of its own partition, as put_back does.
 FAIR: Final = "fair"
 FRONT: Final = "front"
+PARTITION_FRONT: Final = "partition_front"
 #: Which end dequeue takes from: the fair order's head, or its rear (RedisQueue.get_last).
 FIRST: Final = "first"
 LAST: Final = "last"
@@ -102,6 +104,7 @@ def constants() -> dict[str, LuaValue]:
         "FRONT_BASE": FRONT_BASE,
         "FAIR": FAIR,
         "FRONT": FRONT,
+        "PARTITION_FRONT": PARTITION_FRONT,
         "LAST": LAST,
         "TRIGGERS_SYNC": TRIGGERS_SYNC,
         "TRIGGERS_UNSEND": TRIGGERS_UNSEND,

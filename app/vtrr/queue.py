@@ -36,7 +36,10 @@ from app.vtrr.wire import (
     task_id_of,
 )
 
-Placement = Literal["fair", "front"]
+#: Where a reclaimed item goes (docs/vtrr.md, "Leases"): charged again as if freshly enqueued,
+#: to the front of the whole queue (as release), or to the front of its own partition (as
+#: put_back).
+Placement = Literal["fair", "front", "partition_front"]
 
 RECLAIM_BATCH = 100
 LAG_WINDOW = 1000

@@ -88,8 +88,9 @@ TRIGGER_KEYS = ("trigger_message", "broker")
 MANY_QUEUES = "*queues"
 #: The hooks of a queue without any (see app/vtrr/hooks.py): a Lua chunk that returns no hook.
 NO_HOOKS = "return {}"
-#: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2).
-HOOKED = frozenset({"enqueue", "step"})
+#: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2):
+#: those that reclaim call `reclaimed`.
+HOOKED = frozenset({"enqueue", "step", "dequeue", "reclaim"})
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
@@ -151,7 +152,7 @@ def lib() -> str:
 def hooks_source(hooks: str) -> str:
     """The `HOOKS` table of the operations that call hooks (HOOKED): what the hooks' chunk
     returns, run in a scope of its own so that its locals stay its own."""
-    return f"local HOOKS = (function()\n{hooks}\nend)()"
+    return f"local HOOKS = (function()\n{hooks}\nend)()\nuse_hooks(HOOKS)"
 
 
 @cache

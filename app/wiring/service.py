@@ -29,6 +29,7 @@ from app.store import JobRecorder, RunHooks, Started, started_of
 from app.store.keys import job_key
 from app.store.recorder import internal_end
 from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
+from app.vtrr.layout import PARTITION_FRONT
 from app.wiring.celery_app import create_celery
 from app.wiring.short_first import ShortFirst
 
@@ -214,6 +215,9 @@ def build_queues(
             replicas=settings.min_replicas,
             limits_group=LIMITS_GROUP,
             usage_half_life_s=settings.fair_share_half_life_s,
+            # a lost run's job had its turn, and the loss was not its owner's doing: it goes
+            # back to the front of its account's line, as a preempted one (docs/reliability.md)
+            reclaim_to=PARTITION_FRONT,
         )
         for kind in KINDS
     }

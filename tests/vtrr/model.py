@@ -65,11 +65,11 @@ class QueueModel:
         self,
         *,
         shares: Mapping[str, float] | None = None,
-        reclaim_to_front: bool = False,
+        reclaim_to: str = "fair",
         reclaim_on_dequeue: bool = True,
     ) -> None:
         self.shares: dict[str, float] = dict(shares or {})
-        self.reclaim_to_front = reclaim_to_front
+        self.reclaim_to = reclaim_to  # "fair", "front" or "partition_front"
         self.reclaim_on_dequeue = reclaim_on_dequeue
         self.cvt = 0.0
         self.pvt: dict[str, float] = {}
@@ -282,15 +282,17 @@ class QueueModel:
         queued, at max(the queue's clock, its partition's). Nothing is charged or credited."""
         if not self.holds_lease(task_id, token):
             return False
-        entry = self._unlease(task_id)
+        self._to_partition_front(self._unlease(task_id), task_id)
+        self.stats["released"] += 1
+        return True
+
+    def _to_partition_front(self, entry: Entry, task_id: str) -> None:
         own = [(e.score, e.member) for e in self.entries.values() if e.member]
         own = [sm for sm in own if self.entries[sm[1][17:]].partition == entry.partition]
         vt = max(self.cvt, self.pvt.get(entry.partition, 0.0))
         self.seq += 1
         entry.score = min(own)[0] if own else vt
         entry.member = f"0{FRONT_BASE - self.seq:015d}:{task_id}"
-        self.stats["released"] += 1
-        return True
 
     def take(self, task_id: str, token: str) -> Taken | None:
         """Lease a named queued item out of turn, when it may start; the others keep their
@@ -307,11 +309,16 @@ class QueueModel:
         return Taken(task_id, entry.payload, entry.timeouts)
 
     def reclaim(self) -> int:
-        """Requeue every expired lease, oldest expiry first, as a fair (or front) placement."""
+        """Requeue every expired lease, oldest expiry first, as a fair (or front) placement, or
+        at the front of its own partition as put_back places it."""
         expired, self.expired = self.expired, []
         for task_id in expired:
-            self._unlease(task_id).timeouts += 1
-            self._place(task_id, front=self.reclaim_to_front)
+            entry = self._unlease(task_id)
+            entry.timeouts += 1
+            if self.reclaim_to == "partition_front":
+                self._to_partition_front(entry, task_id)
+            else:
+                self._place(task_id, front=self.reclaim_to == "front")
         self.stats["reclaimed"] += len(expired)
         return len(expired)
 

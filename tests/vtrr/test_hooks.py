@@ -47,7 +47,10 @@ local function enqueued(partition, args)
   redis.call('HSET', 'hooked:records', partition, table.concat(args, ','))
   return {'recorded', #args}
 end
-return {lease = lease, done = done, admit = admit, enqueued = enqueued}
+local function reclaimed(id, token)
+  redis.call('RPUSH', 'hooked:reclaimed', id .. ' ' .. token)
+end
+return {lease = lease, done = done, admit = admit, enqueued = enqueued, reclaimed = reclaimed}
 """
 
 
@@ -143,6 +146,42 @@ def test_done_hears_whether_the_lease_was_still_held_and_what_was_credited(
     lost = step([q], ending=Ending(q, "b", held.lease.token, ["y"], used_weight=1), lease_from=0)
     assert (lost.acked, lost.credited, lost.done) == (False, 0.0, [0, 0])
     assert lost.lease is None and q.length() == 2  # b is queued again, c waits
+
+
+def lapse(q: VTRRQueue, task_id: str, token: str) -> None:
+    """Let a lease run out now, without waiting."""
+    assert q.extend(task_id, token, 1e-6)
+
+
+def test_reclaimed_hears_of_each_lapsed_lease_in_whichever_call_reclaims_it(
+    r: redis.Redis,
+) -> None:
+    """The periodic reclaim, a dequeue and a step each put a lapsed item back in line and
+    tell the hook, in the same call, with the token that lapsed (not the next one's)."""
+    q = queue(r)
+    q.enqueue("p", [Item(PAYLOAD, id=task_id) for task_id in "abc"])
+    leases = {lease.task_id: lease for lease in (q.dequeue(), q.dequeue(), q.dequeue()) if lease}
+    lapse(q, "a", leases["a"].token)
+    assert q.reclaim() == 1
+    lapse(q, "b", leases["b"].token)
+    assert q.dequeue() is not None  # it reclaims b first, then leases a (or b)
+    lapse(q, "c", leases["c"].token)
+    stepped = step([q])  # a step reclaims too
+    assert stepped.lease is not None
+    told = r.lrange("hooked:reclaimed", 0, -1)
+    assert told == [f"{task_id} {leases[task_id].token}" for task_id in "abc"]
+    assert q.stats()["reclaimed"] == 3
+
+
+def test_without_a_reclaimed_hook_a_reclaim_tells_nobody(r: redis.Redis) -> None:
+    app = Celery("hooks-tests", set_as_current=False)
+    plain = VTRRQueue(r, app, name="plain", celery_queue="plain")
+    plain.enqueue("p", [Item(PAYLOAD, id="a")])
+    lease = plain.dequeue()
+    assert lease is not None
+    lapse(plain, "a", lease.token)
+    assert plain.reclaim() == 1
+    assert not r.exists("hooked:reclaimed")
 
 
 def test_queues_with_other_hooks_cannot_step_together(r: redis.Redis) -> None:

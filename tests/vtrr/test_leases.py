@@ -100,6 +100,35 @@ def test_reclaimed_item_is_rescored_as_if_freshly_enqueued(r: redis.Redis) -> No
     assert drain(q) == ["B0", "A1", "B1", "A2", "B2", "A0"]
 
 
+def test_reclaimed_to_its_partition_s_front_it_leaves_before_its_partition_s_items(
+    r: redis.Redis,
+) -> None:
+    """A lost run's item had had its turn: reclaimed to its partition's front (as put_back
+    places it), it goes before A1 and after B0, which was ahead of A1, and A is charged
+    nothing more."""
+    q = FairQueue(r, "jobs", reclaim_to="partition_front")
+    fill(q, "A", 3)
+    fill(q, "B", 3)
+    a0 = take(q)
+    expire(q, a0)
+    assert q.reclaim() == 1
+    assert float(r.hget(q.keys.partition_virtual_time, "A")) == 3.0
+    assert drain(q) == ["B0", "A0", "A1", "B1", "A2", "B2"]
+
+
+def test_reclaimed_to_its_partition_s_front_with_none_queued_it_starts_at_its_next_turn(
+    r: redis.Redis,
+) -> None:
+    q = FairQueue(r, "jobs", reclaim_to="partition_front")
+    fill(q, "A", 1, weight=3)
+    fill(q, "B", 4, weight=2)
+    a0 = take(q)
+    expire(q, a0)
+    again = take(q)  # a dequeue reclaims first: A0 starts at 3, behind B0 and B1
+    assert again.payload == "B0"
+    assert drain(q) == ["B1", "A0", "B2", "B3"]
+
+
 def test_live_leases_are_not_reclaimed(r: redis.Redis) -> None:
     q = FairQueue(r, "jobs")
     fill(q, "A", 3)

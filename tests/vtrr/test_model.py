@@ -59,7 +59,7 @@ configs = st.builds(
     | st.lists(st.sampled_from(SHARES), min_size=4, max_size=4).map(
         lambda shares: dict(zip(PARTITIONS, shares, strict=True))
     ),
-    reclaim_to=st.sampled_from(("fair", "front")),
+    reclaim_to=st.sampled_from(("fair", "front", "partition_front")),
     reclaim_on_dequeue=st.booleans(),
 )
 items = st.builds(
@@ -116,7 +116,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         )
         self.model = QueueModel(
             shares=config.shares,
-            reclaim_to_front=config.reclaim_to == "front",
+            reclaim_to=config.reclaim_to,
             reclaim_on_dequeue=config.reclaim_on_dequeue,
         )
         ids: list[str] = []

@@ -17,13 +17,16 @@ local EVENTS_CAP = 512
 
 -- Append the job's new state to its event stream, tell the API processes that follow the job on
 -- its own channel (`channel`:<job id>; '' tells none: the worker does once replicas have the
--- change, JobRecorder.announce), and keep both keys for ttl seconds more. Returns the event's id.
+-- change, JobRecorder.announce), and keep both keys for ttl seconds more (nil: as long as they
+-- were kept). Returns the event's id.
 local function emit(channel, job_id, ttl)
   local id = redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*',
                         unpack(redis.call('HGETALL', JOB)))
   if channel ~= '' then redis.call('PUBLISH', channel .. ':' .. job_id, job_id) end
-  redis.call('EXPIRE', JOB, ttl)
-  redis.call('EXPIRE', EVENTS, ttl)
+  if ttl then
+    redis.call('EXPIRE', JOB, ttl)
+    redis.call('EXPIRE', EVENTS, ttl)
+  end
   return id
 end
 

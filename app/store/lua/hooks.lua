@@ -1,6 +1,7 @@
 -- hooks.lua: the job store's hooks on the fair queues (app.vtrr.hooks): a job's record is
--- written in the call that queues it, its start runs in the call that leases it, and its end
--- and bill in the call that acks it (and leases the next).
+-- written in the call that queues it, its start runs in the call that leases it, its end
+-- and bill in the call that acks it (and leases the next), and a lost run's return to PENDING
+-- in the call that reclaims its lapsed lease.
 -- Python puts before this chunk `local KEYS = {}` (the helpers of _lib.lua read a script's
 -- KEYS; the hooks set JOB and EVENTS themselves), _lib.lua, runs.lua, the key names (NAMES, a
 -- table of the store's key prefixes and fixed keys: app/store/hooks.py), then submit.lua.
@@ -31,6 +32,13 @@ local function done(id, token, args, step)
   return finish_run(keys, id, token, args[1], tonumber(args[2]), run)
 end
 
+-- reclaimed: a run's lease lapsed and its job is back in line, in this same call: the job is
+-- PENDING again (runs.lua lose_run), unless it ended or another run holds it.
+local function reclaimed(id, token)
+  lose_run({NAMES.job .. id, NAMES.events .. id}, id, token)
+end
+
 -- admit and enqueued: a submit's checks and its record (submit.lua), around the queue's own
 -- checks in the call that queues the job's item.
-return {lease = lease, done = done, admit = admit_job, enqueued = create_job}
+return {lease = lease, done = done, reclaimed = reclaimed, admit = admit_job,
+        enqueued = create_job}

@@ -120,6 +120,26 @@ local function finish_run(keys, id, token, channel, ttl, run)
   return 1
 end
 
+-- A run was lost: its lease lapsed (its worker killed, frozen or cut off from Redis) and the
+-- fair queue put its job back in line, at the front of its account's (app/vtrr/lua/_lib.lua
+-- reclaim, whose hook calls this in the same call). The job is PENDING again at once, with no
+-- worker, so that its status, its place in line and its account's running jobs say so; the
+-- lost run stays one of its attempts. Only while the lapsed token still holds the job: a job
+-- that has ended, or that another run holds, is left alone. The stale run, if it wakes, can
+-- write nothing more (every write of a run is fenced by its token).
+local function lose_run(keys, id, token)
+  JOB, EVENTS = keys[1], keys[2]
+  if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= token then
+    return 0
+  end
+  redis.call('HSET', JOB, 'status', 'PENDING', 'lost_at', now())
+  redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at')
+  moved(CHANNEL, redis.call('HGET', JOB, 'kind'))
+  local ttl = redis.call('TTL', JOB)  -- (kept as long as it was: the hook has no settings)
+  emit(CHANNEL, id, ttl > 0 and ttl or nil)
+  return 1
+end
+
 -- A run asked to yield its GPU has stopped (preempt.lua's header says what the arguments hold):
 -- the job is PENDING again, not ended, its run's seconds added to those of its earlier runs and
 -- the charge for all of them kept for an end without another run. Not an attempt: the count

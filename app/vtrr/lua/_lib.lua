@@ -428,15 +428,6 @@ local function requeue(id, front, now)
   return key
 end
 
--- Put leased items whose lease has expired back into the queue, at most limit of them.
-local function reclaim(t, limit, front)
-  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
-  for _, id in ipairs(expired) do
-    redis.call('HINCRBY', requeue(id, front, tonumber(t)), F_TIMEOUTS, 1)
-  end
-  if #expired > 0 then count(STAT_RECLAIMED, #expired) end
-  return #expired
-end
 
 -- Send n triggers. Where a trigger message is stored, push them onto the broker's list here, in
 -- the same call that made them due, exactly as Kombu would (LPUSH of the message, each with a
@@ -495,56 +486,6 @@ local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
     refresh(p, lim, tonumber(t))
   end
   return expiry
-end
-
--- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
-local function lease_next(lease_us, token, consumes, from_rear, limit, cap, front)
-  local t = clock()
-  if limit > 0 then reclaim(t, limit, front) end
-  if consumes and redis.call('DECR', K.triggers) < 0 then
-    redis.call('SET', K.triggers, 0)
-  end
-
-  local head
-  if from_rear then
-    head = redis.call('ZPOPMAX', K.queue)
-  else
-    head = redis.call('ZPOPMIN', K.queue)
-  end
-  if not head[1] then
-    -- nothing that may start: a limited partition whose wait is over may have one now
-    if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
-    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
-    if not head[1] then return {top_up_triggers(cap, 0)} end
-  end
-  local id, key, f, lim
-  local parked_again = 0
-  while true do
-    id = task_id_of(head[1])
-    key = item_key(id)
-    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED)
-    lim = f[6] and limits_of(f[1])
-    -- Another queue of its group may have started one of its partition's items since it was
-    -- put here: it starts only if it still may, else it waits in its park.
-    local ok, at = true, nil
-    if lim then ok, at = may_start(f[1], lim, tonumber(f[2]), tonumber(t)) end
-    if ok then break end
-    redis.call('HDEL', K.reps, f[1])
-    redis.call('ZADD', K.park .. f[1], head[2], head[1])
-    count_parked(1)
-    if at then redis.call('ZADD', K.waits, at, f[1]) end
-    parked_again = parked_again + 1
-    if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
-    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
-    if not head[1] then return {top_up_triggers(cap, 0)} end
-  end
-  if not from_rear then
-    -- a limited partition's item may have waited below the clock: the clock never goes back
-    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
-  end
-  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
-  local queued = reset_if_drained()
-  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
 
 -- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
@@ -649,9 +590,8 @@ end
 -- item, or, with none queued, where the partition's next item would start; its front member
 -- sorts before that item. No placement charges it and nothing is credited: what it was charged
 -- stays charged, and F_CREDITED as it was, so one credit at the end returns the unused part.
--- Returns whether token held the lease.
-local function put_back_item(id, token)
-  if not holds_lease(id, token) then return false end
+-- put_back_item is it for the holder of the current lease: whether token held it.
+local function to_partition_front(id)
   local key = item_key(id)
   local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED)
   local p = f[1]
@@ -667,7 +607,90 @@ local function put_back_item(id, token)
   redis.call('HDEL', key, F_LEASE)
   redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
   if lim then refresh(p, lim, tonumber(clock())) end
+end
+
+local function put_back_item(id, token)
+  if not holds_lease(id, token) then return false end
+  to_partition_front(id)
   return true
+end
+
+-- The application's hook on each reclaimed item (app/vtrr/hooks.py `reclaimed`), or nil: set
+-- by use_hooks where the operation runs with the application's hooks (scripts.HOOKED).
+local on_reclaimed = nil
+local function use_hooks(hooks)
+  on_reclaimed = hooks.reclaimed
+end
+
+-- Put leased items whose lease has expired back into the queue, at most limit of them, where
+-- `placement` says: FAIR (charged again, as if freshly enqueued), FRONT (of the whole queue, as
+-- release) or PARTITION_FRONT (of its own partition, as put_back). The hook hears of each one
+-- with the lease token that lapsed, in the same call.
+local function reclaim(t, limit, placement)
+  local expired = redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', '0', limit)
+  for _, id in ipairs(expired) do
+    local key = item_key(id)
+    local token = redis.call('HGET', key, F_LEASE)
+    if placement == PARTITION_FRONT then
+      to_partition_front(id)
+    else
+      requeue(id, placement == FRONT, tonumber(t))
+    end
+    redis.call('HINCRBY', key, F_TIMEOUTS, 1)
+    if on_reclaimed then on_reclaimed(id, token) end
+  end
+  if #expired > 0 then count(STAT_RECLAIMED, #expired) end
+  return #expired
+end
+
+-- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
+local function lease_next(lease_us, token, consumes, from_rear, limit, cap, placement)
+  local t = clock()
+  if limit > 0 then reclaim(t, limit, placement) end
+  if consumes and redis.call('DECR', K.triggers) < 0 then
+    redis.call('SET', K.triggers, 0)
+  end
+
+  local head
+  if from_rear then
+    head = redis.call('ZPOPMAX', K.queue)
+  else
+    head = redis.call('ZPOPMIN', K.queue)
+  end
+  if not head[1] then
+    -- nothing that may start: a limited partition whose wait is over may have one now
+    if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
+  end
+  local id, key, f, lim
+  local parked_again = 0
+  while true do
+    id = task_id_of(head[1])
+    key = item_key(id)
+    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED)
+    lim = f[6] and limits_of(f[1])
+    -- Another queue of its group may have started one of its partition's items since it was
+    -- put here: it starts only if it still may, else it waits in its park.
+    local ok, at = true, nil
+    if lim then ok, at = may_start(f[1], lim, tonumber(f[2]), tonumber(t)) end
+    if ok then break end
+    redis.call('HDEL', K.reps, f[1])
+    redis.call('ZADD', K.park .. f[1], head[2], head[1])
+    count_parked(1)
+    if at then redis.call('ZADD', K.waits, at, f[1]) end
+    parked_again = parked_again + 1
+    if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
+  end
+  if not from_rear then
+    -- a limited partition's item may have waited below the clock: the clock never goes back
+    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  end
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
 
 -- Lease queued item id now, wherever it is in line, as a dequeue leases (take.lua), when it may

@@ -9,8 +9,8 @@
 -- ARGV[1] lease microseconds  ARGV[2] lease token  ARGV[3] 1 if this call consumes a trigger
 -- ARGV[4] "first" (fair order) or "last" (the rear, for RedisQueue.get_last)
 -- ARGV[5] most expired leases to reclaim (0: none)  ARGV[6] trigger cap (-1: no triggers)
--- ARGV[7] "front" or "fair": where reclaimed items go
+-- ARGV[7] "fair", "front" or "partition_front": where reclaimed items go (_lib.lua reclaim)
 -- Reply: {triggers to publish} when nothing is queued, else
 --        {triggers to publish, task id, payload, timeouts, lease expiry (microseconds)}
 return lease_next(tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4] == LAST,
-                  tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == FRONT)
+                  tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7])
