@@ -413,6 +413,11 @@ class AccountQueued(BaseModel):
 
     user_id: str
     queued: int
+    held_by_limit: int = Field(
+        0,
+        description="of them, those its max_running or max_held_gpu_seconds holds back now "
+        "(0 while its limits let its next job start)",
+    )
 
 
 class QueueView(BaseModel):
@@ -422,6 +427,12 @@ class QueueView(BaseModel):
     queued: int
     in_flight: int
     workers: int = Field(description="live workers that take jobs from this queue")
+    held_by_limit: int = Field(
+        0,
+        description="of the jobs queued, those their account's max_running or "
+        "max_held_gpu_seconds holds back now: no idle worker takes them until the limit lets "
+        "(fairgpu_jobs_held_by_limit)",
+    )
     fairness_lag_s: float = Field(
         description="GPU-seconds that the least-served account with queued jobs is behind the "
         "most-served one (see docs/operations.md)"

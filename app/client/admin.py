@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
+from app.client.admin_tables import queues_table, workers_table
 from app.client.errors import FAILED, fail, session
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
-from app.client.render import about, out, queues_table, task_table, workers_table
+from app.client.render import about, out, task_table
 from app.client.transport import DEFAULT_URL
 from app.models import TaskStatus
 

@@ -35,9 +35,10 @@ Cell = str | Text | list[str]
 GAP = 3
 #: The narrowest a wrapped column is made (unless all its text is narrower): a few words a line.
 WRAP_MIN = 16
-#: Where a wrapped line may break: at a space with no digit beside it, and no "→" or "~" (a
-#: number keeps its unit, its label and its change: "ran 0.5 s", "GPU 0", "none → 5", "~40 s").
-BREAK = re.compile(r"(?<![\d→]) (?![\d→~])")
+#: Where a wrapped line may break: at a space with no digit beside it, and no "→", "~" or "≤" (a
+#: number keeps its unit, its label and its change: "ran 0.5 s", "GPU 0", "none → 5", "~40 s",
+#: "running ≤ 2").
+BREAK = re.compile(r"(?<![\d→≤]) (?![\d→~≤])")
 #: The steps 1 to 4 as (lists stacked, wrapped columns narrowed, ids cut).
 STEPS = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))
 

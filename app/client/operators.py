@@ -8,30 +8,28 @@ option then goes to the server as null, and the default applies.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from app.admin_models import AccountInfo, AuditEntry
+from app.admin_models import AccountInfo
+from app.client.admin_tables import (
+    NONE,
+    accounts_table,
+    audit_table,
+    budget_text,
+    keys_table,
+    limit_text,
+)
 from app.client.errors import OneLineUsage, fail, session
-from app.client.fit import Cell, Column, fitted_table
 from app.client.options import JsonOption, KeyOption, UrlOption
 from app.client.render import fields_table, out
 from app.client.transport import DEFAULT_URL
 from app.client.usage import admin_usage
-from app.client.words import moment, money
 
 accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")
 keys = typer.Typer(help="Issue, revoke and list API keys (admins).")
-NONE = "none"
-#: The characters of an account id the audit table keeps when the whole one does not fit
-#: (--json has it whole).
-ID_SHOWN = 8
 
 Description = Annotated[str | None, typer.Option(help="what the account is for")]
 Share = Annotated[float | None, typer.Option(help="its weight in the fair queues (1 = equal)")]
@@ -100,25 +98,11 @@ def _show(info: AccountInfo, as_json: bool) -> None:
     table.add_row("admin", "yes" if info.admin else "no")
     table.add_row("disabled", "yes" if info.disabled else "no")
     table.add_row("max queued", "default" if info.max_queued is None else str(info.max_queued))
-    table.add_row("max running", _limit(info.max_running))
-    table.add_row("max held GPU-s", _limit(info.max_held_gpu_seconds))
-    table.add_row("budget", _budget(info))
+    table.add_row("max running", limit_text(info.max_running))
+    table.add_row("max held GPU-s", limit_text(info.max_held_gpu_seconds))
+    table.add_row("budget", budget_text(info))
     table.add_row("live keys", str(info.keys))
     out().print(table)
-
-
-def _limit(value: float | None) -> str:
-    """A limit for people: its number, or "none"."""
-    return NONE if value is None else f"{value:g}"
-
-
-def _budget(info: AccountInfo) -> str:
-    parts = []
-    if info.budget_gpu_seconds is not None:
-        parts.append(f"{info.budget_gpu_seconds:g} GPU-s")
-    if info.budget_cost is not None:
-        parts.append(money(round(info.budget_cost * 1_000_000)))
-    return " / ".join(parts) + " a month" if parts else "none"
 
 
 def list_accounts(
@@ -130,29 +114,8 @@ def list_accounts(
     if as_json:
         typer.echo("[" + ",".join(a.model_dump_json() for a in found) + "]")
         return
-    columns = [
-        Column("account"),
-        Column("share", justify="right"),
-        Column("admin"),
-        Column("state"),
-        Column("keys", justify="right"),
-        Column("budget", optional=True),
-        Column("description", optional=True, wrap=True),
-    ]
-    rows = [
-        [
-            a.user_id,
-            f"{a.share:g}",
-            "yes" if a.admin else "",
-            "disabled" if a.disabled else "active",
-            str(a.keys),
-            _budget(a),
-            a.description,
-        ]
-        for a in found
-    ]
     console = out()
-    console.print(fitted_table(columns, rows, console.width))
+    console.print(accounts_table(found, console.width))
 
 
 def show_account(
@@ -268,23 +231,8 @@ def list_keys(
     if as_json:
         typer.echo("[" + ",".join(k.model_dump_json() for k in found) + "]")
         return
-    columns = [
-        Column("id"),
-        Column("state"),
-        Column("made"),
-        Column("label", optional=True, wrap=True),
-    ]
-    rows = [
-        [
-            k.id,
-            "live" if k.revoked_at is None else f"revoked {_day(k.revoked_at)}",
-            _day(k.created_at),
-            k.label,
-        ]
-        for k in found
-    ]
     console = out()
-    console.print(fitted_table(columns, rows, console.width))
+    console.print(keys_table(found, console.width))
 
 
 def issue_key(
@@ -338,51 +286,6 @@ def audit(
         return
     console = out()
     console.print(audit_table(found, console.width))
-
-
-def audit_table(found: list[AuditEntry], width: int) -> Table:
-    """Audit entries, one a row, in width columns: the account ids cut to their first
-    characters when the whole ones leave the change no room."""
-    columns = [
-        Column("id", justify="right"),
-        Column("when"),
-        Column("who", short=ID_SHOWN),
-        Column("what"),
-        Column("account", short=ID_SHOWN),
-        Column("change", wrap=True),
-    ]
-    now = time.time()
-    rows: list[list[Cell]] = [
-        [str(e.id), moment(e.at, now), e.actor, e.action, e.target, change(e.detail)] for e in found
-    ]
-    return fitted_table(columns, rows, width)
-
-
-def change(detail: dict[str, Any]) -> str:
-    """An audit entry's detail for people: "share 1 → 3, max_queued none → 5" for an update
-    (the log keeps each field's value before and after), "share 1, admin no" otherwise."""
-    before, after = detail.get("before"), detail.get("after")
-    if isinstance(before, dict) and isinstance(after, dict):
-        return ", ".join(
-            f"{name} {_value(before.get(name))} → {_value(value)}" for name, value in after.items()
-        )
-    return ", ".join(f"{name} {_value(value)}" for name, value in detail.items()) or "-"
-
-
-def _value(value: object) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | float):
-        return f"{value:g}"
-    if isinstance(value, str) and value and not any(mark in value for mark in ' ,"'):
-        return value
-    return json.dumps(value, ensure_ascii=False)  # quoted: where a description ends is clear
-
-
-def _day(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
 
 
 def register(admin: typer.Typer) -> None:

@@ -24,11 +24,9 @@ from app.models import (
     JobTypeView,
     LogLine,
     Progress,
-    QueuesView,
     Status,
     TaskStatus,
     WaitingFor,
-    WorkerView,
 )
 
 #: The most characters of a job's output that `status` shows; --json shows all of it.
@@ -303,11 +301,13 @@ def tasks_table(found: list[TaskStatus], width: int) -> Table:
 def types_table(found: list[JobTypeView], width: int) -> Table:
     """Job types, one a row, in width columns (the description is left out when it does not
     fit). "max s" is the longest a submit may ask for in the type's queue, then in the other
-    queue where that differs: "60 (long 3000)"."""
+    queue where that differs: "60 (long 3000)"; "preemptible", whether a run of it may be asked
+    to yield its GPU (docs/jobs.md)."""
     columns = [
         Column("name"),
         Column("queue"),
         Column("max s", justify="right"),
+        Column("preemptible"),
         Column("available", wrap=True),
         Column("description", optional=True, wrap=True),
     ]
@@ -316,6 +316,7 @@ def types_table(found: list[JobTypeView], width: int) -> Table:
             t.name,
             t.queue,
             _longest(t),
+            "yes" if t.preemptible else "no",
             _availability(t),
             one_line(t.description),
         ]
@@ -364,46 +365,5 @@ def billing_table(bills: list[BillingRecord], width: int) -> Table:
             bill.description,
         ]
         for bill in bills
-    ]
-    return fitted_table(columns, rows, width)
-
-
-def workers_table(view: QueuesView, width: int) -> Table:
-    """Each worker heard from, one a row: its queues and its state (a broken one says why)."""
-    columns = [Column("worker"), Column("queues"), Column("state", wrap=True)]
-    rows: list[list[Cell]] = [
-        [worker.name, ", ".join(worker.queues), _worker_state(worker)] for worker in view.workers
-    ]
-    return fitted_table(columns, rows, width)
-
-
-def _worker_state(worker: WorkerView) -> str:
-    if worker.broken is not None:
-        return f"broken: {worker.broken}"
-    if not worker.alive:
-        return "silent"
-    return "busy" if worker.busy_until is not None else "idle"
-
-
-def queues_table(view: QueuesView, width: int) -> Table:
-    """Each queue, one a row, in width columns (lists one item a line when they do not fit)."""
-    columns = [
-        Column("queue"),
-        *(Column(name, justify="right") for name in ("queued", "running", "workers")),
-        Column("fairness lag", justify="right"),
-        Column("top accounts (queued)"),
-        Column("counters", optional=True),
-    ]
-    rows: list[list[Cell]] = [
-        [
-            queue.name,
-            str(queue.queued),
-            str(queue.in_flight),
-            str(queue.workers),
-            f"{queue.fairness_lag_s:g} s",
-            [f"{a.user_id[:8]}…: {a.queued}" for a in queue.top_accounts],
-            [f"{name} {count}" for name, count in sorted(queue.stats.items())],
-        ]
-        for queue in view.queues
     ]
     return fitted_table(columns, rows, width)

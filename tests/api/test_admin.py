@@ -185,6 +185,7 @@ async def test_the_queues_view_of_empty_queues(api: Api) -> None:
             "queued": 0,
             "in_flight": 0,
             "workers": 0,
+            "held_by_limit": 0,
             "fairness_lag_s": 0.0,
             "top_accounts": [],
             "stats": {
@@ -216,17 +217,36 @@ async def test_the_queues_view_counts_queued_and_in_flight_and_ranks_accounts(ap
     short, long = view["short"], view["long"]
     assert (short["queued"], short["in_flight"], short["workers"]) == (6, 1, 0)
     assert short["top_accounts"] == [
-        {"user_id": SECOND, "queued": 3},
-        {"user_id": TEAM, "queued": 2},
-        {"user_id": OWNER, "queued": 1},
+        {"user_id": SECOND, "queued": 3, "held_by_limit": 0},
+        {"user_id": TEAM, "queued": 2, "held_by_limit": 0},
+        {"user_id": OWNER, "queued": 1, "held_by_limit": 0},
     ]
     assert short["stats"]["enqueued"] == 8
     assert short["stats"]["dequeued"] == 1
     assert short["stats"]["cancelled"] == 1
     assert short["fairness_lag_s"] >= 0
     assert (long["queued"], long["in_flight"]) == (1, 0)
-    assert long["top_accounts"] == [{"user_id": TEAM, "queued": 1}]
+    assert long["top_accounts"] == [{"user_id": TEAM, "queued": 1, "held_by_limit": 0}]
     assert long["stats"]["enqueued"] == 1
+
+
+async def test_the_queues_view_says_how_many_queued_jobs_a_limit_holds_back(api: Api) -> None:
+    """An idle pool beside queued jobs is explained: the account is at its max_running."""
+    patched = await api.client.patch(
+        f"/admin/accounts/{SECOND}", json={"max_running": 1}, headers=KEY
+    )
+    assert patched.status_code == 200, patched.text
+    first = await submit(api, SECOND_KEY)
+    for _ in range(2):
+        await submit(api, SECOND_KEY)
+    await submit(api, TEAM_KEY)
+    start_run(api, first)
+    short = (await queues(api))["short"]
+    assert (short["queued"], short["held_by_limit"]) == (3, 2)
+    assert short["top_accounts"] == [
+        {"user_id": SECOND, "queued": 2, "held_by_limit": 2},
+        {"user_id": TEAM, "queued": 1, "held_by_limit": 0},
+    ]
 
 
 async def test_the_queues_view_lists_at_most_ten_accounts(api: Api) -> None:

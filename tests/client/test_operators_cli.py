@@ -182,6 +182,9 @@ def test_limits_are_set_shown_cleared_and_seen_by_the_account(url: str) -> None:
     assert (made["max_running"], made["max_held_gpu_seconds"]) == (2, 600)
     shown = ok(fairgpu(url, "admin", "accounts", "show", "limited"))
     assert re.search(r"max running\s+2\b", shown) and re.search(r"max held GPU-s\s+600\b", shown)
+    listed = ok(fairgpu(url, "admin", "accounts", "list", env={"COLUMNS": "80"}))
+    [row] = [line for line in listed.splitlines() if line.startswith("limited")]
+    assert "running ≤ 2" in row and "held ≤ 600 GPU-s" in listed  # the list shows limits too
 
     changed = as_json(
         fairgpu(

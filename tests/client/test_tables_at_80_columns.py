@@ -11,21 +11,16 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from app.admin_models import AuditEntry
+from app.admin_models import AccountInfo, AuditEntry
+from app.client.admin_tables import accounts_table, audit_table, queues_table, workers_table
 from app.client.fit import Column, fitted_table
-from app.client.operators import audit_table
-from app.client.render import (
-    billing_table,
-    queues_table,
-    task_table,
-    tasks_table,
-    workers_table,
-)
+from app.client.render import billing_table, task_table, tasks_table, types_table
 from app.client.words import money
 from app.models import (
     AccountQueued,
     BillingRecord,
     JobResult,
+    JobTypeView,
     QueuesView,
     QueueView,
     Status,
@@ -35,6 +30,7 @@ from app.models import (
 
 TASKS = [f"0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c{i:02d}" for i in range(3)]
 OWNER = "11111111-1111-1111-1111-111111111111"
+SECOND = "22222222-2222-2222-2222-222222222222"
 
 
 def bill(task_id: str, micros: int, seconds: float, description: str, at: float) -> BillingRecord:
@@ -116,6 +112,59 @@ def test_queues_fit_80_columns_with_one_counter_a_line() -> None:
     assert "counters" in lines[1]
     [short] = [line for line in lines if line.startswith("short")]
     assert short.split()[:5] == ["short", "12", "2", "2", "12.5"]
+
+
+def test_queues_say_how_many_queued_jobs_a_limit_holds_back_in_80_columns() -> None:
+    held = QUEUES.queues[0].model_copy(
+        update={
+            "held_by_limit": 3,
+            "top_accounts": [
+                AccountQueued(user_id=OWNER, queued=8),
+                AccountQueued(user_id=SECOND, queued=4, held_by_limit=3),
+            ],
+        }
+    )
+    lines = shown(queues_table(QueuesView(queues=[held]), 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    [short] = [line for line in lines if line.startswith("short")]
+    assert short.split()[:3] == ["short", "12", "(3"]  # "12 (3 held)", whole
+    assert any("22222222…: 4 (3 held)" in line for line in lines), lines
+
+
+def test_accounts_show_their_limits_and_budgets_with_whole_ids_in_80_columns() -> None:
+    accounts = [
+        AccountInfo(
+            user_id=OWNER, description="demo", share=1, admin=True, disabled=False,
+            max_queued=None, max_running=None, max_held_gpu_seconds=None,
+            budget_gpu_seconds=None, budget_cost=None, created_at=0, keys=2,
+        ),
+        AccountInfo(
+            user_id=SECOND, description="a team with limits", share=2, admin=False,
+            disabled=False, max_queued=None, max_running=2, max_held_gpu_seconds=600,
+            budget_gpu_seconds=36000, budget_cost=1234.5, created_at=0, keys=1,
+        ),
+    ]  # fmt: skip
+    lines = shown(accounts_table(accounts, 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert OWNER in text and SECOND in text  # ids whole
+    for said in ("running ≤ 2", "held ≤ 600 GPU-s", "36000 GPU-s", "active admin"):
+        assert said in text, (said, text)
+
+
+def test_types_say_which_are_preemptible() -> None:
+    types = [
+        JobTypeView(
+            name=name, queue="long", max_duration_s=3000, description="a type",
+            input_schema={}, output_schema={}, available=True, preemptible=preemptible,
+        )
+        for name, preemptible in (("digits-train", True), ("burn", False))
+    ]  # fmt: skip
+    lines = shown(types_table(types, 80), 80)
+    assert max(len(line) for line in lines) <= 80
+    assert any("preemptible" in line for line in lines[:2])  # a header may take two lines
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith(("d", "b"))}
+    assert rows["digits-train"][3] == "yes" and rows["burn"][3] == "no"
 
 
 def test_queues_keep_lists_on_one_line_when_there_is_room() -> None:

@@ -72,8 +72,9 @@ async def admin_schema(request: Request, admin: AdminDep) -> dict[str, Any]:
 
 @router.get("/queues", response_model=QueuesView, responses=RESPONSES)
 async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
-    """Each queue: jobs queued and in flight, live workers, the fairness lag, the accounts with
-    most jobs queued, and the queue's counters."""
+    """Each queue: jobs queued (and how many of them their account's limits hold back now) and
+    in flight, live workers, the fairness lag, the accounts with most jobs queued (each with
+    its jobs held back), and the queue's counters."""
     views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
     return QueuesView(queues=list(views), workers=await _workers(runtime))
 
@@ -107,13 +108,20 @@ async def _view(runtime: Runtime, kind: Kind) -> QueueView:
         asyncio.to_thread(queue.stats),
     )
     load = await runtime.estimator.load(kind, fresh=True)
+    held = await asyncio.to_thread(queue.held_back)
+    # the busiest accounts only (TOP_ACCOUNTS): one pipeline each, whether its limits hold it
+    holds = await asyncio.gather(*(runtime.queues[kind].hold(p) for p, _ in top))
     return QueueView(
         name=kind,
         queued=await runtime.queues[kind].length(),
         in_flight=await runtime.queues[kind].pending(),
         workers=load.workers,
+        held_by_limit=held,
         fairness_lag_s=lag,
-        top_accounts=[AccountQueued(user_id=p, queued=n) for p, n in top],
+        top_accounts=[
+            AccountQueued(user_id=p, queued=n, held_by_limit=0 if hold is None else n)
+            for (p, n), hold in zip(top, holds, strict=True)
+        ],
         stats=stats,
     )
 
