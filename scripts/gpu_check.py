@@ -1,6 +1,7 @@
 """`uv run --extra torch python scripts/gpu_check.py`: the checks only a GPU machine can
 make (scripts/benchkit/gpu_check.py); on a machine without the project's environment,
-`scripts/gpu_wheels.sh` carries it."""
+`scripts/gpu_wheels.sh` carries it. To try it without a GPU: `uv run python
+scripts/gpu_check.py --cpu` (torch optional)."""
 
 import sys
 

@@ -13,14 +13,18 @@ burst of empty jobs for the dispatch gap. Each job is checked against what it sh
 billed once; a job harmed by an earlier one's fault would end otherwise. It writes DIR/
 gpu_check.json and .md (the table) and keeps the API's and the worker's logs there.
 
-`--cpu` runs the same sequence on a CPU worker (torch on the CPU), to try the script on a
-machine without a GPU: the GPU's own outcomes (a sticky error, a leak, out of memory) are then
-only reported, not required.
+`--cpu` runs the same sequence on a CPU worker, to try the script on a machine without a GPU:
+the GPU's own outcomes (a sticky error, a leak, out of memory) are then only reported, not
+required. torch is then optional: without it, the plain loop and the three jobs that need torch
+to make their fault (the leak, the assert, out of memory) are left out, and the results say so.
+Without --cpu and without torch it says in one line what to run instead. `--redis-port` (or
+EMBEDDED_REDIS_PORT) sets the port of its own Redis.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -41,8 +45,8 @@ import httpx
 from app.dev.stack import Stack
 from app.jobs.builtin.burn import MATRIX_N, matmul
 from app.settings import Settings
+from scripts.benchkit.gpu_report import into_docs, render
 from scripts.benchkit.host import ROOT
-from scripts.benchkit.stats import percentile
 
 KEY = "default_api_key"  # the demo admin account of fixtures/users.json
 JOB_MODULE = "scripts.benchkit.gpu_jobs"
@@ -51,8 +55,11 @@ BURN_S = 8.0
 GAP_JOBS = 40
 FRESH_JOBS = 8  # with CHILD_PER_JOB: each starts a child (and on a GPU, a CUDA context)
 WAIT_S = 180.0
-DOCS = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- gpu-check: begin -->", "<!-- gpu-check: end -->"
+#: What to install when torch is missing, said in one line (the CUDA build is gigabytes).
+TORCH_NEEDED = (
+    "the GPU check needs torch (with CUDA) in its environment: "
+    "uv run --extra torch python scripts/gpu_check.py (--cpu runs without it)"
+)
 
 
 @dataclass
@@ -129,9 +136,9 @@ class Check:
             run.billed_s = mine[0]["gpu_seconds"] if mine else None
 
 
-def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str, Any]:
-    """The jobs, in the issue's order; returns the measurements beside the runs."""
-    fault = "FAILURE:{}" if on_gpu else "any"
+def sequence(check: Check, on_gpu: bool, plain: Callable[[], float | None]) -> dict[str, Any]:
+    """The jobs, in the issue's order; returns the measurements beside the runs. Without torch
+    (only with --cpu) the device's faults are skipped, and said to be."""
     check.job("fresh child", "gpu-memory", {}, "SUCCESS")
     burns, loops = [], []
     for _ in range(2):  # alternately, so that a drift of the card's clocks hits both
@@ -140,6 +147,26 @@ def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str
         burns.append((burn.output or {}).get("tflops"))
     cold = check.job("digits cold", "digits-train", {"epochs": 10}, "SUCCESS")
     warm = check.job("digits warm", "digits-train", {"epochs": 10}, "SUCCESS")
+    faults = device_faults(check, on_gpu) if has_torch() else {"skipped": NO_TORCH_SKIPS}
+    gap = burst(check, "dispatch gap", GAP_JOBS)
+    return {
+        "burn_tflops": burns,
+        "plain_tflops": loops,
+        "digits": {"cold": cold.task_id, "warm": warm.task_id},
+        **faults,
+        "gap_ms": _gaps(gap),
+        "per_job_warm_s": _per_job(gap),
+    }
+
+
+#: What a --cpu run without torch leaves out: the jobs that need torch to make their fault.
+NO_TORCH_SKIPS = ["leak", "device-side assert", "out of memory"]
+
+
+def device_faults(check: Check, on_gpu: bool) -> dict[str, Any]:
+    """A leak, a device-side assert and an out-of-memory, each followed by jobs that must not
+    be harmed by it."""
+    fault = "FAILURE:{}" if on_gpu else "any"
     leak_gib = 8 if on_gpu else 1  # the CPU's memory is the machine's own
     leak = check.job(f"leak {leak_gib} GiB", "gpu-leak", {"gib": leak_gib}, "SUCCESS")
     after_leak = check.job("after the leak", "gpu-memory", {}, "SUCCESS")
@@ -149,16 +176,15 @@ def sequence(check: Check, on_gpu: bool, plain: Callable[[], float]) -> dict[str
     blocks = {"gib": 16, "blocks": 64} if on_gpu else {"gib": 1, "blocks": 2}
     oom = check.job("out of memory", "gpu-oom", blocks, fault.format("oom"))
     check.job("after the oom", "burn", {}, "SUCCESS", duration_s=2)
-    gap = burst(check, "dispatch gap", GAP_JOBS)
     return {
-        "burn_tflops": burns,
-        "plain_tflops": loops,
-        "digits": {"cold": cold.task_id, "warm": warm.task_id},
         "leak": {"leaked_pid": _pid(leak), "after": after_leak.output},
         "oom_peak_gpu_bytes": oom.peak_gpu_bytes,
-        "gap_ms": _gaps(gap),
-        "per_job_warm_s": _per_job(gap),
     }
+
+
+def has_torch() -> bool:
+    """Whether torch can be imported here (the workers share this environment)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def burst(check: Check, step: str, count: int) -> list[Run]:
@@ -186,11 +212,14 @@ def _gaps(runs: list[Run]) -> list[float]:
     return [(start - end) * 1000 for (_, end), (start, _) in itertools.pairwise(times)]
 
 
-def plain_loop(device: str) -> Callable[[], float]:
-    """The reference: the same bf16 products in a plain torch loop, in this process."""
+def plain_loop(device: str) -> Callable[[], float | None]:
+    """The reference: the same bf16 products in a plain torch loop, in this process (None
+    without torch)."""
     n = MATRIX_N if device == "cuda" else 256
 
-    def measure() -> float:
+    def measure() -> float | None:
+        if not has_torch():
+            return None
         outcome = matmul(device, n, BURN_S, should_stop=lambda: False)
         if device == "cuda":
             import torch
@@ -203,6 +232,8 @@ def plain_loop(device: str) -> Callable[[], float]:
 
 def machine(on_gpu: bool) -> dict[str, Any]:
     """The card, its driver and torch, as this process sees them."""
+    if not has_torch():
+        return {"torch": "not installed", "cuda": None}
     import torch
 
     facts: dict[str, Any] = {"torch": str(torch.__version__), "cuda": torch.version.cuda}
@@ -234,7 +265,6 @@ def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str
     """What the check requires; on a CPU only what a CPU can show."""
     billed = {r.task_id: r.billed_s or 0.0 for r in runs}
     cold, warm = (billed[results["digits"][k]] for k in ("cold", "warm"))
-    after = results["leak"]["after"] or {}
     wanted = {
         "every job ended as it should, billed once": all(r.ok for r in runs),
         "digits-train cold <= 2x warm (billed seconds)": cold <= 2 * warm,
@@ -243,6 +273,7 @@ def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str
     if on_gpu:
         burns = [t for t in results["burn_tflops"] if t]
         plain = sum(results["plain_tflops"]) / len(results["plain_tflops"])
+        after = results["leak"]["after"] or {}
         wanted["burn >= 95% of the plain loop"] = bool(burns) and min(burns) >= 0.95 * plain
         wanted["after the leak: a new child, under the limit"] = (
             after.get("pid") != results["leak"]["leaked_pid"]
@@ -255,12 +286,16 @@ def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str
     return wanted
 
 
-def run_check(out: Path, on_gpu: bool) -> dict[str, Any]:
-    """Start the stack, run the sequence, stop the stack; the results (with the error, when a
-    step failed: what was measured until then is kept, a GPU's time being scarce)."""
+def run_check(out: Path, on_gpu: bool, redis_port: int | None = None) -> dict[str, Any]:
+    """Start the stack (its Redis on redis_port if given, else EMBEDDED_REDIS_PORT, else a free
+    port), run the sequence, stop the stack; the results (with the error, when a step failed:
+    what was measured until then is kept, a GPU's time being scarce)."""
     workdir = Path(tempfile.mkdtemp(prefix="fairgpu-gpu-check-"))
     settings = Settings(users_file=ROOT / "fixtures" / "users.json", job_modules=[JOB_MODULE])
-    settings = settings.model_copy(update={"port": _free_port()})
+    update: dict[str, object] = {"port": _free_port()}
+    if redis_port is not None:
+        update["embedded_redis_port"] = redis_port
+    settings = settings.model_copy(update=update)
     stack = Stack(settings, use_given_redis=False, workers=0, workdir=workdir)
     results: dict[str, Any] = {"machine": machine(on_gpu), "on_gpu": on_gpu}
     results["two_devices"] = refuses_two_devices()
@@ -272,10 +307,12 @@ def run_check(out: Path, on_gpu: bool) -> dict[str, Any]:
         stack.start_worker("gpu0" if on_gpu else "cpu0", env=device)
         check.client = httpx.Client(base_url=stack.url, headers={"X-API-Key": KEY}, timeout=30)
         _await_worker(check.client)
+        results["redis_url"] = stack.redis_url
         results |= sequence(check, on_gpu, plain_loop("cuda" if on_gpu else "cpu"))
-        results["replacements"] = replacements(check.client)
         results["workers"] = check.client.get("/admin/queues").json().get("workers")
         results["per_job_fresh_s"] = fresh_children(stack, check.client, check, device)
+        # after the CHILD_PER_JOB burst, so that its replacements (per_job) are counted too
+        results["replacements"] = replacements(check.client)
         check.bills()
         results["verdicts"] = verdicts(results, check.runs, on_gpu)
     except (Exception, KeyboardInterrupt) as exc:  # keep what was measured, and where it stopped
@@ -327,72 +364,24 @@ def _say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
-def render(results: dict[str, Any]) -> str:
-    """The results as the markdown that docs/benchmarks.md keeps."""
-    facts = results["machine"]
-    lines = [
-        f"Card: {facts.get('card', 'none (--cpu)')}; driver and memory: "
-        f"{facts.get('driver', '?')}; torch {facts['torch']} (CUDA {facts.get('cuda')}).",
-        "",
-        "| step | job type | ended | should end | billed s | bills | peak GPU GiB |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
-    ]
-    runs = [r for r in results["runs"] if r["step"] != "dispatch gap"]
-    for r in runs:
-        end = r["status"] + (f":{r['error_kind']}" if r["error_kind"] else "")
-        peak = "" if r["peak_gpu_bytes"] is None else f"{r['peak_gpu_bytes'] / (1 << 30):.2f}"
-        billed = "" if r["billed_s"] is None else f"{r['billed_s']:.3f}"
-        lines.append(
-            f"| {r['step']} | `{r['type']}` | {end} | {r['expect']} | {billed} | {r['bills']} "
-            f"| {peak} |"
-        )
-    gaps = results.get("gap_ms", [])
-    burns, plain = results.get("burn_tflops", []), results.get("plain_tflops", [])
-    lines += [
-        "",
-        f"- burn TFLOP/s: {_numbers(burns)}; the plain torch loop: {_numbers(plain)}.",
-        f"- dispatch gap over {len(gaps) + 1} empty jobs: p50 {percentile(gaps, 50):.2f} ms, "
-        f"p99 {percentile(gaps, 99):.2f} ms."
-        if gaps
-        else "- dispatch gap: not measured.",
-        f"- seconds per empty job in a burst: warm child {results.get('per_job_warm_s')}, "
-        f"CHILD_PER_JOB {results.get('per_job_fresh_s')}.",
-        f"- child replacements by reason: {results.get('replacements')}.",
-        f"- jobs that did not end as they should, or were not billed once: "
-        f"{sum(1 for r in results['runs'] if not r['ok'])}.",
-        "",
-        *(
-            f"- {'met' if ok else '**not met**'}: {what}"
-            for what, ok in results["verdicts"].items()
-        ),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _numbers(values: list[float | None]) -> str:
-    return ", ".join("n/a" if v is None else f"{v:.3g}" for v in values)
-
-
-def into_docs(results_file: Path) -> None:
-    """Put the results' table into docs/benchmarks.md, between its gpu-check markers."""
-    results = json.loads(results_file.read_text())
-    text = DOCS.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    DOCS.write_text(text[:start] + "\n" + render(results) + text[end:])
-
-
 def main() -> int:
     """Run the check (or put its results into the docs)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--cpu", action="store_true", help="a CPU worker, torch on the CPU")
     parser.add_argument("--docs", type=Path, help="a gpu_check.json to put into the docs")
+    parser.add_argument(
+        "--redis-port", type=int, help="port of its own Redis (default: EMBEDDED_REDIS_PORT)"
+    )
     args = parser.parse_args()
     if args.docs:
         into_docs(args.docs)
         return 0
+    if not args.cpu and not has_torch():
+        print(TORCH_NEEDED, file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    results = run_check(args.out, on_gpu=not args.cpu)
+    results = run_check(args.out, on_gpu=not args.cpu, redis_port=args.redis_port)
     (args.out / "gpu_check.json").write_text(json.dumps(results, indent=2, default=str))
     (args.out / "gpu_check.md").write_text(render(results))
     print(render(results))

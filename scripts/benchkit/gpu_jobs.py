@@ -41,8 +41,12 @@ class Held(BaseModel):
 
 
 def _held() -> Held:
-    """The child's pid and torch's allocated bytes, without initialising CUDA."""
-    import torch
+    """The child's pid and torch's allocated bytes, without initialising CUDA (none without
+    torch: a --cpu check may run without it)."""
+    try:
+        import torch
+    except ImportError:
+        return Held(pid=os.getpid(), cuda_initialized=False, allocated_bytes=0)
 
     on = bool(torch.cuda.is_initialized())
     allocated = int(torch.cuda.memory_allocated()) if on else 0
