@@ -10,7 +10,8 @@
     overhead/      scripts/bench.py: overhead and capacity, each against its baseline
     queue_cost/    scripts/bench_vtrr.py: the fair queue against a Redis list
     soak/          scripts/soak.py: workers killed at random under load
-    gpu_check.py   scripts/gpu_check.py: what only a GPU machine can check
+    gpu_check.py   scripts/gpu_check.py: what only a GPU machine can check (gpu_jobs.py: its job
+                   types; gpu_report.py: its table for docs/benchmarks.md)
     instructions.py  scripts/count_instructions.py: redis-server instructions per operation
 
 Dependencies point one way: the commands import this package, never the reverse; the
