@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.client.fit import GAP, Cell, Column, fitted_table
+from app.client.runs import over, preempted_words, ran_s, ran_words
 from app.client.transport import one_line
 from app.client.words import clean, clock, eta, moment, money, place, size, span
 from app.models import (
@@ -82,14 +83,6 @@ def _worker(state: TaskStatus) -> str:
     return f"on {result.worker}{gpu}"
 
 
-def _ran(state: TaskStatus, now: float) -> float | None:
-    result = state.result
-    if result is None or result.started_at is None:
-        return None
-    # max: this machine's clock may be a little behind the server's
-    return max(0.0, (result.finished_at or now) - result.started_at)
-
-
 def live_line(state: TaskStatus, now: float, *, ticking: bool = True) -> Text:
     """The one line of `watch`: status, kind, then its place and ETA, or where it runs.
 
@@ -101,9 +94,9 @@ def live_line(state: TaskStatus, now: float, *, ticking: bool = True) -> Text:
         line.append(waiting(state, now))
     else:
         line.append(_worker(state))
-    ran = _ran(state, now)
-    if ran is not None and (ticking or state.status.terminal):
-        line.append(f"  {'ran' if state.status.terminal else 'running'} {span(ran)}")
+    ran = ran_words(state, now)
+    if ran and (ticking or state.status is not Status.STARTED):
+        line.append(f"  {ran}")
     if state.cancel_requested and state.status is Status.STARTED:
         line.append("  stopping (cancel requested)", style="magenta")
     if state.error:
@@ -141,19 +134,13 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
     submitted = state.enqueued_at or (result.enqueued_at if result else None)
     if submitted is not None:
         yield "submitted", clock(submitted, now)
-    if state.status is Status.PENDING and state.position is not None:
-        yield "position", place(state.position)
-        if state.waiting_for is not None:
-            yield "waiting for", WAITING_FOR[state.waiting_for]
-        start = state.estimated_start_at
-        yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
+    if state.status is Status.PENDING:
+        yield from _waiting_rows(state, now)
     yield "attempts", str(state.attempts)
     if state.preemptions:
-        runs = "run" if state.preemptions == 1 else "runs"
-        yield (
-            "preempted",
-            f"{state.preemptions} {runs} yielded the GPU; it resumes from its checkpoint",
-        )
+        yield "preempted", preempted_words(state)
+    if state.status is Status.PENDING and state.runs:
+        yield "ran", ran_words(state, now).removeprefix("ran ")
     if state.status is Status.STARTED and state.progress is not None:
         yield "progress", progress_text(state.progress)
     if result is not None:
@@ -167,18 +154,30 @@ def _job_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
         yield "error", one_line(state.error)
 
 
+def _waiting_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
+    """A queued job's place, why it waits and when it should start."""
+    if state.position is None:
+        return
+    yield "position", place(state.position)
+    if state.waiting_for is not None:
+        yield "waiting for", WAITING_FOR[state.waiting_for]
+    start = state.estimated_start_at
+    yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
+
+
 def _result_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
     result = state.result
     assert result is not None
     if result.worker:
         yield "worker", _worker(state).removeprefix("on ")
     if result.started_at is not None:
-        yield "started", clock(result.started_at, now)
+        last = " (its last run)" if state.runs > 1 else ""
+        yield "started", clock(result.started_at, now) + last
     if result.finished_at is not None:
         yield "finished", clock(result.finished_at, now)
-    ran = _ran(state, now)
+    ran = ran_s(state, now)
     if ran is not None:
-        yield "ran", f"{span(ran)} of {span(result.duration_s)} asked"
+        yield "ran", f"{span(ran)} of {span(result.duration_s)} asked{over(state)}"
     if result.tflops is not None:
         yield "TFLOP/s", f"{result.tflops:.1f}"
     yield from _outcome_rows(result)
@@ -261,10 +260,10 @@ def shown_output(output: object) -> str:
 def _where(state: TaskStatus, now: float) -> str:
     if state.status is Status.PENDING:
         return waiting(state, now)
-    ran = _ran(state, now)
+    ran = ran_words(state, now)
     where = _worker(state).removeprefix("on ")  # the column says where
-    if ran is not None:
-        where += f", {'ran' if state.status.terminal else 'running'} {span(ran)}"
+    if ran:
+        where += f", {ran}"
     if state.error:
         where += f"  {one_line(state.error)}"
     return where.strip(", ")
