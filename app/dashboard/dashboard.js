@@ -8,7 +8,8 @@
 //
 // Live updates: EventSource cannot send headers, so each live job's stream is read with
 // fetch() and a ReadableStream, and the text/event-stream format is parsed here. A stream's
-// unnamed events are the job's statuses; its named ones its progress and its log lines.
+// unnamed events are the job's statuses; its named ones its progress, its log lines and its
+// preemptions.
 
 "use strict";
 
@@ -371,6 +372,13 @@
       render(job);
     } else if (event.name === "log") {
       streamedLines(job, data);
+    } else if (event.name === "preempted") {
+      // {preemptions, seconds, ran_s}: its run yielded its GPU and it waits again (its
+      // PENDING status, with its place, follows at once)
+      const told = { status: "PENDING", position: null, result: null };
+      if (Number.isInteger(data.preemptions)) told.preemptions = data.preemptions;
+      if (Number.isFinite(data.ran_s)) told.ran_s = data.ran_s;
+      update(owner, job, told);
     } else if (event.name === "message" && data.task_id === job.data.task_id) {
       update(owner, job, data);
       return TERMINAL.has(data.status);
@@ -473,7 +481,8 @@
       submitted: cell(row, "", "submitted"),
       waited: cell(row, "num", "waited"),
       ran: cell(row, "num", "ran"),
-      attempts: cell(row, "num", "attempts"),
+      runs: cell(row, "num", "runs"),
+      preempted: cell(row, "num", "preempted"),
       actions: cell(row, "", "actions"),
     };
     const cancel = document.createElement("button");
@@ -552,11 +561,30 @@
     return Number.isInteger(r.gpu_id) ? `${r.worker} · GPU ${r.gpu_id}` : String(r.worker);
   }
 
+  // The seconds its runs ran, as its bill counts them: those of its earlier runs and its
+  // last once ended (ran_s), and the time since a run under way started.
   function ranText(d, r) {
-    if (!Number.isFinite(r.started_at)) return "";
-    if (Number.isFinite(r.finished_at)) return seconds(r.finished_at - r.started_at);
-    if (d.status !== "STARTED") return "";
-    return `${seconds(now() - r.started_at)} of ${seconds(r.duration_s)}`;
+    const before = Number.isFinite(d.ran_s) ? d.ran_s : 0;
+    if (d.status === "STARTED" && Number.isFinite(r.started_at)) {
+      return `${seconds(before + now() - r.started_at)} of ${seconds(r.duration_s)}`;
+    }
+    if (d.runs > 0) return seconds(before) + (d.status === "PENDING" ? " so far" : "");
+    if (!Number.isFinite(r.started_at) || !Number.isFinite(r.finished_at)) return "";
+    return seconds(r.finished_at - r.started_at); // a run its bill does not count
+  }
+
+  // Its runs that its bill counts (a status from before they were counted: its attempts).
+  function runsText(d) {
+    if (Number.isInteger(d.runs)) {
+      return d.runs > 0 || d.status !== "PENDING" ? String(d.runs) : "";
+    }
+    return Number.isInteger(d.attempts) ? String(d.attempts) : "";
+  }
+
+  function preemptedText(d) {
+    if (!(d.preemptions > 0)) return "";
+    const tense = d.status === "PENDING" ? "resumes" : "resumed";
+    return TERMINAL.has(d.status) ? String(d.preemptions) : `${d.preemptions} · ${tense}`;
   }
 
   function render(job) {
@@ -591,7 +619,11 @@
         : "";
     c.ran.textContent = ranText(d, r);
     c.ran.title = Number.isFinite(r.tflops) ? `${r.tflops.toFixed(1)} TFLOP/s` : "";
-    c.attempts.textContent = Number.isInteger(d.attempts) ? String(d.attempts) : "";
+    c.runs.textContent = runsText(d);
+    c.runs.title = Number.isInteger(d.attempts) ? `${d.attempts} started (lost ones too)` : "";
+    c.preempted.textContent = preemptedText(d);
+    const times = d.preemptions === 1 ? "once" : `${d.preemptions} times`;
+    c.preempted.title = d.preemptions > 0 ? `its run yielded its GPU ${times} to a job owed one` : "";
     job.cancel.hidden = !live;
     if (!live || d.cancel_requested) job.cancel.disabled = true;
     if (job.details && !job.details.hidden) renderArtifacts(job);
@@ -1001,13 +1033,17 @@
         row.dataset.queue = String(queue.name);
         cell(row, "", "name").textContent = String(queue.name);
         cell(row, "num", "queued").textContent = String(queue.queued ?? "");
+        cell(row, "num", "held").textContent = String(queue.held_by_limit ?? "");
         cell(row, "num", "in-flight").textContent = String(queue.in_flight ?? "");
         cell(row, "num", "workers").textContent = String(queue.workers ?? "");
         const lag = Number(queue.fairness_lag_s);
         cell(row, "num", "lag").textContent = Number.isFinite(lag) ? seconds(lag) : "";
         const top = cell(row, "mono", "top");
         top.textContent = (queue.top_accounts || [])
-          .map((entry) => `${String(entry.user_id).slice(0, 8)}: ${entry.queued}`)
+          .map((entry) => {
+            const held = entry.held_by_limit > 0 ? ` (${entry.held_by_limit} held)` : "";
+            return `${String(entry.user_id).slice(0, 8)}: ${entry.queued}${held}`;
+          })
           .join(", ");
         top.title = (queue.top_accounts || []).map((entry) => String(entry.user_id)).join("\n");
         const stats = queue.stats && typeof queue.stats === "object" ? queue.stats : {};

@@ -249,6 +249,10 @@ def test_dashboard_follows_jobs_live_cancels_bills_and_shows_queues_to_admins(
     expect(page.locator('#queues-body tr[data-queue="long"] [data-col="in-flight"]')).to_have_text(
         "1", timeout=WAIT_MS
     )
+    # No limit holds a job back: the queues say so (a held one is counted there, and its row says
+    # why it waits: tests/dashboard/test_page_script.py)
+    expect(page.locator('#queues-body tr[data-queue="long"] [data-col="held"]')).to_have_text("0")
+    expect(running.locator('[data-col="runs"]')).to_have_text("1")
 
     assert page.evaluate("() => window.stillTheSamePage") is True  # never reloaded
     shot = page.screenshot(path=tmp_path / "dashboard.png", full_page=True)
