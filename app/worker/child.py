@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from app.models import ChildReplacement
+from app.worker import reaper, watchdog
 from app.worker.calls import (
     After,
     Call,
@@ -93,6 +94,7 @@ class JobChild:
         # that the worker would then wait on forever (an Event's would).
         self._cancel = self._mp.RawValue(ctypes.c_bool, False)
         self._preempt = self._mp.RawValue(ctypes.c_bool, False)  # ctx.preempted: yield the GPU
+        self._stop_by = watchdog.shared_deadline(self._mp)  # the run's lease: see must_stop_by
         self._dir: Path | None = None
         self._process: Any = None  # a SpawnProcess; typeshed does not name it
         self._conn: Connection | None = None
@@ -101,11 +103,17 @@ class JobChild:
         self._spawned = 0
         self._jobs_run = 0  # by the current child
         self._broken: str | None = None
+        self._below: set[int] = set()  # the running job's processes, as last seen
 
     def broken(self) -> str | None:
         """Why the device is unusable, once a fresh child that replaced one for a device error
         failed its probe too (the job that broke it has its end); None while it works."""
         return self._broken
+
+    def must_stop_by(self, at: float) -> None:
+        """The running job must have stopped by `at` (time.monotonic()) unless told a later
+        time: the child's watchdog stops the run and itself then (app/worker/watchdog.py)."""
+        self._stop_by.value = at
 
     @property
     def pid(self) -> int | None:
@@ -147,6 +155,7 @@ class JobChild:
         try:
             self._conn.send(call)
             ended, replied = self._await_end(call, asks, watch)
+            self._below = set()  # (a child that replied killed its job's processes itself)
             watch.finish()  # the last lines, written before the reply (or the kill)
             if replied:
                 self._jobs_run += 1
@@ -187,7 +196,9 @@ class JobChild:
             path.touch(0o600)  # there before the child writes: the parent may tail it at once
         ours, theirs = self._mp.Pipe()
         paths = [str(path) for path in self._outputs.values()]
-        spec = ChildSpec(self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes)
+        spec = ChildSpec(
+            self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes, self._stop_by
+        )
         args = (theirs, self._cancel, spec, self._preempt)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
         process.start()
@@ -236,6 +247,7 @@ class JobChild:
                 if replied and watch.began_at is not None:
                     ended = stop.overran(ended, call.budget_s, self._tolerance)
                 return ended, replied
+            self._below = reaper.descendants(self._process.pid)  # for a crash: its orphans
             now = time.monotonic()
             self._ask(call, stop, asks, watch, now)
             setup_overrun = watch.began_at is None and now >= setup_deadline
@@ -395,17 +407,21 @@ class JobChild:
         return files
 
     def _stop_child(self) -> None:
-        """SIGTERM the child, SIGKILL it after kill_grace_s, reap it, drop its pipe and files (a
-        job's tail keeps its files open until it is done with them)."""
+        """SIGKILL the job's processes, SIGTERM the child, SIGKILL it after kill_grace_s, reap
+        it, drop its pipe and files (a job's tail keeps its files open until it is done with
+        them). A child that died by itself leaves its job's processes as last seen to kill."""
         process, self._process, self._ready = self._process, None, False
+        below, self._below = self._below, set()  # a dead child's, as last seen
         if process is not None:
-            if process.is_alive():
+            if process.is_alive():  # the job's processes first, while the child holds them
+                below = reaper.kill_below(process.pid)
                 process.terminate()
                 process.join(self._kill_grace)
             if process.is_alive():
                 process.kill()
             process.join()
             process.close()
+        reaper.kill_trees(below)  # and whatever they started meanwhile, orphaned now
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -39,8 +39,10 @@ from app.jobs import (
     load_registry,
 )
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
+from app.worker import reaper
 from app.worker.calls import After, Call, EndKind, Reply, last_lines
 from app.worker.probe import DeviceProbe, NoDeviceProbe
+from app.worker.watchdog import Watchdog
 
 PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
 
@@ -56,6 +58,8 @@ class ChildSpec:
     output_paths: list[str]
     probe: DeviceProbe
     leak_limit: int | None = None
+    #: the shared double of app/worker/watchdog.py: by when a running job must have stopped
+    lease_deadline: Any = None
 
 
 def child_main(
@@ -70,6 +74,7 @@ def child_main(
     faulthandler.enable(all_threads=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the worker's to handle
     folder = Path(spec.output_paths[0]).parent
+    reaper.become_subreaper()  # what a job starts stays below the child, however it detaches
     _exit_with_parent(folder)
     try:
         registry = load_registry(spec.modules)
@@ -82,7 +87,8 @@ def child_main(
         return
     jobs, device = Jobs(registry, spec.probe), _device(spec.gpu_id)
     jobs.baseline = spec.probe.release()
-    pipe = _Pipe(conn)
+    pipe, processes = _Pipe(conn), reaper.Sweeper()
+    lease = Watchdog(spec.lease_deadline).start()  # a run whose lease lapses stops
     pipe.send(("ready", None))
     while True:
         try:
@@ -90,16 +96,21 @@ def child_main(
         except EOFError:
             _await_orphaning(folder)
             return
-        began = _began(pipe, call.task_id)
+        processes.sweep()  # what an earlier job's lingering thread started
+        began = _began(pipe, call.task_id, processes)
+        lease.running = True
         reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began)
+        lease.running = False
+        processes.sweep()  # the run's processes end with it
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # the job's last words are in the files before the parent hears
         pipe.send(reply)
         pipe.send(jobs.after(spec.leak_limit))
 
 
-def _began(pipe: _Pipe, task_id: str) -> Callable[[], None]:
+def _began(pipe: _Pipe, task_id: str, processes: reaper.Sweeper) -> Callable[[], None]:
     def began() -> None:
+        processes.began()  # the processes setup() started are the child's, not the job's
         pipe.send(("began", task_id))
 
     return began
@@ -190,8 +201,9 @@ def _await_orphaning(folder: Path) -> None:
 
 
 def _orphaned(folder: Path) -> None:
-    """Remove the child's folder (output files, job folders) that the dead worker can no longer
-    delete, and exit."""
+    """End the job's processes, remove the child's folder (output files, job folders) that the
+    dead worker can no longer delete, and exit."""
+    reaper.kill_below(os.getpid())
     shutil.rmtree(folder, ignore_errors=True)
     os._exit(1)
 

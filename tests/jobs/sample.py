@@ -231,3 +231,58 @@ def finisher(ctx: JobContext, inp: Seconds) -> Ran:
     while time.monotonic() < end and not ctx.preempted:
         time.sleep(STEP_S)  # the job's work is to take its time
     return Ran(ran=inp.seconds)
+
+
+class Detach(BaseModel):
+    path: str  # the file the detached process keeps appending to
+    then: Literal["return", "exit", "hang"] = "return"
+
+
+class Detached(BaseModel):
+    pid: int
+
+
+@job(name="detacher", queue="short", max_duration_s=30, description="Leaves a daemon behind.")
+def detacher(ctx: JobContext, inp: Detach) -> Detached:
+    """Starts a process in a session of its own by a double fork (a daemon: its parent exits, so
+    it is nobody's child), which appends a line to inp.path every STEP_S forever; then returns
+    its pid, exits the child (after printing it) or hangs, ignoring any ask."""
+    pid = _daemon(inp.path)
+    print(f"detached {pid}", flush=True)
+    if inp.then == "exit":
+        time.sleep(1.0)  # the worker has seen the daemon below its child by now
+        os._exit(3)
+    while inp.then == "hang":
+        time.sleep(STEP_S)  # the job's work is to take its time
+    return Detached(pid=pid)
+
+
+def _daemon(path: str) -> int:
+    """A double-forked process in a new session that appends to path; its pid."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.close(read)
+            os.setsid()
+            daemon = os.fork()
+            if daemon == 0:
+                os.close(write)  # the job reads the pid until every writer is gone
+                _append_forever(path)
+            os.write(write, str(daemon).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(middle, 0)
+    with os.fdopen(read) as said:
+        return int(said.read())
+
+
+def _append_forever(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        while True:
+            os.write(fd, b"still here\n")
+            time.sleep(STEP_S)  # its work: to write, again and again
+    finally:
+        os._exit(0)
