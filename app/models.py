@@ -229,8 +229,9 @@ class TaskStatus(BaseModel):
     result: JobResult | None = None
     kind: Kind
     attempts: int = Field(
-        description="runs started so far, the one under way included: those preempted and "
-        "those lost with their worker too (MAX_ATTEMPTS counts the runs not preempted)"
+        description="runs started so far, the one under way included, preempted ones and those "
+        "lost with their worker too (a run a stopping worker hands back is not counted); "
+        "MAX_ATTEMPTS limits those not preempted"
     )
     preemptions: int = Field(0, description="times a run of it yielded its GPU to a job owed one")
     runs: int = Field(
