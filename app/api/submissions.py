@@ -86,8 +86,8 @@ async def checked_submission(
     body: EnqueueRequest | TypedEnqueueRequest, job_types: Registry, settings: Settings
 ) -> Submission:
     """submission(), its webhook checked too: a 422 when its URL is not an http(s) one, when this
-    deployment sends none, or when its host does not resolve to public addresses only (unless
-    WEBHOOK_ALLOW_PRIVATE)."""
+    deployment sends none, or when its host is an address (or a localhost name) that is not a
+    public one (unless WEBHOOK_ALLOW_PRIVATE); a name is resolved by the sender, not here."""
     job = submission(body, job_types, settings)
     if job.webhook is not None:
         await _check_webhook(job.webhook, settings)
@@ -105,8 +105,8 @@ async def _check_webhook(url: str, settings: Settings) -> None:
             "webhooks_disabled",
             "this deployment sends no webhooks (its WEBHOOK_SECRET is not set)",
         )
-    try:
-        await destination.check(url, settings.webhook_allow_private)
+    try:  # no DNS here: the sender resolves the name before each attempt (destination.py)
+        destination.at_submit(url, settings.webhook_allow_private)
     except destination.RefusedError as exc:
         raise _invalid(("webhook",), exc.kind, exc.reason) from None
 

@@ -1,11 +1,17 @@
 """Where a webhook may go: an http(s) URL whose host resolves to public addresses only, unless
-WEBHOOK_ALLOW_PRIVATE. The API checks it at submit (a 422) and the sender again before each
-delivery, which then connects to the very addresses it checked: a name that resolves elsewhere
-by then cannot point a delivery inside the network.
+WEBHOOK_ALLOW_PRIVATE. The API checks what it can without DNS at submit (a 422): the URL's form,
+and a host given as an address or a localhost name. The sender resolves the name before each
+delivery, checks every address, and connects to the very addresses it checked: a name that
+resolves elsewhere by then cannot point a delivery inside the network.
+
+Names are resolved at delivery only, never at submit: otherwise the API would be a DNS client of
+whatever names a client (or a fuzzer) makes up, held up to RESOLVE_TIMEOUT_S by each, and its
+422s ("does not resolve", "a private address") an oracle of the internal DNS.
 
     parse(url)                   the URL, or RefusedError (scheme, host, port, credentials)
     blocked(address)             why an address is not a public one, or None
-    await check(url, private)    a Destination: the URL and its checked addresses
+    at_submit(url, private)      the URL, or RefusedError: its form, and a literal host's address
+    await check(url, private)    a Destination: the URL and its checked addresses (at delivery)
 """
 
 from __future__ import annotations
@@ -152,6 +158,28 @@ def _literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
+
+
+def at_submit(url: str, allow_private: bool) -> httpx.URL:
+    """What the API checks of a webhook URL, without resolving its host: parse(), and, unless
+    allow_private, that a host given as an address, or a name that is loopback by definition
+    (localhost, *.localhost: RFC 6761), is a public one. The reasons name no part of the URL: a
+    422 never says a submitted value back."""
+    parsed = parse(url)
+    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
+    literal = _literal(host)
+    if allow_private:
+        return parsed
+    if host == "localhost" or host.endswith(".localhost"):
+        why: str | None = "loopback"
+    else:
+        why = None if literal is None else blocked(literal)
+    if why is not None:
+        raise RefusedError(
+            f"the webhook's host is a {why} address: webhooks go to public addresses only",
+            "webhook_address",
+        )
+    return parsed
 
 
 def blocked(address: IPAddress) -> str | None:

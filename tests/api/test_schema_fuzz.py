@@ -74,10 +74,11 @@ NOT_APPLICABLE = {
 
 
 #: The 422s of a submit that the schema calls valid which only the deployment can decide (see
-#: NOT_APPLICABLE): an unknown or unavailable type, webhooks off, a webhook host that does not
-#: resolve or is not public. Errors under the body's `input` are its type's (GET /job-types).
+#: NOT_APPLICABLE): an unknown or unavailable type, webhooks off, a webhook host given as an
+#: address that is not public (a name is resolved at delivery only, never at submit). Errors
+#: under the body's `input` are its type's (GET /job-types).
 BEYOND_THE_SCHEMA = frozenset(
-    {"job_type", "job_type_unavailable", "webhooks_disabled", "webhook_host", "webhook_address"}
+    {"job_type", "job_type_unavailable", "webhooks_disabled", "webhook_address"}
 )
 OVER_THE_LIMIT = "duration_s must be at most "
 #: A job whose GPU-seconds pass its account's max_held_gpu_seconds (an admin's PATCH may set it).

@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from app.webhooks.destination import RefusedError, blocked, check, parse
+from app.webhooks.destination import RefusedError, at_submit, blocked, check, parse
 
 PUBLIC = "93.184.215.14"
 
@@ -175,6 +175,33 @@ def test_every_address_of_the_host_must_be_public_unless_private_ones_are_allowe
 
     allowed = asyncio.run(check("http://localhost:8080/hook", allow_private=True))
     assert all(a.is_loopback for a in allowed.addresses)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:8080/hook", "loopback"),
+        ("http://LOCALHOST./hook", "loopback"),
+        ("http://a.b.localhost/hook", "loopback"),
+        ("http://[::ffff:10.1.2.3]/hook", "private"),
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ],
+)
+def test_at_submit_an_address_that_is_not_public_is_refused_without_naming_it(
+    url: str, why: str
+) -> None:
+    with pytest.raises(RefusedError) as refused:
+        at_submit(url, allow_private=False)
+    assert refused.value.kind == "webhook_address"
+    assert refused.value.reason == (
+        f"the webhook's host is a {why} address: webhooks go to public addresses only"
+    )
+    assert at_submit(url, allow_private=True) == parse(url)
+
+
+def test_at_submit_a_name_is_not_resolved() -> None:
+    # check() refuses it (below): at_submit never asks DNS, so it cannot tell
+    assert str(at_submit("https://no-such-host.invalid/hook", allow_private=False))
 
 
 def test_a_host_that_does_not_resolve_is_refused() -> None:

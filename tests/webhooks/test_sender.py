@@ -118,6 +118,24 @@ async def test_a_cancelled_queued_job_and_a_failed_job_get_their_webhooks(
     assert ends[failed]["error"] == "ValueError: boom"
 
 
+async def test_a_name_that_resolves_to_loopback_is_refused_at_each_attempt(
+    jobs: Jobs, receiver: Receiver, start_sender: Start, r: redis.Redis, tmp_path: Path
+) -> None:
+    # The API resolves no name at submit: the sender's own check is what keeps a delivery out
+    # of the network, at every attempt.
+    start_sender(WEBHOOK_ALLOW_PRIVATE="false", WEBHOOK_MAX_ATTEMPTS="2")
+    named = receiver.url.replace("127.0.0.1", "localhost")
+    job_id = await jobs.create(named)
+    await jobs.store.revoke(job_id)
+
+    wait_for(lambda: counted(r, "webhooks_given_up", 1), what="the webhook given up")
+
+    assert receiver.deliveries == []
+    assert int(r.hget(METRICS, "webhooks_failed") or 0) == 2
+    log = (tmp_path / "webhooks0.log").read_text()
+    assert "the webhook's host localhost is at 127.0.0.1, a loopback address" in log
+
+
 async def test_a_receiver_that_keeps_failing_is_given_up_after_the_last_attempt(
     jobs: Jobs, start_sender: Start, r: redis.Redis
 ) -> None:
