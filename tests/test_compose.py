@@ -197,6 +197,34 @@ def test_no_service_starts_without_a_profile(services):
     assert all(svc.get("profiles") for svc in services.values())
 
 
+#: A command in the docs: an inline code span (which may wrap over lines) or a code block's line.
+DOC_CODE = re.compile(r"```[^\n]*\n(.*?)```|`([^`]+)`", re.S)
+
+
+def compose_commands_in_docs() -> list[tuple[str, str]]:
+    """Every `docker compose` command in README.md and docs/*.md: (file, command)."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block, span in DOC_CODE.findall(doc.read_text()):
+            lines = block.splitlines() if block else [" ".join(span.split())]
+            for line in lines:
+                at = line.find("docker compose")
+                if at >= 0:
+                    found.append((doc.name, line[at:].split("#")[0].strip()))
+    return found
+
+
+def test_every_compose_command_in_the_docs_names_a_profile(services):
+    # every service is in a profile (above): a command without one acts on none of them
+    commands = compose_commands_in_docs()
+    assert len(commands) > 10
+    profiles = {p for svc in services.values() for p in svc["profiles"]}
+    for doc, command in commands:
+        named = re.findall(r"--profile (\S+)", command)
+        assert named, f"{doc}: {command}"
+        assert set(named) <= profiles | {"..."}, f"{doc}: {command}"
+
+
 def test_every_dependency_is_enabled_by_the_profiles_of_its_dependant(services):
     for name, svc in services.items():
         for dependency in svc.get("depends_on", {}):
