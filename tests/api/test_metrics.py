@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -432,3 +433,18 @@ async def test_a_foreign_heartbeat_entry_breaks_neither_metrics_nor_status(
     assert value(await scrape(api), "fairgpu_workers", queue="short") == 0
     response = await api.client.get(f"/task-status/{task_id}", headers=KEY)
     assert response.status_code == 200, response.text
+
+
+async def test_every_metric_the_docs_name_is_one_the_api_serves(api: Api) -> None:
+    # A counter is queried as <name>_total (the exposition's name), never by its family's name.
+    text = (await api.client.get("/metrics")).text
+    served: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ["_total"], "histogram": ["", "_bucket", "_sum", "_count"]}
+        served |= {family.name + suffix for suffix in suffixes.get(family.type, [""])}
+    root = Path(__file__).resolve().parents[2]
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    docs += sorted((root / "deploy").rglob("*.y*ml"))
+    for doc in docs:
+        named = set(re.findall(r"\bfairgpu_[a-z_]+[a-z]", doc.read_text()))
+        assert named <= served, f"{doc.name}: {sorted(named - served)}"
