@@ -159,7 +159,7 @@ class JobRecorder:
         self._ttl = settings.job_ttl_s
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
-        names = ("start", "finish", "preempt", "progress", "log", "requeue")
+        names = ("start", "finish", "preempt", "progress", "log", "requeue", "began")
         self._scripts = Scripts(client, *names)
         #: Replicas that must have a run's end before the API processes hear of it (WAIT).
         self._replicas = settings.min_replicas
@@ -258,6 +258,11 @@ class JobRecorder:
         """Add the bytes of a job's stored artifacts to the metric artifact_bytes."""
         if size > 0:
             self.redis.hincrby(METRICS, "artifact_bytes", size)
+
+    def began(self, job_id: str, token: str) -> bool:
+        """The run's job has begun (its type set up): its started_at is now, by Redis's clock;
+        False when this run no longer holds the job."""
+        return bool(self._scripts.run("began", [job_key(job_id)], [job_id, token]))
 
     def progress(self, job_id: str, token: str, fraction: float, message: str) -> bool:
         """Record the running job's latest progress (the hash's `progress`, and a `progress`

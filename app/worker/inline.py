@@ -52,6 +52,7 @@ class InlineExecutor:
         def clock_starts() -> None:
             nonlocal began
             began = time.monotonic()
+            events.began()
 
         def stopped() -> bool:
             now = time.monotonic()

@@ -33,9 +33,14 @@ class LogLine(NamedTuple):
 
 
 class JobEvents(Protocol):
-    """Told what a running job says. An executor calls lines() once per poll, with the lines
-    since the last call (possibly none, so that a throttled receiver can send what it held
-    back), and progress() with the job's latest progress."""
+    """Told what a running job says. An executor calls began() once the job's type is set up
+    (its clock starts), lines() once per poll, with the lines since the last call (possibly
+    none, so that a throttled receiver can send what it held back), and progress() with the
+    job's latest progress."""
+
+    def began(self) -> None:
+        """The job has begun: its run starts now."""
+        ...
 
     def lines(self, batch: list[LogLine]) -> None:
         """New lines, in order within each stream."""
@@ -48,6 +53,9 @@ class JobEvents(Protocol):
 
 class NoEvents:
     """A JobEvents that ignores everything (a run nobody follows)."""
+
+    def began(self) -> None:
+        """Ignored."""
 
     def lines(self, batch: list[LogLine]) -> None:
         """Ignored."""
@@ -180,6 +188,7 @@ class JobWatch:
         match message:
             case ("began", self._task_id):
                 self.began_at = time.monotonic()
+                self._events.began()
             case ("log", self._task_id, float(at), str(text)):
                 self._lines += lines_of("log", text, at)
             case ("progress", self._task_id, float(fraction), str(text)):

@@ -51,6 +51,11 @@ class LiveReports:
         self._stale = False  # another run holds the job: write nothing more
         self._warned = False
 
+    def began(self) -> None:
+        """Record that the job began: its started_at is now (not when the run's lease was
+        taken, which may have waited for a fresh child's start)."""
+        self._write(partial(self._recorder.began, self._job_id, self._token))
+
     def lines(self, batch: list[LogLine]) -> None:
         """Write the batch to the log stream, with a log event when one is due."""
         self._held.extend(batch)

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 from app.jobs import JobContext, job
 
 STEP_S = 0.05  # how often the looping jobs look at the clock (and polite at its cancel)
+#: when this module was imported: a child imports it before it says it is ready for jobs
+IMPORTED_AT = time.time()
 #: setup() calls of `counted` in this process: a fresh child starts again at 0
 setups = 0
 shaky_setups = 0  # and of `shaky`, whose first setup fails
@@ -286,3 +288,13 @@ def _append_forever(path: str) -> None:
             time.sleep(STEP_S)  # its work: to write, again and again
     finally:
         os._exit(0)
+
+
+class Imported(BaseModel):
+    imported_at: float
+    pid: int
+
+
+@job(name="imported", queue="short", max_duration_s=30, description="Says when its child started.")
+def imported(ctx: JobContext, inp: Nothing) -> Imported:
+    return Imported(imported_at=IMPORTED_AT, pid=os.getpid())

@@ -48,6 +48,10 @@ class Heard:
     def __init__(self) -> None:
         self.said: list[LogLine] = []
         self.reported: list[tuple[float, str]] = []
+        self.begun = 0
+
+    def began(self) -> None:
+        self.begun += 1
 
     def lines(self, batch: list[LogLine]) -> None:
         self.said += batch
