@@ -135,6 +135,7 @@ class JobChild:
         preempt_grace_s to end its run before it is stopped. What the job says goes to events,
         once per poll. The Ended names the job's output folder: the caller deletes it. Its
         seconds count from the end of the type's setup() to the child's reply."""
+        late = not self._ready  # the job waits for a child's start: nobody's run time
         self.start()
         assert self._conn is not None
         assert self._dir is not None
@@ -143,7 +144,7 @@ class JobChild:
             None if call.checkpoint_dir else tempfile.mkdtemp(prefix="checkpoint-", dir=self._dir)
         )
         call = replace(call, output_dir=str(folder), checkpoint_dir=scratch or call.checkpoint_dir)
-        watch = JobWatch(call.task_id, events, OutputTail(self._tails_from_here()))
+        watch = JobWatch(call.task_id, events, OutputTail(self._tails_from_here()), late=late)
         self._cancel.value = self._preempt.value = False
         asks = _Asks(should_stop, should_yield if call.preemptible else never)
         try:

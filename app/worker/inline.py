@@ -52,7 +52,8 @@ class InlineExecutor:
         def clock_starts() -> None:
             nonlocal began
             began = time.monotonic()
-            events.began()
+            if self._jobs.set_up:
+                events.began()  # its type's setup() ran first: the job began later than its run
 
         def stopped() -> bool:
             now = time.monotonic()

@@ -93,7 +93,7 @@ def child_main(
             _await_orphaning(folder)
             return
         processes.sweep()  # what an earlier job's lingering thread started
-        began = _began(pipe, call.task_id, processes)
+        began = _began(pipe, call.task_id, processes, jobs)
         reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began)
         processes.sweep()  # the run's processes end with it
         for stream in (sys.stdout, sys.stderr):
@@ -102,10 +102,10 @@ def child_main(
         pipe.send(jobs.after(spec.leak_limit))
 
 
-def _began(pipe: _Pipe, task_id: str, processes: reaper.Sweeper) -> Callable[[], None]:
+def _began(pipe: _Pipe, task_id: str, processes: reaper.Sweeper, jobs: Jobs) -> Callable[[], None]:
     def began() -> None:
         processes.began()  # the processes setup() started are the child's, not the job's
-        pipe.send(("began", task_id))
+        pipe.send(("began", task_id, jobs.set_up))
 
     return began
 
@@ -224,11 +224,14 @@ class Jobs:
         self.runnables: dict[str, Runnable] = {}
         #: GPU bytes held after the last setup(): what a job may not leave behind
         self.baseline: int | None = None
+        #: whether the call in hand ran its type's setup() (its job began that much later)
+        self.set_up = False
 
     def run(self, call: Call, ctx: JobContext, began: Callable[[], None] = lambda: None) -> Reply:
         """Run the call's job and say how it ended. began() is called once the type is set up,
         when the job's own time starts; a job that never got there ends `setup` (its type's
         setup() failed) or `exception` (its type or input is wrong) without calling it."""
+        self.set_up = False
         try:
             job_type, runnable, inp = self._prepare(call, ctx)
         except Exception as exc:
@@ -296,6 +299,7 @@ class Jobs:
                 why = f"setup() of {job_type.name!r} failed: {_describe(exc, job_type)}"
                 raise _SetupError(why) from exc
             self.runnables[job_type.name] = runnable
+            self.set_up = True
             self.baseline = self._held()
         return job_type, runnable, inp
 

@@ -33,13 +33,14 @@ class LogLine(NamedTuple):
 
 
 class JobEvents(Protocol):
-    """Told what a running job says. An executor calls began() once the job's type is set up
-    (its clock starts), lines() once per poll, with the lines since the last call (possibly
-    none, so that a throttled receiver can send what it held back), and progress() with the
-    job's latest progress."""
+    """Told what a running job says. An executor calls began() when the job began later than
+    its run's start said (it waited for a fresh child, or its type's setup() ran first),
+    lines() once per poll, with the lines since the last call (possibly none, so that a
+    throttled receiver can send what it held back), and progress() with the job's latest
+    progress."""
 
     def began(self) -> None:
-        """The job has begun: its run starts now."""
+        """The job has begun, later than its run's start said: its run starts now."""
         ...
 
     def lines(self, batch: list[LogLine]) -> None:
@@ -166,8 +167,12 @@ class JobWatch:
     the pipe, and the lines of the child's stdout and stderr; flushed to the JobEvents once per
     poll."""
 
-    def __init__(self, task_id: str, events: JobEvents, tail: OutputTail) -> None:
+    def __init__(
+        self, task_id: str, events: JobEvents, tail: OutputTail, *, late: bool = False
+    ) -> None:
         self._task_id, self._events, self._tail = task_id, events, tail
+        #: whether the job waited for its child's start: it begins later than its lease
+        self.late = late
         self._lines: list[LogLine] = []
         self._progress: tuple[float, str] | None = None
         self._finished = False
@@ -186,9 +191,10 @@ class JobWatch:
     def take(self, message: object) -> None:
         """A message of the job's (one of another job's lingering threads is dropped)."""
         match message:
-            case ("began", self._task_id):
+            case ("began", self._task_id, bool(set_up)):
                 self.began_at = time.monotonic()
-                self._events.began()
+                if set_up or self.late:
+                    self._events.began()  # the job began later than its run's lease said
             case ("log", self._task_id, float(at), str(text)):
                 self._lines += lines_of("log", text, at)
             case ("progress", self._task_id, float(fraction), str(text)):

@@ -133,6 +133,19 @@ def test_setup_runs_once_per_child(child: JobChild) -> None:
     assert seen == [{"setups": 1, "pid": child.pid}] * 3
 
 
+def test_only_a_job_that_began_late_says_when_it_began(
+    make_child: Callable[..., JobChild],
+) -> None:
+    # the runner rewrites started_at then: after setup() ran, or after a fresh child's start
+    child = make_child()
+    told = [Heard() for _ in range(3)]
+    for heard in told[:2]:
+        assert child.run(call("counted"), never, heard).end == "success"
+    child.close()  # the next run waits for a fresh child
+    assert child.run(call("echo", {"text": "x"}), never, told[2]).end == "success"
+    assert [heard.begun for heard in told] == [1, 0, 1]
+
+
 def test_a_failed_setup_ends_setup_and_is_tried_again(child: JobChild) -> None:
     first = child.run(call("shaky"), never)
     assert first.end == "setup"
