@@ -110,6 +110,7 @@ async def test_the_stale_run_writes_nothing_to_the_job_s_record(
     end = RunEnd(job_id=JOB, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=5.0)
     assert not recorder.record_end(token, end)
     assert not recorder.progress(JOB, token, 0.5, "half")
+    assert not recorder.began(JOB, token)  # nor move its started_at
     assert not recorder.preempted(JOB, token, 5.0, charge)
     assert job(r) == before
     assert not q.ack(JOB, token)
