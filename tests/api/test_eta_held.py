@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from app.api.live import held
 from app.api.live.held import Walk, start_at
 from app.store.keys import WORKERS
 from tests.api.conftest import Api
@@ -53,6 +54,27 @@ async def test_held_jobs_of_a_max_running_1_account_start_one_after_another(
     for before, after, seconds in zip(starts, starts[1:], durations[1:], strict=False):
         assert isinstance(before, float) and isinstance(after, float)
         assert after >= before + seconds, (starts, durations)
+
+
+async def test_a_job_further_back_than_the_walk_is_told_the_mean_of_those_read(
+    api: Api, worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a walk of 2, the fourth held job of 5 s is not read one by one: it is told three
+    more runs of 5 s after the first held one's start, as the walk would have found."""
+    monkeypatch.setattr(held, "WALK", 2)
+    patched = await api.client.patch(
+        f"/admin/accounts/{SECOND}", json={"max_running": 1}, headers=KEY
+    )
+    assert patched.status_code == 200, patched.text
+    ids = [await submit(api, 5.0) for _ in range(5)]
+    worker.start(ids[0], worker.lease())
+    idle = {"queues": ["short"], "seen": time.time(), "busy_until": None}
+    worker.client.hset(WORKERS, "cpu9@test", json.dumps(idle))
+    starts = [(await status(api, task_id))["estimated_start_at"] for task_id in ids[1:]]
+    assert all(isinstance(s, float) for s in starts), starts
+    first, *_, last = starts
+    assert isinstance(first, float) and isinstance(last, float)
+    assert last == pytest.approx(first + 3 * 5.0, abs=0.01)
 
 
 def test_a_held_job_starts_when_the_one_ahead_of_it_ends() -> None:
