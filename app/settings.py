@@ -217,6 +217,9 @@ class Settings(BaseSettings):
     max_artifact_bytes: int = Field(
         1 << 30, gt=0, description="artifacts one job may leave; more ends it as FAILURE"
     )
+    max_checkpoint_bytes: int = Field(
+        1 << 30, gt=0, description="the checkpoint a run may leave; more ends it as FAILURE"
+    )
     webhook_secret: SecretStr | None = Field(
         None, description="whsec_<base64>: signs webhooks (Standard Webhooks); unset: no webhooks"
     )

@@ -377,7 +377,7 @@ def test_the_periodic_sweep_removes_checkpoints_of_jobs_whose_records_are_gone(
     checkpoints = Checkpoints(LocalArtifacts(tmp_path / "a"))
     expired, waiting, recent = (str(uuid.uuid4()) for _ in range(3))
     for job_id in (expired, waiting, recent):
-        checkpoints.keep(job_id, checkpoints.open(job_id))
+        checkpoints.keep(job_id, checkpoints.open(job_id, "token-1"))
     # The waiting job, preempted long ago, still has its record: its next run resumes from it.
     service.recorder.redis.hset(job_key(waiting), "status", "PENDING")
     kept_s = settings.job_ttl_s + settings.max_long_s + settings.timeout_grace_s

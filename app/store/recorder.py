@@ -55,6 +55,9 @@ class Started:
     preemptions: int = 0
     ran_s: float = 0.0
     preemptible: bool = False
+    #: The time.monotonic() at which the call that leased (and started) it was sent, where the
+    #: worker knows it (app/worker/lease.py): its lease runs from no sooner.
+    leased_at: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,13 +25,15 @@ class Delivery(NamedTuple):
 
 
 class Taken(NamedTuple):
-    """An item a trigger's run leased, the queue it came from (see serve_together), and what
-    that queue's hooks' `lease` returned for it (None without hooks, or in a retry's run: see
-    hooks.py)."""
+    """An item a trigger's run leased, the queue it came from (see serve_together), what that
+    queue's hooks' `lease` returned for it (None without hooks, or in a retry's run: see
+    hooks.py), and the time.monotonic() at which the call that leased it was sent (None: not
+    known): its lease cannot expire before that time plus the lease's length."""
 
     queue: VTRRQueue
     delivery: Delivery
     hooked: Any = None
+    leased_at: float | None = None
 
 
 def delivery_of(lease: Lease | None) -> Delivery | None:

@@ -81,7 +81,10 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
     the run, and the task's after_return acks it or keeps its lease, as without drain. Returns
     the item's result when one ran, and {"drained": [item ids], "result": the last result}
     when several did (Flower shows it)."""
-    taken = vtrr._resume_held(held) if held else _leased(vtrr, step(vtrr._order(), consumes=vtrr))
+    sent = time.monotonic()
+    taken = (
+        vtrr._resume_held(held) if held else _leased(vtrr, step(vtrr._order(), consumes=vtrr), sent)
+    )
     drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
     deadline = time.monotonic() + vtrr.drain_max_s
     ran: list[str] = []
@@ -96,7 +99,7 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
 
 def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
     """Run one leased item under the trigger's run."""
-    source, delivery, hooked = taken
+    source, delivery, hooked, leased_at = taken
     # self.request.vtrr_* tell the function which item and lease it runs under, and vtrr_queue
     # the queue that holds the lease. A retry re-sends request.kwargs: this one names the lease
     # and its queue, not the item's data.
@@ -106,6 +109,7 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
         vtrr_task_id=delivery.task_id,
         vtrr_token=delivery.token,
         vtrr_hooked=hooked,
+        vtrr_leased_at=leased_at,
         kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
     )
     return source._call(task, delivery)
@@ -119,18 +123,20 @@ def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:
     end = ending(task)
     queue, delivery = taken.queue, taken.delivery
     ended = Ending(queue, delivery.task_id, delivery.token, end.args, end.used_weight)
+    sent = time.monotonic()
     if vtrr.replicas:
         stepped = _replicated_end(vtrr, ended)
     else:
         stepped = _patiently(
             partial(step, vtrr._order(), ending=ended, lease_from=None if more else 0)
         )
-    vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, kwargs={})
+    vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, vtrr_leased_at=None, kwargs={})
     if end.then is not None:
         end.then(stepped.done)
     if more and vtrr.replicas:  # the end is on the replicas: now the next
+        sent = time.monotonic()
         stepped = _patiently(partial(step, vtrr._order()))
-    return _leased(vtrr, stepped) if more else None
+    return _leased(vtrr, stepped, sent) if more else None
 
 
 def _patiently(call: Callable[[], Stepped]) -> Stepped:
@@ -166,10 +172,13 @@ def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
     return stepped
 
 
-def _leased(vtrr: VTRRQueue, stepped: Stepped) -> Taken | None:
-    """The item a step leased; serve_together's policy hears where it came from."""
+def _leased(vtrr: VTRRQueue, stepped: Stepped, sent: float) -> Taken | None:
+    """The item a step sent at `sent` leased; serve_together's policy hears where it came
+    from."""
     source = vtrr._peers.get(stepped.queue.name) if stepped.queue else None
     if vtrr._policy is not None:
         vtrr._policy.took(source, stepped.queued)
     delivery = delivery_of(stepped.lease)
-    return None if source is None or delivery is None else Taken(source, delivery, stepped.hooked)
+    if source is None or delivery is None:
+        return None
+    return Taken(source, delivery, stepped.hooked, sent)

@@ -12,12 +12,15 @@ LEASE_KWARG = "_vtrr_lease"
 
 class HeldLease(NamedTuple):
     """The lease the current run of a @vtrr.task holds; `hooked` is what its queue's hooks'
-    `lease` returned for it (None without hooks, or in a retry's run: see app/vtrr/hooks.py)."""
+    `lease` returned for it (None without hooks, or in a retry's run: see app/vtrr/hooks.py);
+    `leased_at` the time.monotonic() at which the call that leased it was sent (None where not
+    known: a retry's run), before which plus the lease's length it cannot expire."""
 
     task_id: str
     token: str
     timeouts: int
     hooked: Any = None
+    leased_at: float | None = None
 
 
 def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
@@ -28,4 +31,10 @@ def held_lease(task: Task) -> HeldLease | None:  # type: ignore[type-arg]
     if task_id is None:
         return None
     held = vars(request)  # set by the task's run (see _celery_task)
-    return HeldLease(task_id, held["vtrr_token"], held["vtrr_timeouts"], held.get("vtrr_hooked"))
+    return HeldLease(
+        task_id,
+        held["vtrr_token"],
+        held["vtrr_timeouts"],
+        held.get("vtrr_hooked"),
+        held.get("vtrr_leased_at"),
+    )

@@ -90,7 +90,7 @@ MANY_QUEUES = "*queues"
 NO_HOOKS = "return {}"
 #: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2):
 #: those that reclaim call `reclaimed`.
-HOOKED = frozenset({"enqueue", "step", "dequeue", "reclaim"})
+HOOKED = frozenset({"enqueue", "step", "dequeue", "ack_lease", "reclaim"})
 _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -112,7 +112,8 @@ class Service:
             outcome = self.runner.run(kind, job_id, lease.token)
             self._run_owed(self.runner)
             return outcome
-        ran = self.runner.run_started(kind, job_id, lease.token, started_of(lease.hooked))
+        started = replace(started_of(lease.hooked), leased_at=lease.leased_at)
+        ran = self.runner.run_started(kind, job_id, lease.token, started)
         if ran.end is None:
             end_with(task, used_weight=ran.used_weight)
             self._run_owed(self.runner)

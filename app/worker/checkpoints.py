@@ -1,15 +1,28 @@
-"""A job's checkpoint folder (ctx.checkpoint_dir): it belongs to the job, not to one run, so what
-a run leaves in it is there at the next run's start, kept where the artifacts are (app/artifacts.py)
+"""A job's checkpoint (ctx.checkpoint_dir): it belongs to the job, not to one run, so what a
+run leaves in it is there at the next run's start, kept where the artifacts are (app/artifacts.py)
 but apart from them: never listed, served or counted against MAX_ARTIFACT_BYTES.
 
-    local   ARTIFACTS_DIR/checkpoints/<job id>/, used in place by every run
+    local   ARTIFACTS_DIR/checkpoints/<job id>/<n>-<lease token>/: each run writes a copy of its
+            own, the n-th of the job, named by its lease token, made at its start from the
+            newest copy (open) and used in place; once a run has ended, keep() removes the
+            copies older than its own
     S3      prefix/checkpoints/<job id>/<name>: open() downloads them into a fresh temporary
-            folder, keep() uploads what the folder holds when the run has ended, deletes the
-            objects it no longer holds, and removes the folder
+            folder, keep() uploads what the folder holds when the run has ended (if its lease
+            still held: a run that lost it uploads nothing), deletes the objects it no longer
+            holds, and removes the folder
 
-A run killed with its worker never reaches keep(): S3 still holds the previous run's checkpoint,
-a local folder whatever the killed run wrote. The service's sweep removes a checkpoint once its
-job's record is gone (Service.sweep_checkpoints). Every method blocks.
+So a checkpoint is written by one run at a time: a stale run (its worker frozen or cut off, its
+job rerun elsewhere) writes only its own copy, never the one its rerun reads. The newest copy is
+the one a run starts from: the copy of the run that started last, which began as a copy of the
+newest before it, so no progress a run checkpointed is thrown away. Every copy there is complete
+when a run starts: runs of one job never overlap (a run that cannot renew its lease stops before
+it lapses: app/worker/watchdog.py), and a job writes each file whole (write, then rename:
+docs/jobs.md), so a lost run's copy holds whole files up to its last write and counts as any.
+A copy that cannot be read (replaced by a link) is passed over for the one before it.
+
+A run that leaves more than MAX_CHECKPOINT_BYTES fails (CheckpointTooBigError), and its copy is
+removed. The service removes a job's checkpoint at the job's end (forget), and its sweep removes
+any left once the job's record is gone (Service.sweep_checkpoints). Every method blocks.
 
 What is kept is regular files, in folders. Anything else (a link, wherever it leads; a FIFO; a
 name check_name refuses) is refused: removed from the folder, and named by the CheckpointError
@@ -19,13 +32,11 @@ that keep() raises once the rest is kept, so that both stores end holding the sa
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from app.artifacts import (
     CHECKPOINTS,
-    MAX_NAME,
     ArtifactStore,
     BadNameError,
     LocalArtifacts,
@@ -33,10 +44,12 @@ from app.artifacts import (
     open_artifacts,
 )
 from app.settings import Settings
+from app.worker import copies
+from app.worker.copies import discard as _discard
+from app.worker.copies import survey as _survey
 from app.worker.outputs import open_file
 
-#: A folder, opened where it is: a link in its place is an error (ELOOP), not followed.
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLDER = copies.FOLDER
 #: The refused names a CheckpointError spells out; the rest are counted.
 _NAMED = 5
 #: Bytes read at a time from a stored file.
@@ -48,23 +61,23 @@ class CheckpointError(Exception):
     (a link, `..`), files of another kind, a folder replaced by a link. The message says which."""
 
 
+class CheckpointTooBigError(CheckpointError):
+    """A run left more than MAX_CHECKPOINT_BYTES in its checkpoint: nothing of it was kept."""
+
+
 class Checkpoints:
     """The jobs' checkpoint folders, kept by an artifact store: in place in a local folder, or
     copied to and from S3 around each run."""
 
-    def __init__(self, store: ArtifactStore) -> None:
+    def __init__(self, store: ArtifactStore, max_bytes: int | None = None) -> None:
         self.area = store.within(CHECKPOINTS)
+        self.max_bytes = max_bytes  # MAX_CHECKPOINT_BYTES; None: no bound
 
-    def open(self, job_id: str) -> Path:
-        """An existing folder on this host that holds what the job's last run left in its own
+    def open(self, job_id: str, token: str) -> Path:
+        """An existing folder on this host, the run's own, that holds what the job's runs left
         (empty for its first run); keep() it once the run has ended, whatever its end."""
         if isinstance(self.area, LocalArtifacts):
-            folder = self.area.folder(job_id)
-            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-                _discard(folder)
-            folder.mkdir(parents=True, exist_ok=True)
-            os.utime(folder)  # the sweep's clock: nested writes would not change the folder's
-            return folder.absolute()
+            return copies.start(self.area.folder(job_id), token)
         folder = Path(tempfile.mkdtemp(prefix="fairgpu-checkpoint-"))
         try:
             for name in self.area.names(job_id):
@@ -74,12 +87,17 @@ class Checkpoints:
             raise
         return folder
 
-    def keep(self, job_id: str, folder: Path) -> None:
+    def keep(self, job_id: str, folder: Path, *, held: bool = True) -> None:
         """Make the job's checkpoint what the folder holds now (subfolders too); then an S3
-        folder is removed. CheckpointError names what was refused, after the rest is kept."""
+        folder is removed. `held`: whether the run still held its lease (S3 keeps nothing of a
+        run that may have lost it: its rerun owns the checkpoint). CheckpointError names what
+        was refused, after the rest is kept; CheckpointTooBigError says nothing was."""
         in_place = isinstance(self.area, LocalArtifacts)
         try:
-            refused = self._keep(job_id, folder, in_place)
+            refused = self._keep(job_id, folder, in_place) if in_place or held else []
+        except CheckpointTooBigError:
+            _discard(folder)
+            raise
         finally:
             if not in_place:
                 _discard(folder)
@@ -107,8 +125,9 @@ class Checkpoints:
         try:
             if root is not None:
                 _survey(root, "", kept, refused)
+                self._bound(job_id, root, kept)
                 if in_place:
-                    os.utime(root)
+                    copies.kept(folder)
                 else:
                     kept = self._upload(job_id, root, kept)
         finally:
@@ -118,6 +137,17 @@ class Checkpoints:
             stale = set(self.area.names(job_id)) - set(kept)
             self.area.remove(job_id, sorted(stale))
         return refused
+
+    def _bound(self, job_id: str, root: int, names: list[str]) -> None:
+        """CheckpointTooBigError when the files come to more than max_bytes."""
+        if self.max_bytes is None:
+            return
+        total = sum(copies.size_of(root, name) for name in names)
+        if total > self.max_bytes:
+            raise CheckpointTooBigError(
+                f"the job left {total} bytes in ctx.checkpoint_dir, over the limit of "
+                f"{self.max_bytes} bytes (MAX_CHECKPOINT_BYTES)"
+            )
 
     def _upload(self, job_id: str, root: int, names: list[str]) -> list[str]:
         """Put each file, read without following a link at any level; the names put."""
@@ -147,46 +177,5 @@ class Checkpoints:
 
 
 def open_checkpoints(settings: Settings) -> Checkpoints:
-    """The checkpoints kept by the artifact store the settings name."""
-    return Checkpoints(open_artifacts(settings))
-
-
-def _survey(folder: int, prefix: str, kept: list[str], refused: list[str]) -> None:
-    """Add the regular files under `folder` (a descriptor) to `kept`, by name; remove every
-    other entry, adding it to `refused`. No link is followed."""
-    dropped: list[tuple[str, bool]] = []
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            name = prefix + entry.name
-            if entry.is_dir(follow_symlinks=False) and len(name) < MAX_NAME:
-                inner = os.open(entry.name, _FOLDER, dir_fd=folder)
-                try:
-                    _survey(inner, name + "/", kept, refused)
-                finally:
-                    os.close(inner)
-            elif entry.is_file(follow_symlinks=False) and _fits(name):
-                kept.append(name)
-            else:
-                refused.append(name)
-                dropped.append((entry.name, entry.is_dir(follow_symlinks=False)))
-    for base, is_folder in dropped:  # a folder nested too deep for any name, or anything else
-        if is_folder:
-            shutil.rmtree(base, dir_fd=folder, ignore_errors=True)
-        else:
-            os.unlink(base, dir_fd=folder)
-
-
-def _fits(name: str) -> bool:
-    try:
-        check_name(name)
-    except BadNameError:
-        return False
-    return True
-
-
-def _discard(path: Path) -> None:
-    """Remove a folder, or the link or file in its place."""
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+    """The checkpoints kept by the artifact store the settings name, bounded as they say."""
+    return Checkpoints(open_artifacts(settings), settings.max_checkpoint_bytes)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from app.models import ChildReplacement
-from app.worker import reaper
+from app.worker import reaper, watchdog
 from app.worker.calls import (
     After,
     Call,
@@ -94,6 +94,7 @@ class JobChild:
         # that the worker would then wait on forever (an Event's would).
         self._cancel = self._mp.RawValue(ctypes.c_bool, False)
         self._preempt = self._mp.RawValue(ctypes.c_bool, False)  # ctx.preempted: yield the GPU
+        self._stop_by = watchdog.shared_deadline(self._mp)  # the run's lease: see must_stop_by
         self._dir: Path | None = None
         self._process: Any = None  # a SpawnProcess; typeshed does not name it
         self._conn: Connection | None = None
@@ -108,6 +109,11 @@ class JobChild:
         """Why the device is unusable, once a fresh child that replaced one for a device error
         failed its probe too (the job that broke it has its end); None while it works."""
         return self._broken
+
+    def must_stop_by(self, at: float) -> None:
+        """The running job must have stopped by `at` (time.monotonic()) unless told a later
+        time: the child's watchdog stops the run and itself then (app/worker/watchdog.py)."""
+        self._stop_by.value = at
 
     @property
     def pid(self) -> int | None:
@@ -191,7 +197,9 @@ class JobChild:
             path.touch(0o600)  # there before the child writes: the parent may tail it at once
         ours, theirs = self._mp.Pipe()
         paths = [str(path) for path in self._outputs.values()]
-        spec = ChildSpec(self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes)
+        spec = ChildSpec(
+            self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes, self._stop_by
+        )
         args = (theirs, self._cancel, spec, self._preempt)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")
         process.start()

@@ -92,6 +92,10 @@ class InlineExecutor:
             ended = stop.overran(ended, call.budget_s, self.tolerance_s)
         return replace(ended, output_dir=folder)
 
+    def must_stop_by(self, at: float) -> None:
+        """Nothing to watch: the job runs in the worker's own process, which a freeze or a kill
+        stops with it."""
+
     def broken(self) -> str | None:
         """Never: there is no device to check."""
         return None

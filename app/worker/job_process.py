@@ -42,6 +42,7 @@ from app.jobs.registry import JobType, Registry, RegistryError, Runnable
 from app.worker import reaper
 from app.worker.calls import After, Call, EndKind, Reply, last_lines
 from app.worker.probe import DeviceProbe, NoDeviceProbe
+from app.worker.watchdog import Watchdog
 
 PARENT_EXIT_S = 5.0  # how long a child whose pipe closed waits to see the worker gone
 
@@ -57,6 +58,8 @@ class ChildSpec:
     output_paths: list[str]
     probe: DeviceProbe
     leak_limit: int | None = None
+    #: the shared double of app/worker/watchdog.py: by when a running job must have stopped
+    lease_deadline: Any = None
 
 
 def child_main(
@@ -85,6 +88,7 @@ def child_main(
     jobs, device = Jobs(registry, spec.probe), _device(spec.gpu_id)
     jobs.baseline = spec.probe.release()
     pipe, processes = _Pipe(conn), reaper.Sweeper()
+    lease = Watchdog(spec.lease_deadline).start()  # a run whose lease lapses stops
     pipe.send(("ready", None))
     while True:
         try:
@@ -94,7 +98,9 @@ def child_main(
             return
         processes.sweep()  # what an earlier job's lingering thread started
         began = _began(pipe, call.task_id, processes, jobs)
+        lease.running = True
         reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began)
+        lease.running = False
         processes.sweep()  # the run's processes end with it
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # the job's last words are in the files before the parent hears

@@ -41,6 +41,7 @@ from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, ne
 from app.worker.child import JobChild
 from app.worker.ends import RunEnds, internal
 from app.worker.hygiene import ChildLimits
+from app.worker.lease import LeaseLapsedError, RunLease
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
 from app.worker.presence import JobRun
@@ -78,6 +79,11 @@ class Executor(Protocol):
 
     def broken(self) -> str | None:
         """Why its device is unusable for any further job, or None."""
+        ...
+
+    def must_stop_by(self, at: float) -> None:
+        """The running job must have stopped by `at` (time.monotonic()) unless told a later
+        time: its lease may lapse then (app/worker/lease.py)."""
         ...
 
     def close(self) -> None:
@@ -158,6 +164,8 @@ class JobRunner:
         self._current = (job_id, heard)
         try:
             ended = self._execute(kind, job_id, token, started, heard)
+        except LeaseLapsedError:
+            return Ran("lease lapsed: the job runs again", None)
         except ChildStartError as exc:  # no job can run here (DeviceBrokenError: the device)
             why = _why_broken(exc)
             log.error(
@@ -227,7 +235,7 @@ class JobRunner:
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
     ) -> Ended:
-        folder = self.yields.checkpoint(job_id, started)
+        folder = self.yields.checkpoint(job_id, token, started)
         call = Call(
             job_id,
             started.type,
@@ -242,17 +250,20 @@ class JobRunner:
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
-        with Heartbeat(self.queues[kind], job_id, token, every=every) as beat:
+        lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
+        with Heartbeat(self.queues[kind], job_id, token, every, lease.renewed) as beat:
             marked = partial(self.recorder.cancel_requested, job_id)
             stop = StopCheck(beat, heard, marked, every)
             should_yield = self.yields.should_yield(job_id, started, every)
             try:
+                lease.start(started.leased_at)  # the child's watchdog stops a run not renewed
                 ended = self.executor.run(call, stop, reports, should_yield)
             except ChildStartError:
                 raise
             except Exception as exc:  # the executor's own failure: the job must end all the same
                 ended = internal(job_id, Ended("internal", 0.0), exc)
-            self.yields.keep(job_id, folder)
+            ended = self.yields.keep(job_id, folder, ended, held=not lease.lapsed())
+            lease.check(ended)  # LeaseLapsedError: stopped for its lease, the job back in line
             return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
 
     def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from app.store.keys import MOVES
 from app.vtrr import NotReplicatedError, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker.calls import Ended, never
-from app.worker.checkpoints import Checkpoints
+from app.worker.checkpoints import Checkpoints, CheckpointTooBigError
 from app.worker.ends import RunEnds
 from app.worker.preemption import answered
 from app.worker.stops import StopListener, YieldCheck
@@ -58,7 +59,7 @@ class Yields:
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.ends, self.stops = ends, stops
-        self.checkpoints = Checkpoints(artifacts)
+        self.checkpoints = Checkpoints(artifacts, settings.max_checkpoint_bytes)
         self._ask: YieldCheck | None = None  # the run in hand's, if preemptible
         self._owed: tuple[str, Kind] | None = None  # the job the last run yielded to
 
@@ -81,10 +82,11 @@ class Yields:
         )
         return Ended("timeout", 0.0, error=error)
 
-    def checkpoint(self, job_id: str, started: Started) -> Path | None:
-        """The job's checkpoint folder, as its last run left it; None for a job that is not
-        preemptible (its context gets a scratch folder)."""
-        return self.checkpoints.open(job_id) if started.preemptible else None
+    def checkpoint(self, job_id: str, token: str, started: Started) -> Path | None:
+        """The run's own checkpoint folder (named by its lease token, where the store is a
+        folder), holding what the job's last runs left; None for a job that is not preemptible
+        (its context gets a scratch folder)."""
+        return self.checkpoints.open(job_id, token) if started.preemptible else None
 
     def should_yield(self, job_id: str, started: Started, every: float) -> Callable[[], bool]:
         """The run's ask check (read again at each heartbeat, `every`); never, for a job that is
@@ -96,17 +98,30 @@ class Yields:
         self._ask = YieldCheck(self.redis, job_id, heard, every)
         return self._ask
 
-    def keep(self, job_id: str, folder: Path | None) -> None:
-        """Store what the run left in its checkpoint folder, for the next run. A store that
-        fails is logged, not the run's end: the next run resumes from the checkpoint before,
-        as after a lost worker."""
+    def keep(self, job_id: str, folder: Path | None, ended: Ended, *, held: bool) -> Ended:
+        """Store what the run left in its checkpoint folder, for the next run (`held`: whether
+        it still held its lease). A run that left more than MAX_CHECKPOINT_BYTES fails, as one
+        that leaves too many artifacts does; a store that fails otherwise is logged, not the
+        run's end: the next run resumes from the checkpoint before, as after a lost worker."""
         if folder is None:
-            return
+            return ended
         try:
-            self.checkpoints.keep(job_id, folder)
+            self.checkpoints.keep(job_id, folder, held=held)
+        except CheckpointTooBigError as exc:
+            return replace(ended, end="exception", output=None, error=str(exc))
         except Exception:
             log.warning(
                 "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
+            )
+        return ended
+
+    def forget(self, job_id: str) -> None:
+        """The job has ended: its checkpoint goes (the sweep removes any a failure here left)."""
+        try:
+            self.checkpoints.forget(job_id)
+        except Exception:
+            log.warning(
+                "the job's checkpoint was not removed", exc_info=True, extra={"task_id": job_id}
             )
 
     def settle(

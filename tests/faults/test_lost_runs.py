@@ -4,15 +4,24 @@ account limited to one running job never shows two."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.artifacts import CHECKPOINTS
 from app.store.keys import events_key, job_key
+from app.worker import copies, reaper
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, USER_OF, Faults, wait_for
+from tests.jobs.sample import STEP_FILE
+
+SAMPLE = "tests.jobs.sample"
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -105,3 +114,90 @@ def test_an_account_limited_to_one_running_job_never_shows_two_when_its_worker_d
     second_at = float(faults.status(OTHER_KEY, second)["result"]["started_at"])
     assert rerun_at < second_at  # the lost job first: its turn had come
     assert sorted(faults.billed_ids(OTHER_KEY)) == sorted([first, second])
+
+
+def submit_typed(faults: Faults, job_type: str, inp: dict[str, Any], duration_s: float) -> str:
+    reply = faults.call(
+        "POST",
+        "/enqueue-task",
+        DEMO_KEY,
+        json={"type": job_type, "input": inp, "duration_s": duration_s},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["task_id"])
+
+
+def job_child(worker_pid: int) -> int:
+    """The pid of a worker's warm child (spawned by multiprocessing)."""
+    [pid] = [
+        pid
+        for pid in reaper.children(worker_pid)
+        if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    return pid
+
+
+def alive(pid: int) -> bool:
+    """Whether the process is there and not a zombie (a frozen parent cannot reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def step_of(copy: Path) -> int | None:
+    """The next step a run's checkpoint copy says to take (None: none written yet)."""
+    try:
+        return int(json.loads((copy / STEP_FILE).read_text())["next"])
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_frozen_worker_s_run_stops_before_its_rerun_starts_and_writes_nothing_on_waking(
+    make_faults: Callable[..., Faults],
+) -> None:
+    """SIGSTOP the worker of a preemptible job that checkpoints: its child stops the run
+    before the lease lapses (the watchdog), the rerun elsewhere resumes from that run's
+    checkpoint in a copy of its own, and the thawed worker writes nothing to the job's record."""
+    faults = make_faults(workers=2, job_modules=[SAMPLE])
+    task_id = submit_typed(faults, "checkpointed", {"steps": 160}, duration_s=30)
+    first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
+    victim = short_name(first["result"]["worker"])
+    frozen = faults.stack.workers[victim]
+    root = faults.stack.workdir / "artifacts" / CHECKPOINTS / task_id
+    wait_for(lambda: copies.runs(root) and step_of(copies.runs(root)[0][1]), what="a checkpoint")
+    child = job_child(frozen.pid)
+    os.kill(frozen.pid, signal.SIGSTOP)  # its child runs on: only its watchdog can stop it
+    try:
+        rerun = wait_for(
+            lambda: (
+                (s := faults.status(DEMO_KEY, task_id))["attempts"] == 2
+                and s["status"] == "STARTED"
+                and s
+            ),
+            timeout=30,
+            what="the rerun on the other worker",
+        )
+        assert not alive(child)  # the stale run was gone when its rerun was seen running
+        (_, stale), (_, ours) = copies.runs(root)
+        stale_step, stale_written = step_of(stale), (stale / STEP_FILE).stat().st_mtime
+        assert stale_written < float(rerun["result"]["started_at"])
+        wait_for(lambda: (step_of(ours) or 0) > (stale_step or 0), what="the rerun's steps")
+        assert step_of(stale) == stale_step  # never written again: the copies do not mix
+        assert (stale / STEP_FILE).stat().st_mtime == stale_written
+        done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="its end")
+        settled = faults.job(task_id)
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert (done["status"], done["attempts"]) == ("SUCCESS", 2)
+    assert done["result"]["output"]["resumed_at"] == stale_step  # from the lost run's checkpoint
+    wait_for(
+        lambda: "lease lapsed" in faults.stack.log_of(victim),
+        timeout=20,
+        what="the thawed worker to give the run up",
+    )
+    assert faults.job(task_id) == settled  # the stale worker wrote nothing
+    assert faults.billed_ids(DEMO_KEY) == [task_id]
+    assert frozen.poll() is None  # the thawed worker lives on

@@ -156,11 +156,12 @@ def lapse(q: VTRRQueue, task_id: str, token: str) -> None:
 def test_reclaimed_hears_of_each_lapsed_lease_in_whichever_call_reclaims_it(
     r: redis.Redis,
 ) -> None:
-    """The periodic reclaim, a dequeue and a step each put a lapsed item back in line and
-    tell the hook, in the same call, with the token that lapsed (not the next one's)."""
+    """The periodic reclaim, a dequeue, an ack_and_lease and a step each put a lapsed item back
+    in line and tell the hook, in the same call, with the token that lapsed (not the next
+    one's)."""
     q = queue(r)
-    q.enqueue("p", [Item(PAYLOAD, id=task_id) for task_id in "abc"])
-    leases = {lease.task_id: lease for lease in (q.dequeue(), q.dequeue(), q.dequeue()) if lease}
+    q.enqueue("p", [Item(PAYLOAD, id=task_id) for task_id in "abcd"])
+    leases = {lease.task_id: lease for lease in [q.dequeue() for _ in range(4)] if lease}
     lapse(q, "a", leases["a"].token)
     assert q.reclaim() == 1
     lapse(q, "b", leases["b"].token)
@@ -168,9 +169,12 @@ def test_reclaimed_hears_of_each_lapsed_lease_in_whichever_call_reclaims_it(
     lapse(q, "c", leases["c"].token)
     stepped = step([q])  # a step reclaims too
     assert stepped.lease is not None
+    lapse(q, "d", leases["d"].token)
+    acked, following = q.ack_and_lease("none", "none")  # acks nothing, reclaims, leases
+    assert not acked and following is not None
     told = r.lrange("hooked:reclaimed", 0, -1)
-    assert told == [f"{task_id} {leases[task_id].token}" for task_id in "abc"]
-    assert q.stats()["reclaimed"] == 3
+    assert told == [f"{task_id} {leases[task_id].token}" for task_id in "abcd"]
+    assert q.stats()["reclaimed"] == 4
 
 
 def test_without_a_reclaimed_hook_a_reclaim_tells_nobody(r: redis.Redis) -> None:

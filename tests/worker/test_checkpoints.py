@@ -5,6 +5,8 @@ runner: open() at a run's start, files written as a job would, keep() at its end
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +15,12 @@ import pytest
 
 from app.artifacts import CHECKPOINTS, ArtifactStore, LocalArtifacts, S3Artifacts
 from app.settings import Settings
-from app.worker.checkpoints import CheckpointError, Checkpoints, open_checkpoints
+from app.worker.checkpoints import (
+    CheckpointError,
+    Checkpoints,
+    CheckpointTooBigError,
+    open_checkpoints,
+)
 from tests.s3_server import new_bucket
 from tests.support import FIXTURES
 
@@ -30,18 +37,28 @@ def files(folder: Path) -> dict[str, bytes]:
     }
 
 
-def run(checkpoints: Checkpoints, job_id: str, write: dict[str, bytes]) -> dict[str, bytes]:
-    """One run: what it found in its checkpoint, having written `write` there before it ended
-    (an empty value deletes the file)."""
-    folder = checkpoints.open(job_id)
-    found = files(folder)
-    for name, content in write.items():
+def token() -> str:
+    """A fresh lease token, as the fair queue makes them."""
+    return secrets.token_hex(16)
+
+
+def write(folder: Path, files: dict[str, bytes]) -> None:
+    """Write files as a job would (an empty value deletes the file)."""
+    for name, content in files.items():
         path = folder / name
         if content:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
         else:
             path.unlink()
+
+
+def run(checkpoints: Checkpoints, job_id: str, written: dict[str, bytes]) -> dict[str, bytes]:
+    """One run: what it found in its checkpoint, having written `written` there before it
+    ended (an empty value deletes the file)."""
+    folder = checkpoints.open(job_id, token())
+    found = files(folder)
+    write(folder, written)
     checkpoints.keep(job_id, folder)
     return found
 
@@ -66,7 +83,7 @@ def checkpoints(store: ArtifactStore) -> Checkpoints:
 
 # -- both stores alike ----------------------------------------------------------------------------
 def test_a_first_run_finds_an_empty_folder(checkpoints: Checkpoints) -> None:
-    folder = checkpoints.open(str(uuid.uuid4()))
+    folder = checkpoints.open(str(uuid.uuid4()), token())
 
     assert folder.is_dir()
     assert list(folder.iterdir()) == []
@@ -119,7 +136,7 @@ def test_a_link_out_of_the_folder_is_refused_and_the_rest_kept(
     job = str(uuid.uuid4())
     secret = tmp_path / "secret"
     secret.write_bytes(b"secret")
-    folder = checkpoints.open(job)
+    folder = checkpoints.open(job, token())
     (folder / "d").mkdir()
     (folder / "d" / "kept.txt").write_bytes(b"kept")
     (folder / "out").symlink_to(secret)
@@ -137,7 +154,7 @@ def test_a_link_out_of_the_folder_is_refused_and_the_rest_kept(
 
 def test_a_name_an_artifact_could_not_have_is_refused(checkpoints: Checkpoints) -> None:
     job = str(uuid.uuid4())
-    folder = checkpoints.open(job)
+    folder = checkpoints.open(job, token())
     (folder / "a\nb").write_bytes(b"x")
     (folder / "fine.txt").write_bytes(b"y")
 
@@ -178,43 +195,89 @@ def test_the_sweep_removes_old_checkpoints_of_jobs_that_are_gone(
     assert run(checkpoints, waiting, {}) == {"a.txt": b"a"}
 
 
+def test_a_run_that_leaves_more_than_max_checkpoint_bytes_fails_and_keeps_nothing(
+    store: ArtifactStore,
+) -> None:
+    checkpoints = Checkpoints(store, max_bytes=100)
+    job = str(uuid.uuid4())
+    run(checkpoints, job, {"a.txt": b"a" * 60})
+    folder = checkpoints.open(job, token())
+    write(folder, {"b.txt": b"b" * 50})  # 110 bytes in all
+
+    with pytest.raises(CheckpointTooBigError, match="MAX_CHECKPOINT_BYTES"):
+        checkpoints.keep(job, folder)
+
+    assert not folder.exists()
+    assert run(checkpoints, job, {}) == {"a.txt": b"a" * 60}  # the last copy kept, not the big one
+
+
 # -- each store's own ----------------------------------------------------------------------------
-def test_a_local_checkpoint_is_one_folder_used_in_place(tmp_path: Path) -> None:
+def test_each_local_run_writes_its_own_copy_named_by_its_lease_token(tmp_path: Path) -> None:
     checkpoints = open_checkpoints(Settings(users_file=FIXTURES, artifacts_dir=tmp_path))
     job = str(uuid.uuid4())
 
-    folder = checkpoints.open(job)
+    folder = checkpoints.open(job, "token-1")
     (folder / "a.txt").write_bytes(b"a")
 
-    assert folder == (tmp_path / CHECKPOINTS / job).absolute()
-    assert checkpoints.open(job) == folder  # a run killed before keep() left its files there
-    assert files(folder) == {"a.txt": b"a"}
+    assert folder == (tmp_path / CHECKPOINTS / job / "1-token-1").absolute()
+    again = checkpoints.open(job, "token-2")  # a run killed before keep() left its files there
+    assert again == (tmp_path / CHECKPOINTS / job / "2-token-2").absolute()
+    assert files(again) == {"a.txt": b"a"}
 
 
-def test_a_local_folder_replaced_by_a_link_is_refused(tmp_path: Path) -> None:
+def test_a_stale_run_s_writes_never_reach_its_rerun_s_checkpoint(tmp_path: Path) -> None:
+    """A run lost with its worker (frozen: never kept) goes on writing its own copy; its rerun
+    started from what it had written, and reads only its own copy, and the next run starts from
+    the rerun's."""
     checkpoints = Checkpoints(LocalArtifacts(tmp_path / "artifacts"))
     job = str(uuid.uuid4())
+    stale = checkpoints.open(job, token())
+    write(stale, {"step.txt": b"10", "model.pt": b"m10"})
+
+    rerun = checkpoints.open(job, token())
+    write(stale, {"step.txt": b"11", "late.txt": b"stale"})  # the stale run, woken
+    assert files(rerun) == {"step.txt": b"10", "model.pt": b"m10"}
+    write(rerun, {"step.txt": b"20", "model.pt": b"m20"})
+    checkpoints.keep(job, rerun)
+
+    assert not stale.exists()  # older than the kept copy: gone
+    assert run(checkpoints, job, {}) == {"step.txt": b"20", "model.pt": b"m20"}
+
+
+def test_no_progress_a_lost_run_checkpointed_is_thrown_away(tmp_path: Path) -> None:
+    checkpoints = Checkpoints(LocalArtifacts(tmp_path / "artifacts"))
+    job = str(uuid.uuid4())
+    run(checkpoints, job, {"step.txt": b"5"})  # a preempted run, kept
+    lost = checkpoints.open(job, token())
+    write(lost, {"step.txt": b"9"})  # then lost: never kept
+
+    assert run(checkpoints, job, {}) == {"step.txt": b"9"}
+
+
+def test_a_local_copy_replaced_by_a_link_is_refused_and_passed_over(tmp_path: Path) -> None:
+    checkpoints = Checkpoints(LocalArtifacts(tmp_path / "artifacts"))
+    job = str(uuid.uuid4())
+    run(checkpoints, job, {"a.txt": b"kept"})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep.txt").write_bytes(b"k")
-    folder = checkpoints.open(job)
-    folder.rmdir()
+    folder = checkpoints.open(job, token())
+    shutil.rmtree(folder)
     folder.symlink_to(elsewhere)
 
     with pytest.raises(CheckpointError, match="replaced"):
         checkpoints.keep(job, folder)
 
-    assert checkpoints.open(job) == folder
-    assert not folder.is_symlink()
-    assert files(folder) == {}
+    assert not folder.is_symlink() and not folder.exists()
     assert files(elsewhere) == {"keep.txt": b"k"}
+    assert run(checkpoints, job, {}) == {"a.txt": b"kept"}
 
 
 def test_s3_keeps_objects_under_the_checkpoints_prefix_and_no_folder(s3: S3Artifacts) -> None:
     checkpoints = Checkpoints(s3)
     job = str(uuid.uuid4())
 
-    folder = checkpoints.open(job)
+    folder = checkpoints.open(job, token())
     (folder / "d").mkdir()
     (folder / "d" / "b.txt").write_bytes(b"b")
     checkpoints.keep(job, folder)
@@ -222,7 +285,7 @@ def test_s3_keeps_objects_under_the_checkpoints_prefix_and_no_folder(s3: S3Artif
     assert not folder.exists()
     listed = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
     assert [o["Key"] for o in listed] == [f"runs/a/{CHECKPOINTS}/{job}/d/b.txt"]
-    assert checkpoints.open(job) != folder  # each run has a fresh folder
+    assert checkpoints.open(job, token()) != folder  # each run has a fresh folder
 
 
 def test_s3_keeps_nothing_of_a_run_that_removed_its_folder(s3: S3Artifacts) -> None:
@@ -230,12 +293,26 @@ def test_s3_keeps_nothing_of_a_run_that_removed_its_folder(s3: S3Artifacts) -> N
     job = str(uuid.uuid4())
     run(checkpoints, job, {"a.txt": b"a"})
 
-    folder = checkpoints.open(job)
+    folder = checkpoints.open(job, token())
     (folder / "a.txt").unlink()
     folder.rmdir()
     checkpoints.keep(job, folder)
 
     assert run(checkpoints, job, {}) == {}
+
+
+def test_s3_keeps_nothing_of_a_run_that_may_have_lost_its_lease(s3: S3Artifacts) -> None:
+    """A stale run that wakes after its rerun began must not overwrite the rerun's checkpoint."""
+    checkpoints = Checkpoints(s3)
+    job = str(uuid.uuid4())
+    run(checkpoints, job, {"a.txt": b"rerun's"})
+    folder = checkpoints.open(job, token())
+    write(folder, {"a.txt": b"stale", "b.txt": b"stale"})
+
+    checkpoints.keep(job, folder, held=False)
+
+    assert not folder.exists()
+    assert run(checkpoints, job, {}) == {"a.txt": b"rerun's"}
 
 
 def test_an_s3_object_whose_name_leaves_the_folder_is_refused(s3: S3Artifacts) -> None:
@@ -245,7 +322,7 @@ def test_an_s3_object_whose_name_leaves_the_folder_is_refused(s3: S3Artifacts) -
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"x")
 
     with pytest.raises(CheckpointError, match="escaped"):
-        checkpoints.open(job)
+        checkpoints.open(job, token())
 
 
 def test_the_settings_name_s3_checkpoints(moto_url: str, s3_env: None, s3_client: S3Client) -> None:

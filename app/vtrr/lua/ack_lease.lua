@@ -7,6 +7,6 @@
 -- Reply: {1 when acked, 0 when the token was stale; then dequeue.lua's reply}
 local acked = ack_item(ARGV[1], ARGV[2])
 local leased = lease_next(tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', ARGV[6] == LAST,
-                          tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == FRONT)
+                          tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9])
 table.insert(leased, 1, acked)
 return leased
