@@ -1,11 +1,14 @@
-"""Wire shapes of the admin API for accounts, keys and the audit log (app/api/routes/accounts.py),
-apart from app/models.py's: what admins send and get back."""
+"""Wire shapes of the admin API, apart from app/models.py's: accounts, keys and the audit log
+(app/api/routes/accounts.py), and the queues and workers (app/api/routes/admin.py): what admins
+send and get back."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.models import Kind
 
 #: An account's id: it names the account in bills, logs and URLs.
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
@@ -121,3 +124,78 @@ class AuditEntry(BaseModel):
     action: str
     target: str = Field(description="the account")
     detail: dict[str, Any]
+
+
+class AccountQueued(BaseModel):
+    """One account's jobs queued in one queue."""
+
+    user_id: str
+    queued: int
+    held_by_limit: int = Field(
+        0,
+        description="of them, those its max_running or max_held_gpu_seconds holds back now "
+        "(0 while its limits let its next job start)",
+    )
+
+
+class QueueView(BaseModel):
+    """One queue, as an operator sees it."""
+
+    name: Kind
+    queued: int
+    in_flight: int
+    workers: int = Field(description="live workers that take jobs from this queue")
+    held_by_limit: int = Field(
+        0,
+        description="of the jobs queued, those their account's max_running or "
+        "max_held_gpu_seconds holds back now: no idle worker takes them until the limit lets "
+        "(fairgpu_jobs_held_by_limit)",
+    )
+    fairness_lag_s: float = Field(
+        description="GPU-seconds that the least-served account with queued jobs is behind the "
+        "most-served one (see docs/operations.md)"
+    )
+    top_accounts: list[AccountQueued] = Field(description="the accounts with most jobs queued")
+    stats: dict[str, int] = Field(description="the fair queue's counters since it was created")
+
+
+class WorkerView(BaseModel):
+    """One worker, as its heartbeat shows it."""
+
+    name: str
+    queues: list[str]
+    last_seen: float = Field(description="its last heartbeat (Unix seconds, Redis's clock)")
+    alive: bool = Field(description="it beat recently and can run jobs")
+    busy_until: float | None = Field(
+        None, description="when its running job should end (Unix seconds); null when idle"
+    )
+    broken: str | None = Field(
+        None,
+        description="why it stopped: its device is unusable (a fresh job child's device probe "
+        "failed); null for a healthy worker",
+    )
+
+
+class QueuesView(BaseModel):
+    """GET /admin/queues."""
+
+    queues: list[QueueView]
+    workers: list[WorkerView] = Field(
+        [], description="every worker heard from in the last day, the broken ones included"
+    )
+
+
+class DropRequest(BaseModel):
+    """POST /admin/queues/{name}/drop: the queue's name again, so that no slip drops a queue."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    confirm: Kind = Field(description="the queue's name, repeated")
+
+
+class DropResult(BaseModel):
+    """What dropping a queue removed."""
+
+    queue: Kind
+    dropped: int = Field(description="jobs that were queued and are now REVOKED, unbilled")
+    stopped: int = Field(description="jobs that were running and are now REVOKED, unbilled")

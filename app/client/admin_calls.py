@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pydantic import TypeAdapter
 
-from app.admin_models import AccountInfo, AuditEntry, IssuedKey, KeyInfo
+from app.admin_models import AccountInfo, AuditEntry, DropResult, IssuedKey, KeyInfo, QueuesView
 from app.client.transport import Transport, segment
-from app.models import DropResult, QueuesView, TaskStatus
+from app.models import TaskStatus
 
 ACCOUNTS = TypeAdapter(list[AccountInfo])
 KEYS = TypeAdapter(list[KeyInfo])

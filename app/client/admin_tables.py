@@ -11,10 +11,16 @@ from typing import Any
 
 from rich.table import Table
 
-from app.admin_models import AccountInfo, AuditEntry, KeyInfo
+from app.admin_models import (
+    AccountInfo,
+    AccountQueued,
+    AuditEntry,
+    KeyInfo,
+    QueuesView,
+    WorkerView,
+)
 from app.client.fit import Cell, Column, fitted_table
 from app.client.words import moment, money
-from app.models import AccountQueued, QueuesView, WorkerView
 
 NONE = "none"
 #: The characters of an account id a table keeps when the whole one does not fit (--json has

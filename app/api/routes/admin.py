@@ -12,24 +12,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.admin_models import (
+    AccountQueued,
+    DropRequest,
+    DropResult,
+    QueuesView,
+    QueueView,
+    WorkerView,
+)
 from app.api import schema
 from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status, json_error
 from app.api.routing import HIDDEN, AdminRoute, Caller, authenticated
 from app.api.runtime import Runtime
-from app.models import (
-    KINDS,
-    AccountQueued,
-    DropRequest,
-    DropResult,
-    ErrorBody,
-    Kind,
-    QueuesView,
-    QueueView,
-    Status,
-    TaskStatus,
-    WorkerView,
-)
+from app.models import KINDS, ErrorBody, Kind, Status, TaskStatus
 from app.store import JobRecord
 from app.store import workers as heartbeats
 from app.store.keys import MOVES, WORKERS
