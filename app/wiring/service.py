@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -27,7 +28,7 @@ from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
 from app.store.keys import job_key
-from app.store.recorder import internal_end
+from app.store.recorder import RunEnd, internal_end
 from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
 from app.vtrr.layout import PARTITION_FRONT
 from app.wiring.celery_app import create_celery
@@ -115,23 +116,29 @@ class Service:
         started = replace(started_of(lease.hooked), leased_at=lease.leased_at)
         ran = self.runner.run_started(kind, job_id, lease.token, started)
         if ran.end is None:
+            if not started.run:  # its lease's start ended it (cancelled, out of attempts)
+                self.forget_checkpoint(job_id)
             end_with(task, used_weight=ran.used_weight)
             self._run_owed(self.runner)
             return ran.outcome
-
-        def recorded(done: Any) -> None:
-            if done:
-                self.recorder.announce(job_id)  # under replicas: once they have the end
-            elif ran.end is not None and ran.end.status is not Status.REVOKED:
-                log.warning("refused: another run owns the job", extra={"task_id": job_id})
-
         try:
             args = self.recorder.end_args(ran.end)
         except Exception:  # the job must end all the same, before its lease is acked
             log.exception("the run's end could not be written out", extra={"task_id": job_id})
             args = self.recorder.end_args(internal_end(ran.end))
+        recorded = partial(self._recorded, job_id, started, ran.end)
         end_with(task, *args, used_weight=ran.used_weight, then=recorded)
         return ran.outcome
+
+    def _recorded(self, job_id: str, started: Started, end: RunEnd, done: Any) -> None:
+        """The step that ended the run has run: `done` is what the hooks' done said (whether
+        the end was recorded)."""
+        if done:
+            self.recorder.announce(job_id)  # under replicas: once they have the end
+            if started.preemptible:
+                self.forget_checkpoint(job_id)  # the job has ended: nobody reads it again
+        elif end.status is not Status.REVOKED:
+            log.warning("refused: another run owns the job", extra={"task_id": job_id})
 
     def _run_owed(self, runner: Runner) -> None:
         """After a run that yielded its GPU (and holds no lease now), run the job it yielded
@@ -163,6 +170,15 @@ class Service:
         except Exception:
             log.warning("the artifact sweep failed", exc_info=True)
             return 0
+
+    def forget_checkpoint(self, job_id: str) -> None:
+        """Remove an ended job's checkpoint (app/worker/checkpoints.py), as the worker that
+        recorded its end or the API that cancelled it waiting does. A store that fails is
+        logged: the sweep removes the checkpoint once the job's record is gone."""
+        try:
+            open_artifacts(self.settings).within(CHECKPOINTS).delete(job_id)
+        except Exception:
+            log.warning("a checkpoint was not removed", exc_info=True, extra={"task_id": job_id})
 
     def sweep_checkpoints(self, older_than_s: float) -> int:
         """Remove the checkpoints (app/worker/checkpoints.py) that are as old as the artifacts

@@ -41,7 +41,7 @@ from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, ne
 from app.worker.child import JobChild
 from app.worker.ends import RunEnds, internal
 from app.worker.hygiene import ChildLimits
-from app.worker.lease import LeaseLapsedError, RunLease
+from app.worker.lease import LeaseLapsedError, RunLease, Watched
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
 from app.worker.presence import JobRun
@@ -57,9 +57,9 @@ log = logging.getLogger(__name__)
 FINISH_PATIENCE_S = 30.0
 
 
-class Executor(Protocol):
+class Executor(Watched, Protocol):
     """Runs one job to its end: the warm child process (JobChild), or in tests the worker's own
-    process (app/worker/inline.py)."""
+    process (app/worker/inline.py); told by when the run must have stopped (Watched)."""
 
     def start(self) -> None:
         """Get ready to run jobs (start the child process)."""
@@ -79,11 +79,6 @@ class Executor(Protocol):
 
     def broken(self) -> str | None:
         """Why its device is unusable for any further job, or None."""
-        ...
-
-    def must_stop_by(self, at: float) -> None:
-        """The running job must have stopped by `at` (time.monotonic()) unless told a later
-        time: its lease may lapse then (app/worker/lease.py)."""
         ...
 
     def close(self) -> None:
@@ -138,11 +133,14 @@ class JobRunner:
         test's); returns what happened (for the worker's log)."""
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
         ran = self.run_started(kind, job_id, token, started)
+        ended = not started.run  # start.lua ended it (cancelled, out of attempts), or it had
         if ran.end is not None:
             who = {"task_id": job_id, "account": started.owner, "queue": kind}
-            recorded = self._finish(who, partial(self.recorder.record_end, token, ran.end))
-            if not recorded and ran.end.status is not Status.REVOKED:  # a stop says who stopped
+            ended = self._finish(who, partial(self.recorder.record_end, token, ran.end))
+            if not ended and ran.end.status is not Status.REVOKED:  # a stop says who stopped
                 return "refused: another run owns the job"
+        if ended:
+            self.yields.forget(job_id)  # the job has ended: its checkpoint goes
         if ran.used_weight:
             self._credit(kind, job_id, token, ran.used_weight)
         return ran.outcome
@@ -262,8 +260,7 @@ class JobRunner:
                 raise
             except Exception as exc:  # the executor's own failure: the job must end all the same
                 ended = internal(job_id, Ended("internal", 0.0), exc)
-            ended = self.yields.keep(job_id, folder, ended, held=not lease.lapsed())
-            lease.check(ended)  # LeaseLapsedError: stopped for its lease, the job back in line
+            ended = self.yields.keep(job_id, folder, ended, lease)  # LeaseLapsedError: see lease.py
             return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
 
     def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:

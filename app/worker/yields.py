@@ -28,6 +28,7 @@ from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job'
 from app.worker.calls import Ended, never
 from app.worker.checkpoints import Checkpoints, CheckpointTooBigError
 from app.worker.ends import RunEnds
+from app.worker.lease import RunLease
 from app.worker.preemption import answered
 from app.worker.stops import StopListener, YieldCheck
 
@@ -98,22 +99,26 @@ class Yields:
         self._ask = YieldCheck(self.redis, job_id, heard, every)
         return self._ask
 
-    def keep(self, job_id: str, folder: Path | None, ended: Ended, *, held: bool) -> Ended:
-        """Store what the run left in its checkpoint folder, for the next run (`held`: whether
-        it still held its lease). A run that left more than MAX_CHECKPOINT_BYTES fails, as one
-        that leaves too many artifacts does; a store that fails otherwise is logged, not the
-        run's end: the next run resumes from the checkpoint before, as after a lost worker."""
-        if folder is None:
+    def keep(self, job_id: str, folder: Path | None, ended: Ended, lease: RunLease) -> Ended:
+        """Store what the run left in its checkpoint folder, for the next run, then raise
+        LeaseLapsedError for a run stopped for its lease (RunLease.check). A run that left more
+        than MAX_CHECKPOINT_BYTES fails, as one that leaves too many artifacts does; a store
+        that fails otherwise is logged, not the run's end: the next run resumes from the
+        checkpoint before, as after a lost worker."""
+        too_big = None
+        if folder is not None:
+            try:
+                self.checkpoints.keep(job_id, folder, held=not lease.lapsed())
+            except CheckpointTooBigError as exc:
+                too_big = str(exc)
+            except Exception:
+                log.warning(
+                    "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
+                )
+        lease.check(ended)
+        if too_big is None:
             return ended
-        try:
-            self.checkpoints.keep(job_id, folder, held=held)
-        except CheckpointTooBigError as exc:
-            return replace(ended, end="exception", output=None, error=str(exc))
-        except Exception:
-            log.warning(
-                "the job's checkpoint was not kept", exc_info=True, extra={"task_id": job_id}
-            )
-        return ended
+        return replace(ended, end="exception", output=None, error=too_big)
 
     def forget(self, job_id: str) -> None:
         """The job has ended: its checkpoint goes (the sweep removes any a failure here left)."""

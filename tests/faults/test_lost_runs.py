@@ -147,6 +147,11 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+def copies_in(root: Path) -> list[Path]:
+    """The runs' checkpoint copies of a job, oldest first (none: no checkpoint)."""
+    return [copy for _, copy in copies.runs(root)] if root.is_dir() else []
+
+
 def step_of(copy: Path) -> int | None:
     """The next step a run's checkpoint copy says to take (None: none written yet)."""
     try:
@@ -167,7 +172,7 @@ def test_a_frozen_worker_s_run_stops_before_its_rerun_starts_and_writes_nothing_
     victim = short_name(first["result"]["worker"])
     frozen = faults.stack.workers[victim]
     root = faults.stack.workdir / "artifacts" / CHECKPOINTS / task_id
-    wait_for(lambda: copies.runs(root) and step_of(copies.runs(root)[0][1]), what="a checkpoint")
+    wait_for(lambda: (found := copies_in(root)) and step_of(found[0]), what="a checkpoint")
     child = job_child(frozen.pid)
     os.kill(frozen.pid, signal.SIGSTOP)  # its child runs on: only its watchdog can stop it
     try:
@@ -181,7 +186,7 @@ def test_a_frozen_worker_s_run_stops_before_its_rerun_starts_and_writes_nothing_
             what="the rerun on the other worker",
         )
         assert not alive(child)  # the stale run was gone when its rerun was seen running
-        (_, stale), (_, ours) = copies.runs(root)
+        stale, ours = copies_in(root)
         stale_step, stale_written = step_of(stale), (stale / STEP_FILE).stat().st_mtime
         assert stale_written < float(rerun["result"]["started_at"])
         wait_for(lambda: (step_of(ours) or 0) > (stale_step or 0), what="the rerun's steps")
@@ -201,3 +206,15 @@ def test_a_frozen_worker_s_run_stops_before_its_rerun_starts_and_writes_nothing_
     assert faults.job(task_id) == settled  # the stale worker wrote nothing
     assert faults.billed_ids(DEMO_KEY) == [task_id]
     assert frozen.poll() is None  # the thawed worker lives on
+
+
+def test_a_finished_preemptible_job_leaves_no_checkpoint(
+    make_faults: Callable[..., Faults],
+) -> None:
+    faults = make_faults(workers=1, job_modules=[SAMPLE])
+    task_id = submit_typed(faults, "checkpointed", {"steps": 60}, duration_s=10)
+    root = faults.stack.workdir / "artifacts" / CHECKPOINTS / task_id
+    wait_for(lambda: (found := copies_in(root)) and step_of(found[0]), what="a checkpoint")
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="its end")
+    assert done["status"] == "SUCCESS"
+    assert not root.exists()

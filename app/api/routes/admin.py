@@ -194,6 +194,8 @@ async def drop(name: ConfirmedQueue, admin: AdminDep, runtime: RuntimeDep) -> Dr
             counts["dropped"] += 1
         elif outcome == "stopped":
             counts["stopped"] += 1
+        if outcome in ("revoked", "stopped"):  # ended: its checkpoint, if any, goes
+            await asyncio.to_thread(runtime.service.forget_checkpoint, task_id)
     await runtime.redis.publish(MOVES, name)
     log.warning(
         "admin dropped a queue",

@@ -237,6 +237,8 @@ async def cancel_task(
     if outcome == "revoked":
         # It is REVOKED already; if a worker leases it meanwhile, start.lua will not run it.
         await runtime.queues[job.kind].cancel(task_id)
+        # a preempted job waiting in line has a checkpoint that nobody will read now
+        await asyncio.to_thread(runtime.service.forget_checkpoint, task_id)
     elif outcome == "stopping":
         response.status_code = status.HTTP_202_ACCEPTED
     elif outcome == "gone":
