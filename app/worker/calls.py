@@ -4,6 +4,7 @@ after the job (After), from which the worker decides whether the child serves th
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -115,6 +116,18 @@ class DeviceBrokenError(ChildStartError):
 def never() -> bool:
     """A should_stop or should_yield that never asks: the default of an executor's run."""
     return False
+
+
+def death(exitcode: int | None) -> str:
+    """How a process ended, by its exit code (None: it has not)."""
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 def last_lines(text: str) -> str:

@@ -25,13 +25,11 @@ import atexit
 import ctypes
 import logging
 import multiprocessing
-import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -39,28 +37,26 @@ from typing import Any
 from app.models import ChildReplacement
 from app.worker import reaper, watchdog
 from app.worker.calls import (
-    After,
     Call,
     ChildStartError,
     DeviceBrokenError,
     Ended,
     Reply,
+    death,
     last_lines,
     never,
 )
-from app.worker.deadline import KILLED_END, TIMEOUT_TOLERANCE_S, Deadline
-from app.worker.hygiene import ChildLimits, Verdict, verdict
+from app.worker.deadline import KILLED_END, TIMEOUT_TOLERANCE_S, Asks, Deadline
+from app.worker.hygiene import ChildLimits, Verdict, await_after, verdict
 from app.worker.job_process import ChildSpec, child_main
-from app.worker.live import NO_EVENTS, JobEvents, JobWatch, OutputTail, Stream
+from app.worker.live import NO_EVENTS, JobEvents, JobWatch, Stream, last_words, tails_from_here
 from app.worker.probe import DeviceProbe, probe_for
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1  # how often the parent looks at the pipe, the clock and should_stop()
 START_TIMEOUT_S = 300.0  # importing the job modules (torch, a model's code) can take a while
-LOG_KEEP_BYTES = 1 << 20  # a child's output file is emptied before a job once past this
 MESSAGES_PER_POLL = 10_000  # a job that floods the pipe still lets the parent watch the clock
-AFTER_TIMEOUT_S = 60.0  # a device check that has not answered by then has hung on the device
 
 
 class JobChild:
@@ -150,9 +146,9 @@ class JobChild:
             None if call.checkpoint_dir else tempfile.mkdtemp(prefix="checkpoint-", dir=self._dir)
         )
         call = replace(call, output_dir=str(folder), checkpoint_dir=scratch or call.checkpoint_dir)
-        watch = JobWatch(call.task_id, events, OutputTail(self._tails_from_here()), late=late)
+        watch = JobWatch(call.task_id, events, tails_from_here(self._outputs), late=late)
         self._cancel.value = self._preempt.value = False
-        asks = _Asks(should_stop, should_yield if call.preemptible else never)
+        asks = Asks(should_stop, should_yield if call.preemptible else never)
         try:
             self._conn.send(call)
             ended, replied = self._await_end(call, asks, watch)
@@ -235,7 +231,7 @@ class JobChild:
         except (EOFError, OSError):
             return None
 
-    def _await_end(self, call: Call, asks: _Asks, watch: JobWatch) -> tuple[Ended, bool]:
+    def _await_end(self, call: Call, asks: Asks, watch: JobWatch) -> tuple[Ended, bool]:
         """The job's end, and whether the child replied (False: it died or was killed, and a
         fresh one is on its way). Until the child says the job began, the setup's time runs;
         then its budget. How asks, graces and the end combine: app/worker/deadline.py."""
@@ -255,7 +251,7 @@ class JobChild:
             if stop.due(now) or setup_overrun:
                 return self._kill(call, watch, stop, setup_overrun=setup_overrun), False
 
-    def _ask(self, call: Call, stop: Deadline, asks: _Asks, watch: JobWatch, now: float) -> None:
+    def _ask(self, call: Call, stop: Deadline, asks: Asks, watch: JobWatch, now: float) -> None:
         """Ask the job to stop or to yield, each once, through the flags it reads; a run still
         going at the end of its budget (and the tolerance) is asked to stop as a cancel asks."""
         if not stop.final and asks.should_stop() and stop.ask("cancel", now, self._cancel_grace):
@@ -281,7 +277,8 @@ class JobChild:
 
     def _tidy(self) -> None:
         """Wait for the child's state after the job and replace it if the limits say so."""
-        after = self._await_after()
+        assert self._conn is not None
+        after = await_after(self._conn, self._process.is_alive)
         if isinstance(after, Verdict):
             judged: Verdict | None = after
         else:
@@ -297,26 +294,6 @@ class JobChild:
                 self._broken = str(exc)
             except ChildStartError:
                 pass  # the next run() tries again, and says why
-
-    def _await_after(self) -> After | Verdict:
-        """The child's After message (other messages, a job's lingering thread's, are
-        dropped), or the verdict on a child that died or hung before it came."""
-        assert self._conn is not None
-        deadline = time.monotonic() + AFTER_TIMEOUT_S
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                if not self._conn.poll(min(left, POLL_S)):
-                    if not self._process.is_alive():
-                        break
-                    continue
-                message = self._conn.recv()
-            except (EOFError, OSError):
-                break
-            if isinstance(message, After):
-                return message
-        else:
-            return Verdict("cuda_error", f"the device check did not end in {AFTER_TIMEOUT_S:g} s")
-        return Verdict("crash", "the job child died after its job")
 
     def _gather(self, watch: JobWatch) -> tuple[Reply | None, bool]:
         """The child's messages for POLL_S (or until its reply): (the reply, whether the child
@@ -376,36 +353,13 @@ class JobChild:
     def _died_text(self, output: str) -> str:
         """How the child died (exit code or signal), and the last lines of its output."""
         self._process.join(self._kill_grace)
-        code = self._process.exitcode
-        if code is None:
-            how = "it stopped answering"
-        elif code < 0:
-            how = f"killed by {_signal_name(-code)}"
-        else:
-            how = f"exit code {code}"
+        how = death(self._process.exitcode)
         return f"the job's process died ({how}); its last output:\n{last_lines(output)}".rstrip()
 
     def _start_output(self) -> str:
         """The last lines a child that died at its start wrote."""
         self._process.join(self._kill_grace)
-        tail = OutputTail([(stream, path, 0) for stream, path in self._outputs.items()])
-        for _ in tail.drain(time.time()):
-            pass  # only the last lines are kept, to quote
-        tail.close()
-        return "\n".join(tail.recent)
-
-    def _tails_from_here(self) -> list[tuple[Stream, Path, int]]:
-        """The child's output files and where this job's output starts in them; a file grown
-        too long is emptied first (the child writes in append mode, so it carries on at the
-        new end)."""
-        files: list[tuple[Stream, Path, int]] = []
-        for stream, path in self._outputs.items():
-            size = path.stat().st_size if path.exists() else 0
-            if size > LOG_KEEP_BYTES:
-                os.truncate(path, 0)
-                size = 0
-            files.append((stream, path, size))
-        return files
+        return last_words(self._outputs)
 
     def _stop_child(self) -> None:
         """SIGKILL the job's processes, SIGTERM the child, SIGKILL it after kill_grace_s, reap
@@ -429,19 +383,3 @@ class JobChild:
         for path in self._outputs.values():
             path.unlink(missing_ok=True)
         self._outputs = {}
-
-
-@dataclass(frozen=True)
-class _Asks:
-    """What the worker asks of the running job, each polled once per POLL_S: to stop, and (a
-    preemptible job only) to yield its GPU."""
-
-    should_stop: Callable[[], bool]
-    should_yield: Callable[[], bool]
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -18,6 +18,7 @@ rules, in one place for both executors:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -35,6 +36,15 @@ KILLED_END: dict[StopReason, EndKind] = {
 #: jitter of ending on time (a sleep's wake-up, a last matrix product, a busy host's scheduling;
 #: `burn` ends at its duration_s by design). The most of a run that can go unbilled.
 TIMEOUT_TOLERANCE_S = 0.25
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What the worker asks of the running job, each polled once per poll: to stop, and (a
+    preemptible job only) to yield its GPU."""
+
+    should_stop: Callable[[], bool]
+    should_yield: Callable[[], bool]
 
 
 @dataclass

@@ -9,13 +9,18 @@ counted by its reason: fairgpu_child_replacements_total{reason}.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 from app.models import ChildReplacement
 from app.settings import Settings
 from app.worker.calls import After
 
 MB = 1024 * 1024
+AFTER_TIMEOUT_S = 60.0  # a device check that has not answered by then has hung on the device
+AFTER_POLL_S = 0.1  # how often the wait for it looks whether the child is still there
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,23 @@ def verdict(after: After, jobs_run: int, limits: ChildLimits) -> Verdict | None:
     if limits.max_jobs is not None and jobs_run >= limits.max_jobs:
         return Verdict("max_jobs", f"it has run {jobs_run} jobs (CHILD_MAX_JOBS)")
     return None
+
+
+def await_after(conn: Connection, alive: Callable[[], bool]) -> After | Verdict:
+    """The child's After message from conn (other messages, a job's lingering thread's, are
+    dropped), or the verdict on a child that died (alive() false) or hung before it came."""
+    deadline = time.monotonic() + AFTER_TIMEOUT_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            if not conn.poll(min(left, AFTER_POLL_S)):
+                if not alive():
+                    break
+                continue
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        if isinstance(message, After):
+            return message
+    else:
+        return Verdict("cuda_error", f"the device check did not end in {AFTER_TIMEOUT_S:g} s")
+    return Verdict("crash", "the job child died after its job")

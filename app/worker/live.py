@@ -8,10 +8,11 @@ is imported by the child process too: keep it light.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal, NamedTuple, Protocol
 
@@ -20,6 +21,7 @@ Stream = Literal["stdout", "stderr", "log"]
 MAX_LINE_BYTES = 4096  # a longer line is cut: a log is for reading, files are artifacts
 READ_CHUNK = 1 << 20  # the most read from each output file in one poll
 RECENT_LINES = 20  # output lines kept to quote when the job's process dies
+LOG_KEEP_BYTES = 1 << 20  # a child's output file is emptied before a job once past this
 _BREAK = re.compile(rb"\r\n|\r|\n")  # \r too: a progress bar's redraws are lines of their own
 _TEXT_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -160,6 +162,30 @@ class OutputTail:
         lines = [LogLine(at, stream, clip(p.decode("utf-8", errors="replace"))) for p in pieces]
         self.recent.extend(line.text for line in lines)
         return lines
+
+
+def tails_from_here(outputs: Mapping[Stream, Path]) -> OutputTail:
+    """The child's output files, read from where the next job's output starts in them; a file
+    grown past LOG_KEEP_BYTES is emptied first (the child writes in append mode, so it carries
+    on at the new end)."""
+    files: list[tuple[Stream, Path, int]] = []
+    for stream, path in outputs.items():
+        size = path.stat().st_size if path.exists() else 0
+        if size > LOG_KEEP_BYTES:
+            os.truncate(path, 0)
+            size = 0
+        files.append((stream, path, size))
+    return OutputTail(files)
+
+
+def last_words(outputs: Mapping[Stream, Path]) -> str:
+    """The last lines written to the output files from their start (a child that died at its
+    start), to quote."""
+    tail = OutputTail([(stream, path, 0) for stream, path in outputs.items()])
+    for _ in tail.drain(time.time()):
+        pass  # only the last lines are kept, to quote
+    tail.close()
+    return "\n".join(tail.recent)
 
 
 class JobWatch:

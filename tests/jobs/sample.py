@@ -251,6 +251,8 @@ def detacher(ctx: JobContext, inp: Detach) -> Detached:
     its pid, exits the child (after printing it) or hangs, ignoring any ask."""
     pid = _daemon(inp.path)
     print(f"detached {pid}", flush=True)
+    while not os.path.exists(inp.path) or not os.path.getsize(inp.path):
+        time.sleep(STEP_S)  # until the daemon has written: it runs, whatever the load
     if inp.then == "exit":
         time.sleep(1.0)  # the worker has seen the daemon below its child by now
         os._exit(3)
