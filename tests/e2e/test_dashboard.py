@@ -338,6 +338,74 @@ def test_dashboard_shows_a_jobs_type_progress_log_tail_and_artifacts(
     assert problems == []
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_dashboard_shows_a_preemption_its_runs_and_a_job_held_by_its_limit(
+    make_stack: Callable[..., Stack], page: Page
+) -> None:
+    """A preemptible job (tests/jobs/sample.py `checkpointed`, 10 s of steps) yields its only
+    worker to another account's job and resumes: its row goes queued and back, and ends with
+    its preemption and both runs shown, as its bill counts them. Then, at max_running 1, a
+    second job says its account's limit holds it, and the queues count it."""
+    policy = {"preempt_after_s": 1.0, "preempt_min_run_s": 1.0}
+    stack = make_stack(workers=1, job_modules=["tests.jobs.sample"], **policy)
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    reply = httpx.post(
+        f"{stack.url}/enqueue-task",
+        headers={"X-API-Key": DEMO_KEY},
+        json={"type": "checkpointed", "input": {"steps": 200}, "duration_s": 30},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    task_id = str(reply.json()["task_id"])
+    page.goto(f"{stack.url}/dashboard")
+    sign_in(page, DEMO_KEY)
+    page.evaluate(WATCH_STATUSES)
+    row = page.locator(f'#jobs-body tr.job[data-task-id="{task_id}"]')
+    status_of(row)("STARTED")
+    owed = httpx.post(
+        f"{stack.url}/enqueue-task",
+        headers={"X-API-Key": OTHER_KEY},
+        json={"kind": "short", "duration_s": 0.3},
+        timeout=10,
+    )
+    assert owed.status_code == 200, owed.text
+    expect(row.locator('[data-col="preempted"]')).to_have_text(
+        re.compile(r"^1 · resume"), timeout=WAIT_MS
+    )
+    expect(row).to_have_attribute("data-status", "SUCCESS", timeout=60_000)
+    assert page.evaluate("() => window.statusHistory")[task_id][-4:] == [
+        "STARTED",
+        "PENDING",
+        "STARTED",
+        "SUCCESS",
+    ]
+    expect(row.locator('[data-col="preempted"]')).to_have_text("1")
+    expect(row.locator('[data-col="runs"]')).to_have_text("2")
+    ended = job(stack, DEMO_KEY, task_id)
+    assert (ended["runs"], ended["attempts"]) == (2, 2)
+    expect(row.locator('[data-col="ran"]')).to_have_text(re.compile(r"^\d"))
+
+    limited = httpx.patch(
+        f"{stack.url}/admin/accounts/11111111-1111-1111-1111-111111111111",
+        headers={"X-API-Key": DEMO_KEY},
+        json={"max_running": 1},
+        timeout=10,
+    )
+    assert limited.status_code == 200, limited.text
+    first = submit(page, "long", 600)
+    status_of(first)("STARTED")
+    second = submit(page, "long", 600)
+    expect(second.locator('[data-col="place"]')).to_have_text(
+        "next · held by your account's limit", timeout=WAIT_MS
+    )
+    expect(page.locator('#queues-body tr[data-queue="long"] [data-col="held"]')).to_have_text(
+        "1", timeout=WAIT_MS
+    )
+    assert problems == []
+
+
 def test_page_and_assets_are_served_with_a_strict_policy_and_nothing_else_is() -> None:
     asyncio.run(check_served())
 
