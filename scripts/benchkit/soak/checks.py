@@ -135,7 +135,8 @@ def check(
         else:
             found.lost.append(task_id)
             found.lost_states[f"{status} attempts={state.get('attempts')} {error}".strip()] += 1
-        if state.get("attempts", 0) > 1:
+        # a status's attempts counts preempted runs too: those are resumed, not run again
+        if state.get("attempts", 0) - state.get("preemptions", 0) > 1:
             found.duplicate_runs += 1
             recoveries(starts_of(r, task_id), kills, found)
     found.drained = all(
