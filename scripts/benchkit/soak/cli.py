@@ -14,8 +14,9 @@ has ended it checks, through the API and in Redis:
   SUCCESS is billed exactly once, every FAILURE never;
 - both fair queues empty at the end (nothing queued, nothing in flight);
 
-and reports the duplicate runs (jobs with attempts > 1) and the recovery times: from the SIGKILL
-of a worker to the restart of the job it was running. Exit status 0 when all checks pass.
+and reports the duplicate runs (jobs with attempts less preemptions > 1) and the recovery
+times: from the SIGKILL of a worker to the restart of the job it was running. Exit status 0 when
+all checks pass.
 """
 
 from __future__ import annotations
