@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 
 import pytest
 
@@ -12,7 +10,9 @@ from app.api.factory import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
-PROMPT_S = 1.0
+#: Far above what a shutdown takes on a busy machine (milliseconds): one that has not ended by
+#: then hangs (a hung one never ends by itself).
+HUNG_S = 30.0
 
 
 async def test_the_api_stops_promptly_however_soon_after_it_started(settings: Settings) -> None:
@@ -25,10 +25,9 @@ async def test_the_api_stops_promptly_however_soon_after_it_started(settings: Se
         await lifespan.__aenter__()
         for _ in range(ticks):
             await asyncio.sleep(0)  # let the hub get part of the way into connecting
-        began = time.monotonic()
-        # On timeout wait_for cancels the shutdown, whose `await task` cancels the hub task a
-        # second time: that one lands, so the shutdown may end, late; measure how late.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(lifespan.__aexit__(None, None, None), PROMPT_S * 1.5)
-        took = time.monotonic() - began
-        assert took < PROMPT_S, f"shutdown {ticks} loop turns after start-up hung"
+        # Whether the shutdown ends by itself, not how fast (a limit of 1 s on it would make a
+        # slow shutdown on a busy machine a failure): a hung one ends only as wait_for cancels it.
+        try:
+            await asyncio.wait_for(lifespan.__aexit__(None, None, None), HUNG_S)
+        except TimeoutError:
+            pytest.fail(f"shutdown {ticks} loop turns after start-up hung")
