@@ -50,11 +50,14 @@ class Started:
     duration_s: float = 0.0
     type: str = "burn"
     input: str = "{}"
-    #: Times the job was preempted before this run, the seconds its earlier runs measured, and
-    #: whether its type may be preempted (as it was when the job was submitted).
+    #: Times the job was preempted before this run, the seconds its earlier runs measured (a
+    #: lost run's up to its last checkpoint), and whether its type may be preempted (as it
+    #: was when the job was submitted).
     preemptions: int = 0
     ran_s: float = 0.0
     preemptible: bool = False
+    #: How many earlier runs ran_s counts (preempted, and lost after a checkpoint).
+    ran_runs: int = 0
     #: The time.monotonic() at which the call that leased (and started) it was sent, where the
     #: worker knows it (app/worker/lease.py): its lease runs from no sooner.
     leased_at: float | None = None
@@ -151,6 +154,7 @@ def started_of(raw: Any) -> Started:
         preemptions=int(preemptions),
         ran_s=float(ran_s),
         preemptible=preemptible == "1",
+        ran_runs=int(reply[9]) if len(reply) > 9 else int(preemptions),
     )
 
 
@@ -163,7 +167,7 @@ class JobRecorder:
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
         names = ("start", "finish", "preempt", "progress", "log", "requeue", "began")
-        self._scripts = Scripts(client, *names)
+        self._scripts = Scripts(client, *names, "checkpointed")
         #: Replicas that must have a run's end before the API processes hear of it (WAIT).
         self._replicas = settings.min_replicas
         self.patience_s = REPLICA_PATIENCE_S  # how long a short count is tried again
@@ -216,6 +220,13 @@ class JobRecorder:
         if recorded:
             self.announce(job_id)
         return recorded
+
+    def checkpointed(self, job_id: str, token: str, seconds: float, so_far: Charge) -> bool:
+        """Note on the running job what its run had done by its last whole checkpoint write:
+        its seconds, and `so_far`, the charge for all its runs through them, which its bill
+        counts if the run is lost (runs.lua lose_run). False when this run no longer holds it."""
+        args: list[str | int] = [token, repr(seconds), json.dumps(so_far.to_lua())]
+        return bool(self._scripts.run("checkpointed", [job_key(job_id)], args))
 
     def finish(self, job_id: str, token: str, status: Status, **end: Any) -> bool:
         """Record the run's end, and bill it once with `charge`, whatever the status (None: no

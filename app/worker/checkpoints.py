@@ -73,6 +73,12 @@ class Checkpoints:
         self.area = store.within(CHECKPOINTS)
         self.max_bytes = max_bytes  # MAX_CHECKPOINT_BYTES; None: no bound
 
+    @property
+    def in_place(self) -> bool:
+        """Whether a run writes its copy where it is kept (a local store): a lost run's
+        checkpoint is then there for its rerun."""
+        return isinstance(self.area, LocalArtifacts)
+
     def open(self, job_id: str, token: str) -> Path:
         """An existing folder on this host, the run's own, that holds what the job's runs left
         (empty for its first run); keep() it once the run has ended, whatever its end."""

@@ -68,9 +68,10 @@ class RunEnds:
             end=end,
             budget_s=started.duration_s,
         )
-        if started.preemptions == 0:
+        # its earlier runs, preempted or lost after a checkpoint (ran_runs counts both)
+        runs = max(started.ran_runs, started.preemptions) + 1
+        if runs == 1:
             return charge
-        runs = started.preemptions + 1
         return replace(charge, description=f"{charge.description}, over {runs} runs")
 
     def _end_of(

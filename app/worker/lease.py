@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from app.settings import Settings
@@ -58,6 +59,8 @@ class RunLease:
         self._margin = margin_s(settings.lease_seconds, settings.heartbeat_seconds)
         self._stop_by = executor.must_stop_by
         self.deadline = math.inf
+        #: Told after each renewal granted (the heartbeat's look at the run's checkpoint).
+        self.on_renewed: Callable[[], None] = lambda: None
 
     def start(self, leased_at: float | None) -> None:
         """The run starts under a lease granted by a call sent at leased_at (time.monotonic()),
@@ -77,6 +80,7 @@ class RunLease:
         """A renewal sent at `sent` (time.monotonic()) was granted (the Heartbeat's on_renewed)."""
         self.deadline = sent + self._queue.lease_seconds - self._margin
         self._stop_by(self.deadline)
+        self.on_renewed()
 
     def lapsed(self) -> bool:
         """Whether the time by which the run had to stop has passed: the lease may be gone."""

@@ -248,14 +248,16 @@ class JobRunner:
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
+        watch = self.yields.watch((kind, job_id, token, started), folder, reports)
         lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
+        lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py
         with Heartbeat(self.queues[kind], job_id, token, every, lease.renewed) as beat:
             marked = partial(self.recorder.cancel_requested, job_id)
             stop = StopCheck(beat, heard, marked, every)
             should_yield = self.yields.should_yield(job_id, started, every)
             try:
                 lease.start(started.leased_at)  # the child's watchdog stops a run not renewed
-                ended = self.executor.run(call, stop, reports, should_yield)
+                ended = self.executor.run(call, stop, watch, should_yield)
             except ChildStartError:
                 raise
             except Exception as exc:  # the executor's own failure: the job must end all the same

@@ -26,9 +26,11 @@ from app.store.keys import MOVES
 from app.vtrr import NotReplicatedError, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker.calls import Ended, never
+from app.worker.checkpointed import CheckpointWatch
 from app.worker.checkpoints import Checkpoints, CheckpointTooBigError
 from app.worker.ends import RunEnds
 from app.worker.lease import RunLease
+from app.worker.live import JobEvents
 from app.worker.preemption import answered
 from app.worker.stops import StopListener, YieldCheck
 
@@ -41,7 +43,7 @@ def budget(started: Started) -> float:
     """The seconds a run may take: the job's declared duration is a budget for all its runs,
     and a resumed run gets what is left of it, never more (0: nothing is left, and the job ends
     `timeout` without running: JobRunner)."""
-    if started.preemptions == 0:
+    if started.ran_s == 0:  # (its earlier runs: preempted, or lost after a checkpoint)
         return started.duration_s
     return max(0.0, started.duration_s - started.ran_s)
 
@@ -75,7 +77,7 @@ class Yields:
     def spent(self, started: Started) -> Ended | None:
         """The end of a resumed job that has no time left (its earlier runs used its declared
         seconds): `timeout`, without running; None while it has some."""
-        if started.preemptions == 0 or budget(started) > 0:
+        if started.ran_s == 0 or budget(started) > 0:
             return None
         error = (
             f"the job's earlier runs used its budget of {started.duration_s:g} s: "
@@ -88,6 +90,14 @@ class Yields:
         folder), holding what the job's last runs left; None for a job that is not preemptible
         (its context gets a scratch folder)."""
         return self.checkpoints.open(job_id, token) if started.preemptible else None
+
+    def watch(
+        self, run: tuple[Kind, str, str, Started], folder: Path | None, reports: JobEvents
+    ) -> CheckpointWatch:
+        """The run's checkpoint watch (checkpointed.py): its JobEvents, and at each heartbeat
+        a look at its copy (none for a folder not kept in place: an S3 one)."""
+        watched = folder if self.checkpoints.in_place else None
+        return CheckpointWatch(reports, run, self.recorder, self.ends, watched)
 
     def should_yield(self, job_id: str, started: Started, every: float) -> Callable[[], bool]:
         """The run's ask check (read again at each heartbeat, `every`); never, for a job that is

@@ -19,7 +19,7 @@ from app.artifacts import CHECKPOINTS
 from app.store.keys import events_key, job_key
 from app.worker import copies, reaper
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, USER_OF, Faults, wait_for
-from tests.jobs.sample import STEP_FILE
+from tests.jobs.sample import STEP_FILE, STEP_S
 
 SAMPLE = "tests.jobs.sample"
 
@@ -218,3 +218,30 @@ def test_a_finished_preemptible_job_leaves_no_checkpoint(
     done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="its end")
     assert done["status"] == "SUCCESS"
     assert not root.exists()
+
+
+def test_a_killed_run_is_billed_up_to_its_checkpoint_and_its_rerun_resumes_from_it(
+    make_faults: Callable[..., Faults],
+) -> None:
+    """A job whose first run is SIGKILLed with its worker after it checkpointed: the rerun
+    goes on from that checkpoint, and the one bill counts the lost run's work up to it (as its
+    worker last saw it, at most a heartbeat before the kill) plus the rerun's."""
+    faults = make_faults(workers=2, job_modules=[SAMPLE])
+    steps = 80  # of STEP_S each, at least: 4 s of work in all
+    task_id = submit_typed(faults, "checkpointed", {"steps": steps}, duration_s=30)
+    first = wait_for(lambda: faults.started(DEMO_KEY, task_id), what="the first run")
+    wait_for(
+        lambda: float(faults.job(task_id).get("checkpoint_s", 0)) >= 1.5,
+        what="the worker to note 1.5 s of checkpointed work",
+    )
+    faults.stack.kill_worker(short_name(first["result"]["worker"]))
+
+    done = wait_for(lambda: faults.finished(DEMO_KEY, task_id), timeout=60, what="the rerun")
+    assert (done["status"], done["attempts"]) == ("SUCCESS", 2)
+    resumed_at = done["result"]["output"]["resumed_at"]
+    assert resumed_at >= 1.5 / STEP_S  # from the lost run's checkpoint, never from 0
+    [bill] = faults.bills(DEMO_KEY)
+    assert "over 2 runs" in bill["description"]
+    heartbeat_s = faults.stack.settings.heartbeat_seconds
+    # the lost run's steps up to its last noted checkpoint, and the rerun's from where it resumed
+    assert bill["billed_seconds"] >= steps * STEP_S - heartbeat_s - STEP_S

@@ -1,7 +1,9 @@
 """A lost run through the store's hook on the fair queues' reclaim (hooks.lua `reclaimed`,
 runs.lua lose_run): once a run's lease lapses and is reclaimed, its job is PENDING at once,
 with no worker, back at the front of its account's line, in the same call; the lost run stays
-an attempt; the stale run can write nothing more; an ended job is left alone."""
+an attempt; the stale run can write nothing more; an ended job is left alone. A lost run is
+billed up to its last checkpoint the worker noted (checkpointed.lua): its seconds join the
+earlier runs', and the charge for them is billed if the job ends without another run."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import redis.asyncio as aioredis
 
 from app import billing
 from app.auth import Accounts
+from app.ledger.outbox import unwritten
 from app.models import Status
 from app.settings import Settings
+from app.store.jobs import JobStore
 from app.store.keys import MOVES, events_key, job_key
 from app.store.record import decode
 from app.store.recorder import RunEnd
@@ -128,3 +132,50 @@ async def test_an_ended_job_whose_lease_lapsed_is_left_as_it_ended(
     lapse(q, JOB, token)
     assert q.reclaim() == 1
     assert job(r)["status"] == "SUCCESS"
+
+
+async def test_a_lost_run_is_billed_up_to_its_last_noted_checkpoint(
+    service: Service, settings: Settings, r: redis.Redis
+) -> None:
+    await queue_jobs(settings, JOB)
+    q = service.queues["long"]
+    _, token = lease(q)
+    recorder = service.recorder
+    assert recorder.checkpointed(JOB, token, 2.5, billing.price(settings, "long", 2.5))
+    assert recorder.checkpointed(JOB, token, 3.3, billing.price(settings, "long", 3.3))
+    lapse(q, JOB, token)
+    assert q.reclaim() == 1
+    fields = job(r)
+    assert (float(fields["ran_s"]), fields["ran_runs"]) == (3.3, "1")
+    assert "checkpoint_s" not in fields and "checkpoint_bill" not in fields
+    assert not recorder.checkpointed(JOB, token, 9.0, billing.price(settings, "long", 9.0))
+
+    _, again = lease(q)  # the rerun learns them, as a resumed run learns a preempted one's
+    rerun = recorder.start(JOB, again, "gpu0@a", 0)  # (its start again, as a retry's: same)
+    assert (rerun.ran_s, rerun.ran_runs) == (3.3, 1)
+    lapse(q, JOB, again)  # lost again, before any checkpoint: nothing more to bill
+    assert q.reclaim() == 1
+    assert (float(job(r)["ran_s"]), job(r)["ran_runs"]) == (3.3, "1")
+
+    client = aioredis.Redis.from_url(settings.redis_url)
+    assert await JobStore(client, settings).revoke(JOB) == "revoked"  # ends without a run
+    await client.aclose()
+    [bill] = unwritten(r)
+    assert (bill.task_id, bill.gpu_seconds) == (JOB, 3.3)  # the lost run's checkpointed work
+
+
+async def test_a_run_that_ends_is_billed_for_its_own_seconds_and_its_note_goes(
+    service: Service, settings: Settings, r: redis.Redis
+) -> None:
+    await queue_jobs(settings, JOB)
+    q = service.queues["long"]
+    _, token = lease(q)
+    recorder = service.recorder
+    assert recorder.checkpointed(JOB, token, 2.0, billing.price(settings, "long", 2.0))
+    charge = billing.price(settings, "long", 5.0, budget_s=100.0)
+    end = RunEnd(job_id=JOB, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=5.0)
+    assert recorder.record_end(token, end)
+    fields = job(r)
+    assert "checkpoint_s" not in fields and "ran_runs" not in fields
+    [bill] = unwritten(r)
+    assert bill.gpu_seconds == 5.0

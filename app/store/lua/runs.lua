@@ -44,6 +44,13 @@ local function bill_earlier_runs(id, metrics, ttl)
   put_bill(usage, BILLED .. id, metrics, LEDGER, id, now(), ttl, cjson.decode(raw))
 end
 
+-- How many earlier runs of the job its ran_s holds the seconds of (ran_runs; a job preempted
+-- before the field existed: its preemptions).
+local function earlier_runs()
+  local f = redis.call('HMGET', JOB, 'ran_runs', 'preemptions')
+  return tonumber(f[1] or f[2] or '0')
+end
+
 local function start_run(keys, argv)
   JOB, EVENTS = keys[1], keys[2]
   local status = redis.call('HGET', JOB, 'status')
@@ -73,6 +80,7 @@ local function start_run(keys, argv)
   end
   redis.call('HSET', JOB, 'status', 'STARTED', 'attempts', attempts + 1, 'started_at', t,
              'worker', argv[3], 'token', argv[2])
+  redis.call('HDEL', JOB, 'checkpoint_s', 'checkpoint_bill')  -- (an earlier run's, unbilled)
   if argv[4] == '' then redis.call('HDEL', JOB, 'gpu_id') else redis.call('HSET', JOB, 'gpu_id', argv[4]) end
   local kind = redis.call('HGET', JOB, 'kind')
   bump(keys[3], METRIC_ATTEMPTS .. ':' .. kind)
@@ -86,7 +94,7 @@ local function start_run(keys, argv)
                            'preemptible')
   local input = redis.call('GET', keys[4])
   return {'run', attempts + 1, fields[1], fields[2], fields[3] or 'burn', input or '{}',
-          fields[4] or '0', fields[5] or '0', fields[6] or ''}
+          fields[4] or '0', fields[5] or '0', fields[6] or '', tostring(earlier_runs())}
 end
 
 -- The run's end: `run` is app/store/recorder.py RunEnd.to_lua's object, decoded once.
@@ -112,8 +120,9 @@ local function finish_run(keys, id, token, channel, ttl, run)
     local mean = tonumber(redis.call('HGET', keys[5], 'run_ewma:' .. kind) or ran)
     redis.call('HSET', keys[5], 'run_ewma:' .. kind, mean + RUN_EWMA_WEIGHT * (ran - mean))
   end
-  -- (this run's charge covers the job's earlier, preempted runs too: the worker summed them)
-  redis.call('HDEL', JOB, 'earlier_bill')
+  -- (this run's charge covers the job's earlier runs too, preempted or lost: the worker summed
+  -- them)
+  redis.call('HDEL', JOB, 'earlier_bill', 'checkpoint_s', 'checkpoint_bill')
   if run.bill then put_bill(keys[3], keys[4], keys[5], keys[9], id, t, ttl, run.bill) end
   notify(keys[8])
   emit(channel, id, ttl)
@@ -132,8 +141,18 @@ local function lose_run(keys, id, token)
   if redis.call('HGET', JOB, 'status') ~= 'STARTED' or redis.call('HGET', JOB, 'token') ~= token then
     return 0
   end
+  -- the lost run is billed up to its last whole checkpoint, which its rerun resumes from: its
+  -- seconds join the earlier runs', and the charge for all of them is kept for an end without
+  -- another run (what the worker recorded at its heartbeats: checkpointed.lua)
+  local f = redis.call('HMGET', JOB, 'checkpoint_s', 'checkpoint_bill')
+  if f[1] then
+    local ran = tonumber(redis.call('HGET', JOB, 'ran_s') or '0') + tonumber(f[1])
+    redis.call('HSET', JOB, 'ran_s', string.format('%.17g', ran), 'earlier_bill', f[2],
+               'ran_runs', earlier_runs() + 1)
+  end
   redis.call('HSET', JOB, 'status', 'PENDING', 'lost_at', now())
-  redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at')
+  redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at', 'checkpoint_s',
+             'checkpoint_bill')
   moved(CHANNEL, redis.call('HGET', JOB, 'kind'))
   local ttl = redis.call('TTL', JOB)  -- (kept as long as it was: the hook has no settings)
   emit(CHANNEL, id, ttl > 0 and ttl or nil)
@@ -151,8 +170,9 @@ local function preempt_run(keys, id, token, channel, ttl, seconds, bill)
   end
   local ran = tonumber(redis.call('HGET', JOB, 'ran_s') or '0') + tonumber(seconds)
   redis.call('HSET', JOB, 'status', 'PENDING', 'ran_s', string.format('%.17g', ran),
-             'earlier_bill', bill, 'preempted_at', now())
+             'earlier_bill', bill, 'preempted_at', now(), 'ran_runs', earlier_runs() + 1)
   redis.call('HINCRBY', JOB, 'preemptions', 1)
+  redis.call('HDEL', JOB, 'checkpoint_s', 'checkpoint_bill')
   redis.call('HINCRBY', JOB, 'attempts', -1)
   redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at')
   local kind = redis.call('HGET', JOB, 'kind')
