@@ -187,6 +187,13 @@ class FairQueue:
         expiry, payload, timeouts = (as_text(x) for x in reply)
         return Lease(task_id, token, payload, int(timeouts), seconds_of(expiry))
 
+    def began(self, task_id: str, token: str) -> bool:
+        """The leased item's run has begun, later than its lease: what it holds against its
+        partition's `most_held` limit runs down from now (the wait before used none of it).
+        False when the token is not the item's current lease, or the item holds nothing
+        against a limit."""
+        return bool(self._scripts.run("began", task_id, token))
+
     def credit(self, task_id: str, token: str, used_weight: int) -> float:
         """Credit the partition of a leased item with the part of its weight it did not use.
 

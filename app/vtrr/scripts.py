@@ -52,6 +52,7 @@ NAMES = (
     "triggers",
     "drop",
     "credit",
+    "began",
     "step",
     "reshare",
     "limit",

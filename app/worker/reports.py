@@ -49,12 +49,20 @@ class LiveReports:
         self._progress: tuple[float, str] | None = None  # held back by the throttle
         self._next_event = self._next_progress = -math.inf
         self._stale = False  # another run holds the job: write nothing more
+        #: moves the run's start in the fair queue's limits to now (FairQueue.began)
+        self.hold_from_now: Callable[[], object] = lambda: None
         self._warned = False
 
     def began(self) -> None:
-        """Record that the job began: its started_at is now (not when the run's lease was
-        taken, which may have waited for a fresh child's start)."""
+        """Record that the job began, later than its lease: its started_at is now, and what it
+        holds against its account's max_held_gpu_seconds runs down from now."""
         self._write(partial(self._recorder.began, self._job_id, self._token))
+
+        def hold() -> bool:
+            self.hold_from_now()
+            return True  # (its False says no limit counts the run: not a lost job)
+
+        self._write(hold)
 
     def lines(self, batch: list[LogLine]) -> None:
         """Write the batch to the log stream, with a log event when one is due."""

@@ -248,6 +248,7 @@ class JobRunner:
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
+        reports.hold_from_now = partial(self.queues[kind].began, job_id, token)
         watch = self.yields.watch((kind, job_id, token, started), folder, reports)
         lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
         lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py

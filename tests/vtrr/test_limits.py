@@ -264,3 +264,25 @@ def test_a_groups_held_weight_runs_down_over_its_queues(r: redis.Redis) -> None:
         second = wait_for(long.dequeue, timeout=10, what="long's item of A may start")
     assert second.payload == "A0" and redis_now(r) >= early - SLACK_S
     assert short.ack(first.task_id, first.token)
+
+
+def test_an_item_that_began_late_holds_its_weight_from_then(r: redis.Redis) -> None:
+    """Most held 3, items of 2 that use 20 a second: the second may start once the first holds
+    1 or less, 50 ms after the first *began*. A run that began 0.2 s after its lease (its worker
+    waited for a fresh process) used nothing of its weight meanwhile."""
+    q = FairQueue(r, "jobs")
+    q.set_limits("A", Limits(most_held=3, weight_per_second=20))
+    fill(q, "A", 2, weight=2)
+    first, _, leased_at = leased(r, q)
+    wait_for(lambda: redis_now(r) > leased_at + 0.2, timeout=10, what="the wait before its run")
+    before = redis_now(r)
+    assert q.began(first.task_id, first.token)
+    early = before + 0.05  # from its run's start, not its lease's (long past)
+    second = q.dequeue()
+    assert second is None or redis_now(r) >= early - SLACK_S  # not before the first ran down
+    if second is None:
+        q.wake()
+        second = wait_for(q.dequeue, timeout=10, what="the second item may start")
+    assert (second.payload, redis_now(r) >= early - SLACK_S) == ("A1", True)
+    assert not q.began(first.task_id, "stale-token")
+    assert q.ack(first.task_id, first.token)
