@@ -110,7 +110,9 @@ def fairgpu_dev(tmp_path: Path, *options: str, **env: str) -> Iterator[Dev]:
     """Run `fairgpu dev --port P --workers 1` (and the options given) until it says it is up;
     SIGTERM it afterwards, and check that it stopped everything it had started."""
     port = free_port()
-    environment = {**child_environment(), **FAST, "USERS_FILE": str(FIXTURES), **env}
+    # TMPDIR: the stack's folder, and its logs' folder that outlives it, stay in the test's own
+    temporary = {"TMPDIR": str(tmp_path)}
+    environment = {**child_environment(), **FAST, "USERS_FILE": str(FIXTURES), **temporary, **env}
     if "REDIS_URL" not in env:
         environment.pop("REDIS_URL", None)
     output = tmp_path / "console.txt"
