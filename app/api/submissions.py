@@ -87,14 +87,16 @@ async def checked_submission(
 ) -> Submission:
     """submission(), its webhook checked too: a 422 when its URL is not an http(s) one, when this
     deployment sends none, or when its host is an address (or a localhost name) that is not a
-    public one (unless WEBHOOK_ALLOW_PRIVATE); a name is resolved by the sender, not here."""
+    public one (unless WEBHOOK_ALLOW_PRIVATE); a name is resolved by the sender, not here. It
+    awaits nothing now, and stays async so that the route's dependency runs on the event loop,
+    not in a thread."""
     job = submission(body, job_types, settings)
     if job.webhook is not None:
-        await _check_webhook(job.webhook, settings)
+        _check_webhook(job.webhook, settings)
     return job
 
 
-async def _check_webhook(url: str, settings: Settings) -> None:
+def _check_webhook(url: str, settings: Settings) -> None:
     try:  # the URL's form first, whatever the deployment: the schema states it (app/models.py)
         destination.parse(url)
     except destination.RefusedError as exc:
