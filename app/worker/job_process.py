@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
@@ -39,8 +38,8 @@ from app.jobs import (
     load_registry,
 )
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
-from app.worker import reaper
-from app.worker.calls import After, Call, EndKind, Reply, last_lines
+from app.worker import reaper, tracebacks
+from app.worker.calls import After, Call, EndKind, Reply
 from app.worker.probe import DeviceProbe, NoDeviceProbe
 from app.worker.watchdog import Watchdog
 
@@ -247,8 +246,8 @@ class Jobs:
             elif _yielded(exc, ctx):
                 kind = "preempted"  # or the ask to yield
             cause = exc.__cause__ if isinstance(exc, _SetupError) else exc
-            said = str(exc) if isinstance(exc, _SetupError) else _describe(exc, None)
-            return Reply(kind, None, said, trace=_trace(cause or exc))
+            said = str(exc) if isinstance(exc, _SetupError) else tracebacks.describe(exc, None)
+            return Reply(kind, None, said, trace=tracebacks.trace(cause or exc))
         began()
         self.probe.reset_peak()
         clock = time.monotonic()
@@ -266,7 +265,7 @@ class Jobs:
                 end, error = "preempted", str(exc)
             else:
                 end = "oom" if self._out_of_memory(exc) else "exception"
-                error, trace = _describe(exc, job_type), _trace(exc)
+                error, trace = tracebacks.describe(exc, job_type), tracebacks.trace(exc)
         seconds = time.monotonic() - clock  # the job's own time, whatever its parent went through
         if ctx.cancelled:
             end, output = "cancelled", None  # any end after a cancel counts as the cancel
@@ -302,7 +301,7 @@ class Jobs:
             except (JobCancelledError, JobPreemptedError):
                 raise
             except Exception as exc:
-                why = f"setup() of {job_type.name!r} failed: {_describe(exc, job_type)}"
+                why = f"setup() of {job_type.name!r} failed: {tracebacks.describe(exc, job_type)}"
                 raise _SetupError(why) from exc
             self.runnables[job_type.name] = runnable
             self.set_up = True
@@ -355,40 +354,9 @@ def _dumped(job_type: JobType, result: object) -> str:
     return text
 
 
-def _describe(exc: BaseException, job_type: JobType | None) -> str:
-    """What the job's owner sees of its exception: the exception, then the frames of the job
-    type's own module (named as the module is, not by this server's paths). fairgpu's frames
-    and the libraries' stay in the worker's log (_trace)."""
-    head = type(exc).__name__ + (f": {exc}" if str(exc) else "")
-    own = _module_file(job_type)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if own and f.filename == own]
-    if not frames or job_type is None:
-        return last_lines(head)
-    shown = job_type.module.replace(".", "/") + ".py"
-    where = [
-        f'  File "{shown}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "")
-        for f in frames
-    ]
-    return last_lines("\n".join([head, "in the job's code:", *where]))
-
-
-def _trace(exc: BaseException) -> str:
-    """The whole traceback, for the worker's log."""
-    return "".join(traceback.format_exception(exc)).rstrip()
-
-
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
-def _module_file(job_type: JobType | None) -> str | None:
-    """The file of the module that defines the job type, as tracebacks name it."""
-    if job_type is None:
-        return None
-    module = sys.modules.get(job_type.module)
-    found = getattr(module, "__file__", None)
-    return str(found) if found else None
 
 
 def _peak_rss() -> int:
