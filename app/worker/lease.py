@@ -58,7 +58,7 @@ class RunLease:
         self._queue, self._job_id, self._token = queue, job_id, token
         self._margin = margin_s(settings.lease_seconds, settings.heartbeat_seconds)
         self._stop_by = executor.must_stop_by
-        self.deadline = math.inf
+        self.deadline = -math.inf  # (until the start: a heartbeat's renewal may come first)
         #: Told after each renewal granted (the heartbeat's look at the run's checkpoint).
         self.on_renewed: Callable[[], None] = lambda: None
 
@@ -77,8 +77,9 @@ class RunLease:
             self._stop_by(self.deadline)
 
     def renewed(self, sent: float) -> None:
-        """A renewal sent at `sent` (time.monotonic()) was granted (the Heartbeat's on_renewed)."""
-        self.deadline = sent + self._queue.lease_seconds - self._margin
+        """A renewal sent at `sent` (time.monotonic()) was granted (the Heartbeat's on_renewed);
+        the latest one counts, whichever is told first."""
+        self.deadline = max(self.deadline, sent + self._queue.lease_seconds - self._margin)
         self._stop_by(self.deadline)
         self.on_renewed()
 

@@ -233,26 +233,26 @@ class JobRunner:
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
     ) -> Ended:
-        folder = self.yields.checkpoint(job_id, token, started)
-        call = Call(
-            job_id,
-            started.type,
-            started.input,
-            self.yields.budget(started),
-            self.device.gpu_id,
-            preemptible=started.preemptible,
-            preemptions=started.preemptions,
-            checkpoint_dir="" if folder is None else str(folder),
-        )
         every = self.settings.heartbeat_seconds
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
         reports.hold_from_now = partial(self.queues[kind].began, job_id, token)
-        watch = self.yields.watch((kind, job_id, token, started), folder, reports)
         lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
-        lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py
         with Heartbeat(self.queues[kind], job_id, token, every, lease.renewed) as beat:
+            folder = self.yields.checkpoint(job_id, token, started)  # (a copy may take a while)
+            call = Call(
+                job_id,
+                started.type,
+                started.input,
+                self.yields.budget(started),
+                self.device.gpu_id,
+                preemptible=started.preemptible,
+                preemptions=started.preemptions,
+                checkpoint_dir="" if folder is None else str(folder),
+            )
+            watch = self.yields.watch((kind, job_id, token, started), folder, reports)
+            lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py
             marked = partial(self.recorder.cancel_requested, job_id)
             stop = StopCheck(beat, heard, marked, every)
             should_yield = self.yields.should_yield(job_id, started, every)

@@ -63,6 +63,8 @@ def test_the_run_must_stop_a_lease_less_the_margin_after_the_call_that_leased_it
     assert told.at == [100.0 + 30 - MARGIN_S]
     lease.renewed(110.0)  # the heartbeat's renewal, sent at 110
     assert told.at[-1] == 110.0 + 30 - MARGIN_S
+    lease.renewed(105.0)  # told late: the latest renewal counts
+    assert told.at[-1] == 110.0 + 30 - MARGIN_S
 
 
 def test_where_the_lease_s_time_is_not_known_it_is_renewed_at_the_start(
