@@ -83,7 +83,10 @@ def _matmul(duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
 
 def matmul(device: str, n: int, duration_s: float, should_stop: Callable[[], bool]) -> Outcome:
     """Multiply two n x n bf16 matrices on device (a torch device name) again and again until
-    duration_s has passed or should_stop() says so; the TFLOP/s counts finished products only."""
+    duration_s has passed since the call (making the matrices counts: a job ends at its
+    duration_s, within a last few products) or should_stop() says so; the TFLOP/s counts
+    finished products only."""
+    end = time.monotonic() + duration_s
     import torch
 
     torch_any: Any = torch
@@ -97,7 +100,7 @@ def matmul(device: str, n: int, duration_s: float, should_stop: Callable[[], boo
     b = torch_any.randn(n, n, device=device, dtype=torch_any.bfloat16)
     synchronize()
     start = time.monotonic()
-    end, next_check, products, stopped = start + duration_s, start + CHECK_EVERY_S, 0, False
+    next_check, products, stopped = start + CHECK_EVERY_S, 0, False
     while True:
         a @ b
         products += 1
