@@ -145,7 +145,7 @@ local function lose_run(keys, id, token)
   -- seconds join the earlier runs', and the charge for all of them is kept for an end without
   -- another run (what the worker recorded at its heartbeats: checkpointed.lua)
   local f = redis.call('HMGET', JOB, 'checkpoint_s', 'checkpoint_bill')
-  if f[1] then
+  if f[1] and f[2] then
     local ran = tonumber(redis.call('HGET', JOB, 'ran_s') or '0') + tonumber(f[1])
     redis.call('HSET', JOB, 'ran_s', string.format('%.17g', ran), 'earlier_bill', f[2],
                'ran_runs', earlier_runs() + 1)
@@ -153,7 +153,8 @@ local function lose_run(keys, id, token)
   redis.call('HSET', JOB, 'status', 'PENDING', 'lost_at', now())
   redis.call('HDEL', JOB, 'token', 'worker', 'gpu_id', 'started_at', 'checkpoint_s',
              'checkpoint_bill')
-  moved(CHANNEL, redis.call('HGET', JOB, 'kind'))
+  -- (an error here would fail the queue's reclaim, and every dequeue with it: nothing may be nil)
+  moved(CHANNEL, redis.call('HGET', JOB, 'kind') or '')
   local ttl = redis.call('TTL', JOB)  -- (kept as long as it was: the hook has no settings)
   emit(CHANNEL, id, ttl > 0 and ttl or nil)
   return 1
