@@ -34,8 +34,8 @@ from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Item, Shares
-from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND
-from app.vtrr.queue import FairQueue, Placement
+from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND, Placement
+from app.vtrr.queue import FairQueue
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence, Set
 from enum import StrEnum
-from typing import Final
+from typing import Final, Literal
 
 
 class Field(StrEnum):
@@ -63,6 +63,10 @@ FRONT_BASE: Final = 10**COUNTER_DIGITS - 1
 FAIR: Final = "fair"
 FRONT: Final = "front"
 PARTITION_FRONT: Final = "partition_front"
+#: Where a reclaimed item goes (docs/vtrr.md, "Leases"): charged again as if freshly enqueued,
+#: to the front of the whole queue (as release), or to the front of its own partition (as
+#: put_back).
+Placement = Literal["fair", "front", "partition_front"]
 #: Which end dequeue takes from: the fair order's head, or its rear (RedisQueue.get_last).
 FIRST: Final = "first"
 LAST: Final = "last"

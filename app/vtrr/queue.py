@@ -12,7 +12,7 @@ import heapq
 import secrets
 from collections.abc import Iterable
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from redis import Redis
 
@@ -20,7 +20,7 @@ from app.vtrr.errors import DropRefusedError
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
-from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field
+from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field, Placement
 from app.vtrr.limits import Limits, Woken, check_half_life, limits_of, wake_together
 from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.scripts import Scripts
@@ -35,11 +35,6 @@ from app.vtrr.wire import (
     stats_of,
     task_id_of,
 )
-
-#: Where a reclaimed item goes (docs/vtrr.md, "Leases"): charged again as if freshly enqueued,
-#: to the front of the whole queue (as release), or to the front of its own partition (as
-#: put_back).
-Placement = Literal["fair", "front", "partition_front"]
 
 RECLAIM_BATCH = 100
 LAG_WINDOW = 1000

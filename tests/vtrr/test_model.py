@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 )
 
 from app.vtrr import DuplicateTaskError, FairQueue, Item, Lease, Limits, OverLimitError
-from app.vtrr.queue import Placement
+from app.vtrr.layout import Placement
 from app.vtrr.step import Ending, step
 from tests.support import examples
 from tests.vtrr.model import QueueModel, Taken
