@@ -18,8 +18,9 @@ from app.vtrr.item import Item, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FRONT
 from app.vtrr.limits import Hold, Limits, check_half_life, hold_of
+from app.vtrr.lua_text import NO_HOOKS
 from app.vtrr.replicated import REPLICA_WAIT_MS, Replicas
-from app.vtrr.scripts import NO_HOOKS, AsyncScripts, TriggerKeys
+from app.vtrr.scripts import AsyncScripts, TriggerKeys
 from app.vtrr.wire import (
     Admitted,
     admitted_of,

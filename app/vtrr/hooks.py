@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.vtrr.scripts import NO_HOOKS
+from app.vtrr.lua_text import NO_HOOKS
 
 if TYPE_CHECKING:
     from celery import Task

@@ -1,4 +1,4 @@
-"""The queue's Lua: one file per atomic operation in lua/, sharing the helpers of lua/_lib.lua.
+"""The way into the queue's Lua (its text is lua_text.py's): a call runs one operation of lua/.
 
 Each operation's header names the keys it touches (`-- KEYS: queue meta ...`, the names of
 _lib.lua's `K`); a call passes those keys only, in that order, and nothing else is reachable
@@ -16,12 +16,7 @@ goes before the helpers, as Lua locals: set once when the library loads.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -29,174 +24,24 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoPermissionError, ResponseError
 
-from app.vtrr import layout
 from app.vtrr.errors import NotReplicatedError, from_reply
 from app.vtrr.keys import Keys
+from app.vtrr.lua_text import (
+    NAMES,
+    NO_HOOKS,
+    QUEUE_KEYS,
+    TRIGGER_KEYS,
+    function_name,
+    library_source,
+    operation,
+    script_source,
+)
 from app.vtrr.replicated import Replicas
 
-LUA_DIR = Path(__file__).with_name("lua")
-NAMES = (
-    "enqueue",
-    "dequeue",
-    "ack",
-    "ack_lease",
-    "renew",
-    "release",
-    "put_back",
-    "take",
-    "reclaim",
-    "cancel",
-    "promote",
-    "position",
-    "positions",
-    "triggers",
-    "drop",
-    "credit",
-    "began",
-    "step",
-    "reshare",
-    "limit",
-    "wake",
-)
-#: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
-QUEUE_KEYS = (
-    "queue",
-    "item",
-    "inflight",
-    "cvt",
-    "pvt",
-    "pqueued",
-    "idle",
-    "seq",
-    "triggers",
-    "stats",
-    "wake",
-    "queued_weight",
-    "items",
-    "limits",
-    "parked",
-    "reps",
-    "waits",
-    "park",
-    "live",
-    "freed",
-    "usage",
-    "usage_at",
-)
-TRIGGER_KEYS = ("trigger_message", "broker")
-#: What an operation over several queues declares (step.lua): each queue's keys in turn, in the
-#: order of QUEUE_KEYS then TRIGGER_KEYS.
-MANY_QUEUES = "*queues"
-#: The hooks of a queue without any (see app/vtrr/hooks.py): a Lua chunk that returns no hook.
-NO_HOOKS = "return {}"
-#: The operations that call hooks, and so carry the hooks' chunk in their script (Redis 6.2):
-#: those that reclaim call `reclaimed`.
-HOOKED = frozenset({"enqueue", "step", "dequeue", "ack_lease", "reclaim"})
-_DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 #: What a server without functions answers FUNCTION LOAD (Redis 6.2).
 _NO_FUNCTIONS = ("unknown command", "ERR unknown command")
 _FUNCTION_GONE = "Function not found"
 _LIBRARY_EXISTS = "already exists"
-
-
-@cache
-def source(name: str, directory: Path = LUA_DIR) -> str:
-    """The text of one script of another package (app/store, app/webhooks): its directory's
-    _lib.lua, then the script. (The fair queue's own operations are built by `operation`.)"""
-    return (directory / "_lib.lua").read_text() + "\n" + (directory / f"{name}.lua").read_text()
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One operation: its name, the keys it declares (in KEYS order), and its Lua body."""
-
-    name: str
-    keys: tuple[str, ...]
-    body: str
-
-    @property
-    def many(self) -> bool:
-        """Whether it runs over several queues, each giving all its keys (step.lua)."""
-        return self.keys == (MANY_QUEUES,)
-
-    def bound_body(self) -> str:
-        """The body behind the line that gives its KEYS their names in _lib.lua's `K` (a
-        table constructor, sized at once: cheaper than filling a table in a loop); an operation
-        over several queues gets the names of each queue's keys instead, and binds them itself."""
-        if self.many:
-            names = ", ".join(f"'{k}'" for k in (*QUEUE_KEYS, *TRIGGER_KEYS))
-            return f"local QUEUE_KEY_NAMES = {{{names}}}\n{self.body}"
-        names = ", ".join(f"{k} = KEYS[{i}]" for i, k in enumerate(self.keys, 1))
-        return f"bind({{{names}}})\n{self.body}"
-
-
-@cache
-def operation(name: str) -> Operation:
-    """An operation of lua/, its keys read from its `-- KEYS:` header line(s)."""
-    body = (LUA_DIR / f"{name}.lua").read_text()
-    declared = tuple(k for line in _DECLARED.findall(body) for k in line.split())
-    unknown = set(declared) - set(QUEUE_KEYS) - set(TRIGGER_KEYS)
-    if declared == (MANY_QUEUES,):
-        unknown = set()
-    if not declared or unknown:
-        raise ValueError(f"{name}.lua: declare its keys with '-- KEYS: ...' ({sorted(unknown)})")
-    return Operation(name, declared, body)
-
-
-@cache
-def lib() -> str:
-    """The helpers every operation shares: the constants the Python spells too (layout.py), as
-    locals, then lua/_lib.lua."""
-    return f"{layout.lua()}\n{(LUA_DIR / '_lib.lua').read_text()}"
-
-
-def hooks_source(hooks: str) -> str:
-    """The `HOOKS` table of the operations that call hooks (HOOKED): what the hooks' chunk
-    returns, run in a scope of its own so that its locals stay its own."""
-    return f"local HOOKS = (function()\n{hooks}\nend)()\nuse_hooks(HOOKS)"
-
-
-@cache
-def script_source(name: str, hooks: str = NO_HOOKS) -> str:
-    """The EVALSHA script of an operation (Redis 6.2): the helpers, then the bound body; the
-    hooks' chunk too for an operation that calls them (HOOKED)."""
-    if name in HOOKED:
-        return f"{lib()}\n{hooks_source(hooks)}\n{operation(name).bound_body()}"
-    return f"{lib()}\n{operation(name).bound_body()}"
-
-
-@cache
-def library_name(hooks: str = NO_HOOKS) -> str:
-    """The function library's name: `vtrr_` and a digest of its helpers, its operations and its
-    hooks (queues with other hooks call a library of their own)."""
-    text = lib() + "".join(script_source(n, hooks) for n in NAMES)
-    return f"vtrr_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-
-
-def function_name(name: str, hooks: str = NO_HOOKS) -> str:
-    """The name an operation is called by with FCALL (Redis 7)."""
-    return f"{library_name(hooks)}_{name}"
-
-
-def wire_name(name: str, functions: bool, hooks: str = NO_HOOKS) -> str:
-    """What names an operation in the command that runs it: its function (FCALL, Redis 7), or
-    its script's SHA1 (EVALSHA, Redis 6.2). For tests that watch the wire."""
-    if functions:
-        return function_name(name, hooks)
-    return hashlib.sha1(script_source(name, hooks).encode(), usedforsecurity=False).hexdigest()
-
-
-@cache
-def library_source(hooks: str = NO_HOOKS) -> str:
-    """The function library (Redis 7): the helpers and the hooks once, then one function per
-    operation."""
-    parts = [f"#!lua name={library_name(hooks)}", lib(), hooks_source(hooks)]
-    for name in NAMES:
-        parts.append(
-            f"redis.register_function('{function_name(name, hooks)}', function(KEYS, ARGV)\n"
-            f"{operation(name).bound_body()}\nend)"
-        )
-    return "\n".join(parts)
 
 
 #: Where a queue's scripts push Celery triggers themselves: (the key of the stored trigger

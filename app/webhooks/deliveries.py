@@ -32,7 +32,7 @@ from app.store.keys import (
     webhooks_due_key,
 )
 from app.store.scripts import constants_lua
-from app.vtrr.scripts import source
+from app.vtrr.lua_text import source
 from app.vtrr.wire import as_text
 
 LUA_DIR = Path(__file__).with_name("lua")

@@ -13,9 +13,9 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from app.models import WEBHOOK_PATTERN
 from app.settings import Settings
 from app.store.keys import job_key
+from app.webhook_url import WEBHOOK_PATTERN
 from tests.api.conftest import Api, open_api
 from tests.api.helpers import KEY, Untouched
 

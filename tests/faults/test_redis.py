@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.store.hooks import hooks_lua
-from app.vtrr.scripts import library_name, wire_name
+from app.vtrr.lua_text import library_name, wire_name
 from tests.faults.conftest import DEMO_KEY, OTHER_KEY, TEAM_KEY, Faults, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]

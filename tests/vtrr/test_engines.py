@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from app.vtrr import FairQueue, Item
-from app.vtrr.scripts import library_name
+from app.vtrr.lua_text import library_name
 from tests.vtrr.conftest import ENGINES
 
 

@@ -12,7 +12,7 @@ import redis
 
 from app.vtrr import FairQueue, Item, layout
 from app.vtrr.layout import FAIR_MARK, FRONT_MARK, MEMBER_PREFIX, Field, Stat, index_entry
-from app.vtrr.scripts import LUA_DIR, lib
+from app.vtrr.lua_text import LUA_DIR, lib
 from app.vtrr.wire import task_id_of
 from tests.lua_constants import raw_copies, read_back, shown
 
