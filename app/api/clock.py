@@ -30,6 +30,8 @@ class RedisClock:
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self.offset = 0.0
+        #: How many times the offset was measured (a test tells the clock's round trips apart).
+        self.syncs = 0
         self._warned = False
 
     def now(self) -> float:
@@ -42,6 +44,7 @@ class RedisClock:
         seconds, micros = await self.client.time()
         after = time.time()
         self.offset = seconds + micros / 1e6 - (before + after) / 2
+        self.syncs += 1
         if abs(self.offset) > SKEW_WARNING_S and not self._warned:
             self._warned = True
             log.warning(
