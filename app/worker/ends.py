@@ -68,8 +68,9 @@ class RunEnds:
             end=end,
             budget_s=started.duration_s,
         )
-        # its earlier runs, preempted or lost after a checkpoint (ran_runs counts both)
-        runs = max(started.ran_runs, started.preemptions) + 1
+        # its earlier runs, preempted or lost after a checkpoint (ran_runs counts both; the
+        # store reads a job preempted before the field existed as its preemptions)
+        runs = started.ran_runs + 1
         if runs == 1:
             return charge
         return replace(charge, description=f"{charge.description}, over {runs} runs")
