@@ -69,7 +69,7 @@ def descendants(pid: int, keep: Iterable[int] = ()) -> set[int]:
     kept, found, todo = set(keep), set[int](), [pid]
     while todo:
         for child in children(todo.pop()) - kept - found:
-            if _alive(child):
+            if alive(child):
                 found.add(child)
             todo.append(child)  # a zombie's children were reparented already: nothing below
     return found
@@ -77,7 +77,7 @@ def descendants(pid: int, keep: Iterable[int] = ()) -> set[int]:
 
 def zombies(pid: int) -> set[int]:
     """pid's children that have exited and wait to be reaped."""
-    return {child for child in children(pid) if not _alive(child)}
+    return {child for child in children(pid) if not alive(child)}
 
 
 def kill_below(pid: int, keep: Iterable[int] = ()) -> set[int]:
@@ -97,7 +97,7 @@ def kill_trees(pids: Iterable[int]) -> None:
     """SIGKILL these processes, and every live process below each, wherever they now are (the
     worker's way with what a dead child left)."""
     for pid in set(pids):
-        if _alive(pid):
+        if alive(pid):
             kill(descendants(pid) | {pid})
 
 
@@ -125,7 +125,7 @@ def reap(pids: Iterable[int]) -> None:
             time.sleep(REAP_POLL_S)  # a SIGKILLed process exits within moments
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether the process is there and not a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from app.dev.redis_server import RedisServer, free_port
+from app.worker.reaper import alive
 from tests.support import DEMO_KEY, FIXTURES, child_environment, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -58,7 +59,7 @@ class Dev:
 
     def child(self, marker: str) -> int | None:
         """The pid of the one live child whose command line contains marker, if there is one."""
-        pids = [pid for pid, cmd in self.children().items() if marker in cmd and _alive(pid)]
+        pids = [pid for pid, cmd in self.children().items() if marker in cmd and alive(pid)]
         assert len(pids) <= 1, pids
         return pids[0] if pids else None
 
@@ -97,14 +98,6 @@ class Dev:
         return wait_for(there, timeout, f"{task_id} to be {status}")
 
 
-def _alive(pid: int) -> bool:
-    """Whether pid is a process that has not exited (a zombie has)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def fairgpu_dev(tmp_path: Path, *options: str, **env: str) -> Iterator[Dev]:
     """Run `fairgpu dev --port P --workers 1` (and the options given) until it says it is up;
@@ -134,7 +127,7 @@ def fairgpu_dev(tmp_path: Path, *options: str, **env: str) -> Iterator[Dev]:
         started |= set(dev.children())
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, dev.console()
-        assert [pid for pid in started if _alive(pid)] == [], "fairgpu dev left processes behind"
+        assert [pid for pid in started if alive(pid)] == [], "fairgpu dev left processes behind"
     finally:
         if process.poll() is None:
             process.kill()

@@ -138,15 +138,6 @@ def job_child(worker_pid: int) -> int:
     return pid
 
 
-def alive(pid: int) -> bool:
-    """Whether the process is there and not a zombie (a frozen parent cannot reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
 def copies_in(root: Path) -> list[Path]:
     """The runs' checkpoint copies of a job, oldest first (none: no checkpoint)."""
     return [copy for _, copy in copies.runs(root)] if root.is_dir() else []
@@ -185,7 +176,7 @@ def test_a_frozen_worker_s_run_stops_before_its_rerun_starts_and_writes_nothing_
             timeout=30,
             what="the rerun on the other worker",
         )
-        assert not alive(child)  # the stale run was gone when its rerun was seen running
+        assert not reaper.alive(child)  # the stale run was gone when its rerun was seen running
         stale, ours = copies_in(root)
         stale_step, stale_written = step_of(stale), (stale / STEP_FILE).stat().st_mtime
         assert stale_written < float(rerun["result"]["started_at"])

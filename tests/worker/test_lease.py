@@ -8,7 +8,6 @@ import math
 import multiprocessing
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import redis
@@ -17,6 +16,7 @@ from app.settings import Settings
 from app.vtrr import FairQueue, Item
 from app.worker.calls import Ended
 from app.worker.lease import LeaseLapsedError, RunLease
+from app.worker.reaper import alive
 from app.worker.watchdog import (
     LEASE_LAPSED_EXIT,
     MARGIN_S,
@@ -126,11 +126,3 @@ def test_the_watchdog_kills_the_job_s_processes_and_its_child_once_the_time_has_
     child.join(timeout=30)
     assert child.exitcode == LEASE_LAPSED_EXIT
     assert not alive(pids.value)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
