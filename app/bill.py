@@ -41,7 +41,7 @@ COLUMNS = {"kind": "queue"}
 
 @dataclass(frozen=True, kw_only=True)
 class Charge:
-    """What the worker charges for a job (app/billing.py prices it): the cost, what the bill
+    """What the worker charges for a job (app/pricing.py prices it): the cost, what the bill
     says, the seconds the job ran and those billed."""
 
     cost_micros: int

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 
 from fastapi import HTTPException, status
 
-from app import billing
+from app import pricing
 from app.api.runtime import Runtime
 from app.auth import Account
-from app.billing import MICROS, MS
 from app.models import Kind, MonthUse
+from app.pricing import MICROS, MS
 from app.settings import Settings
 from app.store.submit import Budget, OverBudgetError
 
@@ -30,10 +30,10 @@ def budget(
     budget (nothing is checked or held)."""
     if account.budget_gpu_seconds is None and account.budget_cost_micros is None:
         return None  # the common case, on every submit: nothing to check or hold
-    most = billing.price(settings, kind, duration_s, job_type=job_type)
+    most = pricing.price(settings, kind, duration_s, job_type=job_type)
     limit_s = account.budget_gpu_seconds
     return Budget(
-        billed_ms=None if limit_s is None else billing.milliseconds(limit_s),
+        billed_ms=None if limit_s is None else pricing.milliseconds(limit_s),
         cost_micros=account.budget_cost_micros,
         most_ms=most.billed_ms,
         most_micros=most.cost_micros,

@@ -21,8 +21,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from app.billing import MICROS, MS
 from app.models import KINDS, ChildReplacement, ErrorKind, Kind, Status
+from app.pricing import MICROS, MS
 from app.store import workers as heartbeats
 from app.store.keys import METRICS
 from app.store.metrics import BEYOND, BUCKETS, SUM, Counter, Histogram, bucket_label, field

@@ -21,7 +21,7 @@ from app.client.errors import FAILED, session
 from app.client.http import Client
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import artifacts_table, out
-from app.client.transport import DEFAULT_URL, FairgpuError, one_line
+from app.client.transport import DEFAULT_URL, RequestError, one_line
 from app.client.words import clean, size
 from app.models import Artifact, Status, TaskStatus
 
@@ -101,7 +101,7 @@ def fetch_all(
     for artifact in found:
         try:
             path = fetch(client, task_id, artifact, folder)
-        except (FairgpuError, OSError, ValueError) as exc:
+        except (RequestError, OSError, ValueError) as exc:
             problems.append(f"{clean(artifact.name)!r}: {exc}")
             continue
         saved.append((artifact, path))

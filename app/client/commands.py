@@ -22,7 +22,7 @@ from app.client.render import (
     tasks_table,
     types_table,
 )
-from app.client.transport import DEFAULT_URL, FairgpuError
+from app.client.transport import DEFAULT_URL, RequestError
 from app.client.words import money, span
 from app.models import EnqueueResponse, Kind, Status, TaskPage, TaskStatus
 
@@ -135,9 +135,9 @@ def _submitted(
         out().print(about("Submitted ", reply.task_id, f" ({what})."))
     try:
         watch_to_end(client, reply.task_id, as_json)
-    except FairgpuError as exc:
+    except RequestError as exc:
         # Say which task, or a script that failed to watch it would not know it exists.
-        raise FairgpuError(f"{exc} (watching {reply.task_id}, which was submitted)") from None
+        raise RequestError(f"{exc} (watching {reply.task_id}, which was submitted)") from None
 
 
 def status(

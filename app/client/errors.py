@@ -17,7 +17,7 @@ from typer._click.exceptions import NoSuchOption, UsageError
 from typer.core import TyperCommand
 
 from app.client.http import Client
-from app.client.transport import FairgpuError, one_line
+from app.client.transport import RequestError, one_line
 
 USAGE = 2  # exit code of a command given wrong arguments, as click uses
 FAILED = 1  # exit code when the server refuses or cannot be reached
@@ -80,5 +80,5 @@ def session(url: str, key: str | None) -> Iterator[Client]:
     with client:
         try:
             yield client
-        except FairgpuError as exc:
+        except RequestError as exc:
             fail(str(exc), FAILED)

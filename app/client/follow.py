@@ -16,7 +16,7 @@ from rich.text import Text
 from app.client.errors import INTERRUPTED, JOB_DID_NOT_SUCCEED, fail
 from app.client.http import Client, JobEvent, LogBatch
 from app.client.render import live_line, log_text, out, progress_bar, progress_text, task_table
-from app.client.transport import FairgpuError
+from app.client.transport import RequestError
 from app.client.words import clock
 from app.models import BillingRecord, Progress, Status, TaskStatus
 
@@ -167,5 +167,5 @@ def _moment(state: TaskStatus, now: float, *, first: bool) -> float:
 def _ended(last: TaskStatus | None) -> TaskStatus:
     if last is None:
         # watch() ends only after a terminal status, so this is a server breaking the protocol.
-        raise FairgpuError("the event stream ended without a status")
+        raise RequestError("the event stream ended without a status")
     return last

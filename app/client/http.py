@@ -1,5 +1,5 @@
 """A typed, synchronous HTTP client of the fairgpu API (httpx), for the `fairgpu` command and for
-scripts. Every failure is one FairgpuError whose message is a one-line explanation."""
+scripts. Every failure is one RequestError whose message is a one-line explanation."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.client.admin_calls import AdminCalls
 from app.client.sse import SseEvent, server_gave_up, sse_events
-from app.client.transport import FairgpuError, one_line, reason, segment
+from app.client.transport import RequestError, one_line, reason, segment
 from app.models import (
     AccountView,
     BillingRecord,
@@ -147,7 +147,7 @@ class Client(AdminCalls):
         except httpx.TransportError as exc:
             if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 raise self._unreachable(exc) from None
-            raise FairgpuError(f"the download of {name!r} broke: {reason(exc)}") from None
+            raise RequestError(f"the download of {name!r} broke: {reason(exc)}") from None
         return Downloaded(size, digest.hexdigest())
 
     def cancel(self, task_id: str) -> Cancelled:
@@ -177,7 +177,7 @@ class Client(AdminCalls):
                 return
             if page.next_cursor in seen:
                 # A server that hands back a cursor twice would have us loop for ever.
-                raise FairgpuError(f"{self.url}/tasks returned the same cursor twice")
+                raise RequestError(f"{self.url}/tasks returned the same cursor twice")
             seen.add(page.next_cursor)
             cursor = page.next_cursor
 
@@ -251,7 +251,7 @@ class Client(AdminCalls):
             except _StreamDroppedError as drop:
                 failures += 1
                 if failures > self.reconnects:
-                    raise FairgpuError(
+                    raise RequestError(
                         f"the event stream from {self.url} kept dropping ({drop}); "
                         f"gave up after {self.reconnects} reconnects"
                     ) from None
@@ -269,7 +269,7 @@ class Client(AdminCalls):
     ) -> Generator[tuple[str | None, JobEvent | None], None, None]:
         """One connection's events. Raises _StreamDroppedError when it breaks or ends before a
         terminal status, _StreamEndedError on a 204 (the job ended, and Last-Event-ID named its
-        last event), FairgpuError for an error answer or a success that is not an event stream."""
+        last event), RequestError for an error answer or a success that is not an event stream."""
         timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
         resuming = "Last-Event-ID" in headers
         try:
@@ -301,7 +301,7 @@ class Client(AdminCalls):
         try:
             return model.model_validate_json(event.data)
         except ValidationError:
-            raise FairgpuError(
+            raise RequestError(
                 f"unexpected event from {self.url}: {one_line(event.data)[:120]}"
             ) from None
 

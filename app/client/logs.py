@@ -23,7 +23,7 @@ from app.client.follow import dropped_note
 from app.client.http import Client, LogBatch
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import log_text, out
-from app.client.transport import DEFAULT_URL, FairgpuError
+from app.client.transport import DEFAULT_URL, RequestError
 from app.models import LogLine, Status, TaskStatus
 
 Key = tuple[float, str, str]
@@ -73,7 +73,7 @@ def follow_logs(client: Client, task_id: str, shown: list[LogLine], as_json: boo
                 # on stderr: stdout holds the lines alone, for a pipe or a --json reader
                 notes().print(dropped_note(event.dropped, task_id), soft_wrap=True)
     if last is None:
-        raise FairgpuError("the event stream ended without a status")
+        raise RequestError("the event stream ended without a status")
     return last
 
 

@@ -1,5 +1,5 @@
 """The plumbing of the fairgpu API's client (app/client/http.py): one httpx client, a request
-that turns every failure into one FairgpuError with a one-line explanation, and the parsing of
+that turns every failure into one RequestError with a one-line explanation, and the parsing of
 answers into the API's models."""
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
 M = TypeVar("M", bound=BaseModel)
 
 
-class FairgpuError(Exception):
-    """A request that did not succeed; str() is a one-line explanation fit for a terminal."""
+class RequestError(Exception):
+    """A request that did not succeed; str() is a one-line explanation fit for a terminal. The
+    client's one error: it loads none of the server's modules, so not app.errors.FairGPUError."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -129,40 +130,40 @@ class Transport:
         except ValidationError:
             raise self._unexpected(reply) from None
 
-    def _unexpected(self, reply: httpx.Response) -> FairgpuError:
+    def _unexpected(self, reply: httpx.Response) -> RequestError:
         """A success whose body is not what the API answers: likely not a fairgpu server."""
         where = url_of(reply)
-        return FairgpuError(
+        return RequestError(
             f"unexpected answer from {where} (is {self.url} a fairgpu server?)",
             status=reply.status_code,
         )
 
-    def _refused(self, reply: httpx.Response) -> FairgpuError:
+    def _refused(self, reply: httpx.Response) -> RequestError:
         """Why the admin API answered 404 as for a path that does not exist: it hides itself
         from a bad key and from non-admins alike, so ask GET /account which it is."""
         where = url_of(reply)
         try:
             who = self._parse(AccountView, self._request("GET", "/account"))
-        except FairgpuError as exc:
+        except RequestError as exc:
             if exc.status == 401:
                 return exc  # the key itself is wrong: say that
-            return FairgpuError(f"404 at {where}: not an admin, or no admin API here", status=404)
+            return RequestError(f"404 at {where}: not an admin, or no admin API here", status=404)
         if who.admin:
-            return FairgpuError(f"404 at {where}: this server has no admin API", status=404)
-        return FairgpuError(f"404 at {where}: account {who.user_id} is not an admin", status=404)
+            return RequestError(f"404 at {where}: this server has no admin API", status=404)
+        return RequestError(f"404 at {where}: account {who.user_id} is not an admin", status=404)
 
-    def _failure(self, reply: httpx.Response) -> FairgpuError:
+    def _failure(self, reply: httpx.Response) -> RequestError:
         """One line for an error answer: status, the server's detail, where, when to retry."""
         message = f"{reply.status_code} {detail_of(reply)} at {url_of(reply)}"
         retry_after = reply.headers.get("Retry-After")
         if retry_after is not None:
             message += f"; retry after {one_line(retry_after)} s"
-        return FairgpuError(message, status=reply.status_code)
+        return RequestError(message, status=reply.status_code)
 
-    def _unreachable(self, exc: httpx.TransportError) -> FairgpuError:
+    def _unreachable(self, exc: httpx.TransportError) -> RequestError:
         if isinstance(exc, httpx.TimeoutException):
-            return FairgpuError(f"no answer from {self.url} within {self.timeout_s:g} s")
-        return FairgpuError(f"cannot reach {self.url}: {reason(exc)}")
+            return RequestError(f"no answer from {self.url} within {self.timeout_s:g} s")
+        return RequestError(f"cannot reach {self.url}: {reason(exc)}")
 
 
 @functools.cache

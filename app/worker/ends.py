@@ -11,7 +11,7 @@ import json
 import logging
 from dataclasses import replace
 
-from app import billing
+from app import pricing
 from app.bill import Charge
 from app.models import Kind, Status
 from app.settings import Settings
@@ -60,7 +60,7 @@ class RunEnds:
         preempted before has earlier ones), at most its declared duration, at least
         MIN_BILLED_S."""
         end = None if ended.end in ("success", "preempted") else ended.end
-        charge = billing.price(
+        charge = pricing.price(
             self._settings,
             kind,
             started.ran_s + ended.seconds,

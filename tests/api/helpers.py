@@ -17,7 +17,7 @@ import redis
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message
 
-from app import billing
+from app import pricing
 from app.api.factory import create_app
 from app.api.runtime import POOL_WAIT_S
 from app.auth import Accounts
@@ -104,7 +104,7 @@ class Worker:
         return job
 
     def charge(self, kind: Kind, duration_s: float) -> Charge:
-        return billing.price(self.settings, kind, duration_s)
+        return pricing.price(self.settings, kind, duration_s)
 
     def run(self, job_id: str, kind: Kind = "short") -> str:
         """Lease, start and succeed the job (it must be the fairest one queued); the token."""

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from app import billing
+from app import pricing
 from app.models import Status
 from app.worker.presence import Presence
 from tests.api.conftest import Api
@@ -356,7 +356,7 @@ async def test_a_released_job_reads_pending_at_position_zero_to_its_owner(api: A
     # The released run no longer holds the job: it cannot finish it.
     job = api.runtime.service.recorder.get(task_id)
     assert job is not None and job.token != old_token
-    charge = billing.price(api.runtime.settings, "short", 5)
+    charge = pricing.price(api.runtime.settings, "short", 5)
     recorder = api.runtime.service.recorder
     assert not recorder.finish(task_id, old_token, Status.SUCCESS, charge=charge, owner=SECOND)
     assert (await status_of(api, task_id, SECOND_KEY))["status"] == "PENDING"
@@ -459,7 +459,7 @@ async def test_dropping_a_queue_revokes_its_queued_jobs_and_stops_its_running_on
 
     # The stopped run can no longer end it, nor bill it.
     recorder = api.runtime.service.recorder
-    charge = billing.price(api.runtime.settings, "short", 1.0, end="cancelled")
+    charge = pricing.price(api.runtime.settings, "short", 1.0, end="cancelled")
     assert not recorder.finish(running, token, Status.REVOKED, charge=charge, owner=SECOND)
     assert (await status_of(api, running, SECOND_KEY))["status"] == "REVOKED"
     assert len(bills_of(r, SECOND)) == 0

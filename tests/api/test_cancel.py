@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from app import billing
+from app import pricing
 from app.models import Status
 from tests.api.conftest import Api
 from tests.api.helpers import KEY, SECOND_KEY, Worker
@@ -62,7 +62,7 @@ async def test_a_cancelled_jobs_final_status_still_says_a_stop_was_asked(
     token = worker.lease()
     worker.start(task_id, token)
     assert (await api.client.delete(f"/tasks/{task_id}", headers=KEY)).status_code == 202
-    charge = billing.price(api.runtime.settings, "short", 0.4, end="cancelled")
+    charge = pricing.price(api.runtime.settings, "short", 0.4, end="cancelled")
     assert worker.recorder.finish(task_id, token, Status.REVOKED, charge=charge, owner=OWNER)
     final = (await api.client.get(f"/task-status/{task_id}", headers=KEY)).json()
     assert (final["status"], final["cancel_requested"]) == ("REVOKED", True)

@@ -17,7 +17,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import billing
+from app import pricing
 from app.api.collector import ENDS
 from app.dev.processes import spawn, stop
 from app.dev.stack import as_environment
@@ -191,7 +191,7 @@ async def test_a_cancelled_job_counts_once_as_revoked(api: Api, worker: Worker) 
     assert (await api.client.delete(f"/tasks/{queued}", headers=KEY)).status_code == 202
     samples = await scrape(api)
     assert value(samples, "fairgpu_jobs_finished_total", queue="short", status="REVOKED") == 1
-    charge = billing.price(api.runtime.settings, "short", 1.0, end="cancelled")
+    charge = pricing.price(api.runtime.settings, "short", 1.0, end="cancelled")
     assert worker.recorder.finish(queued, token, Status.REVOKED, charge=charge, owner=OWNER)
 
     samples = await scrape(api)
@@ -331,7 +331,7 @@ async def test_a_job_run_by_a_real_worker_moves_the_metrics(
     def moved(metric: str, **labels: str) -> float:
         return value(after, metric, **labels) - value(before, metric, **labels)
 
-    charge = billing.price(api.runtime.settings, "short", 0.3)
+    charge = pricing.price(api.runtime.settings, "short", 0.3)
     assert moved("fairgpu_jobs_finished_total", queue="short", status="SUCCESS") == 1
     assert moved("fairgpu_job_wait_seconds_count", queue="short") == 1
     assert moved("fairgpu_job_run_seconds_count", queue="short") == 1

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import billing
+from app import pricing
 from app.models import ErrorKind, Status
 from app.settings import Settings
 from app.store.keys import STOPS
@@ -150,7 +150,7 @@ async def test_a_job_cancelled_queued_or_running_is_cancelled(api: Api, worker: 
     assert (await api.client.delete(f"/tasks/{queued}", headers=KEY)).status_code == 200
     assert (await api.client.delete(f"/tasks/{running}", headers=KEY)).status_code == 202
     assert (await status(api, running))["error_kind"] is None  # still running, asked to stop
-    charge = billing.price(api.runtime.settings, "short", 0.5, end="cancelled")
+    charge = pricing.price(api.runtime.settings, "short", 0.5, end="cancelled")
     assert worker.recorder.finish(running, token, Status.REVOKED, charge=charge, owner=OWNER)
 
     for task_id in (queued, running):

@@ -13,7 +13,7 @@ from httpx_sse import EventSource
 
 from app.client.http import Client, LogBatch
 from app.client.sse import SseEvent, sse_events
-from app.client.transport import FairgpuError, check_url, describe_detail
+from app.client.transport import RequestError, check_url, describe_detail
 from app.models import LogLine, Progress, Status, TaskStatus
 
 TASK = "0b7d2f6e-0000-4000-8000-000000000001"
@@ -77,7 +77,7 @@ def test_a_stream_that_is_not_an_event_stream_is_one_line() -> None:
     page = httpx.Response(200, text="<html>\nwelcome</html>")
     with (
         client(lambda request: page) as c,
-        pytest.raises(FairgpuError, match=r"is http://fairgpu\.test a fairgpu server"),
+        pytest.raises(RequestError, match=r"is http://fairgpu\.test a fairgpu server"),
     ):
         next(c.watch(TASK))
 
@@ -134,7 +134,7 @@ def test_reconnecting_is_bounded_and_ends_in_one_line() -> None:
     with client(handler, reconnects=2, reconnect_delay_s=0) as c:
         updates = c.watch(TASK)
         assert next(updates).status is Status.PENDING
-        with pytest.raises(FairgpuError) as caught:
+        with pytest.raises(RequestError) as caught:
             next(updates)
     message = str(caught.value)
     assert "\n" not in message
@@ -158,7 +158,7 @@ def test_an_unreachable_server_at_the_start_is_an_error_at_once() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("[Errno 111] Connection refused")
 
-    with client(handler) as c, pytest.raises(FairgpuError) as caught:
+    with client(handler) as c, pytest.raises(RequestError) as caught:
         next(c.watch(TASK))
     assert str(caught.value) == f"cannot reach {URL}: connection refused"
 
@@ -167,7 +167,7 @@ def test_an_event_that_is_not_a_status_is_one_line() -> None:
     body = b"id: 1-0\ndata: <html>\ndata: </html>\n\n"
     with (
         client(lambda request: sse(body)) as c,
-        pytest.raises(FairgpuError, match=f"^unexpected event from {URL}: <html> </html>$"),
+        pytest.raises(RequestError, match=f"^unexpected event from {URL}: <html> </html>$"),
     ):
         next(c.watch(TASK))
 
@@ -199,7 +199,7 @@ def test_429_says_when_to_retry() -> None:
     detail = {"detail": "more than 100 requests a second with this key"}
     with (
         client(lambda r: httpx.Response(429, json=detail, headers={"Retry-After": "1"})) as c,
-        pytest.raises(FairgpuError) as caught,
+        pytest.raises(RequestError) as caught,
     ):
         c.status(TASK)
     assert caught.value.status == 429
@@ -212,7 +212,7 @@ def test_429_says_when_to_retry() -> None:
 def test_an_error_page_that_is_not_json_gives_its_reason() -> None:
     with (
         client(lambda r: httpx.Response(502, text="<html>\nbad gateway</html>")) as c,
-        pytest.raises(FairgpuError, match=f"^502 Bad Gateway at {URL}/billing-records$"),
+        pytest.raises(RequestError, match=f"^502 Bad Gateway at {URL}/billing-records$"),
     ):
         c.billing()
 
@@ -220,7 +220,7 @@ def test_an_error_page_that_is_not_json_gives_its_reason() -> None:
 def test_a_success_that_is_not_the_api_is_one_line() -> None:
     with (
         client(lambda r: httpx.Response(200, text="<html>welcome</html>")) as c,
-        pytest.raises(FairgpuError, match=r"is http://fairgpu\.test a fairgpu server"),
+        pytest.raises(RequestError, match=r"is http://fairgpu\.test a fairgpu server"),
     ):
         c.account()
 
@@ -232,7 +232,7 @@ def test_a_task_id_cannot_reach_another_path() -> None:
         paths.append(request.url.raw_path.decode())
         return httpx.Response(404, json={"detail": "task not found"})
 
-    with client(handler) as c, pytest.raises(FairgpuError):
+    with client(handler) as c, pytest.raises(RequestError):
         c.status("../admin/queues?x=1")
     assert paths == ["/task-status/..%2Fadmin%2Fqueues%3Fx%3D1"]
 
@@ -241,7 +241,7 @@ def test_all_tasks_stops_on_a_repeated_cursor() -> None:
     page = {"tasks": [json.loads(state("SUCCESS"))], "next_cursor": "same"}
     with (
         client(lambda r: httpx.Response(200, json=page)) as c,
-        pytest.raises(FairgpuError, match="same cursor twice"),
+        pytest.raises(RequestError, match="same cursor twice"),
     ):
         list(c.all_tasks())
 
@@ -260,7 +260,7 @@ def test_an_admin_404_from_a_server_without_the_admin_api_says_so() -> None:
             return httpx.Response(200, json=account)
         return httpx.Response(404, json={"detail": "Not Found"})
 
-    with client(handler) as c, pytest.raises(FairgpuError) as caught:
+    with client(handler) as c, pytest.raises(RequestError) as caught:
         c.queues()
     assert str(caught.value) == f"404 at {URL}/admin/queues: this server has no admin API"
 
@@ -285,6 +285,6 @@ def test_a_server_that_keeps_giving_up_ends_in_one_line_naming_why() -> None:
     expected = "the server ended it: Redis is unreachable"
     with (
         client(lambda request: sse(gave_up), reconnects=1, reconnect_delay_s=0) as c,
-        pytest.raises(FairgpuError, match=expected),
+        pytest.raises(RequestError, match=expected),
     ):
         list(c.watch(TASK))

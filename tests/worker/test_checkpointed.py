@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from app.auth import Accounts
-from app.billing import milliseconds
+from app.pricing import milliseconds
 from app.settings import Settings
 from app.store.keys import job_key
 from app.wiring.service import Service, build

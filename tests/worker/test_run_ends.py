@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from app import billing
+from app import pricing
 from app.jobs import JobContext, job
 from app.store import JobRecorder
 from app.store.keys import job_key
@@ -148,7 +148,7 @@ def test_a_failure_to_price_the_run_ends_the_job_internal_unbilled(
     make_worker: Callable[..., Worker], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w = make_worker()
-    monkeypatch.setattr(billing, "price", fails(ArithmeticError("bug")))
+    monkeypatch.setattr(pricing, "price", fails(ArithmeticError("bug")))
     w.submit(r, "short", "J1", job_type="leaves-a-file", duration_s=5)
     w.trigger("short")
     assert (ended(r, "J1")["status"], ended(r, "J1")["error_kind"]) == ("FAILURE", "internal")

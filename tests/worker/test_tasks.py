@@ -12,9 +12,9 @@ import redis
 from pydantic import BaseModel
 
 from app.auth import Accounts
-from app.billing import price
 from app.jobs import JobContext, JobType, Registry, job, load_registry
 from app.models import Status
+from app.pricing import price
 from app.settings import Settings
 from app.store import JobRecorder
 from app.store.keys import job_key

@@ -32,11 +32,11 @@ from app.api.deps import CallerDep, RuntimeDep
 from app.api.routes.admin import RESPONSES
 from app.api.routing import AdminRoute
 from app.api.runtime import Runtime
-from app.billing import MICROS
 from app.ledger.accounts import AccountError
 from app.ledger.live import announce
 from app.ledger.schema import AccountRow, KeyRow
 from app.models import ErrorBody
+from app.pricing import MICROS
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)

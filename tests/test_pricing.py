@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app import billing
+from app import pricing
 from app.bill import Bill
 from app.settings import Settings
 
@@ -23,7 +23,7 @@ def test_a_bill_is_the_price_times_the_seconds_billed_and_never_zero(
     seconds: float, kind: str
 ) -> None:
     for settings in (SETTINGS, NO_FLOOR):
-        charge = billing.price(settings, kind, seconds)  # type: ignore[arg-type]
+        charge = pricing.price(settings, kind, seconds)  # type: ignore[arg-type]
         rate = Decimal(repr(settings.price_per_s(kind)))  # type: ignore[arg-type]
         billed = Decimal(repr(charge.billed_seconds))
         assert charge.cost == rate * billed  # exact, no rounding at all
@@ -33,7 +33,7 @@ def test_a_bill_is_the_price_times_the_seconds_billed_and_never_zero(
 
 
 def test_a_tiny_job_is_billed_the_minimum() -> None:
-    charge = billing.price(SETTINGS, "long", 0.0199)
+    charge = pricing.price(SETTINGS, "long", 0.0199)
     assert (charge.cost, charge.gpu_seconds, charge.billed_seconds) == (Decimal("0.25"), 0.02, 1)
     assert charge.description == "Long GPU job (billed the 1 s minimum)"
 
@@ -44,14 +44,14 @@ def test_a_tiny_job_is_billed_the_minimum() -> None:
 def test_seconds_are_billed_in_whole_milliseconds_from_their_decimal_form(
     seconds: float, billed: float
 ) -> None:
-    assert billing.price(NO_FLOOR, "short", seconds).billed_seconds == billed
+    assert pricing.price(NO_FLOOR, "short", seconds).billed_seconds == billed
 
 
 def test_a_price_that_is_not_a_whole_thousandth_a_second_rounds_each_bill_to_the_micro_unit() -> (
     None
 ):
     settings = Settings(price_short_per_s=0.000694, min_billed_s=0)  # 2.50 an hour
-    charge = billing.price(settings, "short", 0.001)  # 0.694 micro-units
+    charge = pricing.price(settings, "short", 0.001)  # 0.694 micro-units
     assert (charge.cost, charge.cost_micros) == (Decimal("0.000001"), 1)
 
 
@@ -86,21 +86,21 @@ def test_a_stored_record_from_before_exact_billing_reads_as_it_was() -> None:
     ],
 )
 def test_a_bill_says_how_its_run_ended(end: str | None, says: str) -> None:
-    charge = billing.price(SETTINGS, "short", 2.5, end=end)
+    charge = pricing.price(SETTINGS, "short", 2.5, end=end)
     assert charge.description.endswith(says)
     assert charge.billed_seconds == 2.5
 
 
 def test_a_bill_is_capped_at_the_budget_and_floored_at_the_minimum() -> None:
-    capped = billing.price(SETTINGS, "short", 7.25, end="timeout", budget_s=5)
+    capped = pricing.price(SETTINGS, "short", 7.25, end="timeout", budget_s=5)
     assert (capped.gpu_seconds, capped.billed_seconds) == (7.25, 5.0)
     assert capped.description == (
         "Short GPU job, stopped at its time limit after 7.2 s (billed its budget of 5 s)"
     )
-    assert capped.cost == billing.price(SETTINGS, "short", 5).cost
-    tiny = billing.price(SETTINGS, "short", 3, budget_s=0.5)  # a budget under MIN_BILLED_S
+    assert capped.cost == pricing.price(SETTINGS, "short", 5).cost
+    tiny = pricing.price(SETTINGS, "short", 3, budget_s=0.5)  # a budget under MIN_BILLED_S
     assert (tiny.billed_seconds, tiny.description) == (
         1.0,
         "Short GPU job (billed the 1 s minimum)",
     )
-    assert billing.price(SETTINGS, "short", 3, budget_s=5).billed_seconds == 3
+    assert pricing.price(SETTINGS, "short", 3, budget_s=5).billed_seconds == 3
