@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from app.bill import Charge
-from app.models import ErrorKind, Status, StoppedBy
+from app.models import ErrorKind, Status
 from app.settings import Settings
 from app.store.keys import (
     CHANNEL,
@@ -176,18 +176,6 @@ class JobRecorder:
         """The job, or None."""
         fields = self.redis.hgetall(job_key(job_id))
         return JobRecord.parse(fields) if fields else None
-
-    def cancel_requested(self, job_id: str) -> bool:
-        """Whether the job's owner or an operator has asked for it to stop."""
-        return bool(self.redis.hexists(job_key(job_id), "cancel"))
-
-    def stopped_by(self, job_id: str) -> StoppedBy | None:
-        """Who asked the job to stop, if anyone (see revoke.lua)."""
-        raw = self.redis.hget(job_key(job_id), "cancel")
-        if raw is None:
-            return None
-        # an operator is always named; a bare flag is an owner's cancel of an older release
-        return "operator" if as_text(raw) == "operator" else "owner"
 
     def start(self, job_id: str, token: str, worker: str, gpu_id: int | None) -> Started:
         """Mark the job STARTED under this lease, unless it has ended or used its attempts."""

@@ -3,9 +3,10 @@
 Each worker keeps an entry in `fairgpu:workers`: <name> -> {"queues": [...], "seen": <Redis
 TIME>, "busy_until": <when its job should end, or null>, "running": <the run in hand, or null:
 {"job", "account", "kind", "since" (Redis TIME), "preemptible"}>, "broken": <why its device is
-unusable, only when it is>} (written by app/worker/presence.py). Readers count a worker alive
-while its entry is under ALIVE_BEATS heartbeats old and it is not broken, and forget entries a
-day old.
+unusable, only when it is>}: one record, Seen (its run a Running), written by
+app/worker/presence.py with Seen.encode() and read back with Seen.read() (parse, read). Readers
+count a worker alive while its entry is under ALIVE_BEATS heartbeats old and it is not broken,
+and forget entries a day old.
 """
 
 from __future__ import annotations
@@ -27,17 +28,33 @@ FORGET_S = 86400
 @dataclass(frozen=True)
 class Running:
     """The run a worker has in hand: its job, the job's account and queue, when the run began
-    (Redis's clock) and whether it may be asked to yield (app/worker/preemption.py)."""
+    (Redis's clock: stamped by the heartbeat that first says it, app/worker/presence.py) and
+    whether it may be asked to yield (app/worker/preemption.py)."""
 
     job: str
     account: str
     kind: str
-    since: float
+    since: float = 0.0
     preemptible: bool = False
 
-    def entry(self) -> dict[str, object]:
-        """As a heartbeat holds it."""
+    def encode(self) -> dict[str, object]:
+        """As a heartbeat holds it: its fields by name."""
         return asdict(self)
+
+    @classmethod
+    def read(cls, raw: object) -> Running | None:
+        """A run as encode() wrote it (None: none, or one this release cannot read); a run of
+        a release before preemption has no `preemptible`."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            since = float(raw["since"])
+            if not math.isfinite(since):
+                return None
+            job, account, kind = str(raw["job"]), str(raw["account"]), str(raw["kind"])
+            return cls(job, account, kind, since, bool(raw.get("preemptible", False)))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -51,49 +68,47 @@ class Seen:
     broken: str | None = None
     running: Running | None = None
 
+    def encode(self) -> str:
+        """The heartbeat as its worker writes it (its name is the hash's field): `broken` only
+        when it is."""
+        entry: dict[str, object] = {"queues": list(self.queues), "seen": self.seen}
+        entry["busy_until"] = self.busy_until
+        entry["running"] = None if self.running is None else self.running.encode()
+        if self.broken is not None:
+            entry["broken"] = self.broken
+        return json.dumps(entry)
+
+    @classmethod
+    def read(cls, name: str, raw: bytes | str) -> Seen:
+        """A heartbeat as encode() wrote it; ValueError unless it is an object with queues and
+        finite times."""
+        entry = json.loads(raw)
+        if not isinstance(entry, dict):
+            raise ValueError("not a heartbeat")
+        until = entry.get("busy_until")
+        times = [float(entry["seen"]), *([] if until is None else [float(until)])]
+        if not all(map(math.isfinite, times)):
+            raise ValueError("not a time")
+        broken = entry.get("broken")
+        return cls(
+            name,
+            tuple(map(str, entry["queues"])),
+            times[0],
+            None if until is None else times[1],
+            None if broken is None else str(broken),
+            Running.read(entry.get("running")),
+        )
+
 
 def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:
     """The heartbeats in WORKERS's raw hash, skipping entries that are not ours."""
     seen = []
     for name, value in raw.items():
         try:
-            seen.append(_entry(as_text(name), json.loads(value)))
+            seen.append(Seen.read(as_text(name), value))
         except (ValueError, KeyError, TypeError):
             continue
     return seen
-
-
-def _entry(name: str, entry: object) -> Seen:
-    """One heartbeat; ValueError unless it is an object with queues and finite times."""
-    if not isinstance(entry, dict):
-        raise ValueError("not a heartbeat")
-    until = entry.get("busy_until")
-    times = [float(entry["seen"]), *([] if until is None else [float(until)])]
-    if not all(map(math.isfinite, times)):
-        raise ValueError("not a time")
-    broken = entry.get("broken")
-    return Seen(
-        name,
-        tuple(map(str, entry["queues"])),
-        times[0],
-        None if until is None else times[1],
-        None if broken is None else str(broken),
-        _running(entry.get("running")),
-    )
-
-
-def _running(raw: object) -> Running | None:
-    """The run in a heartbeat, or None (none, or one this release cannot read)."""
-    if not isinstance(raw, dict):
-        return None
-    try:
-        since = float(raw["since"])
-        if not math.isfinite(since):
-            return None
-        fields = (str(raw["job"]), str(raw["account"]), str(raw["kind"]))
-        return Running(*fields, since, bool(raw.get("preemptible", False)))
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def read(client: redis.Redis, now: float) -> list[Seen]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.worker.end_reason import Why
+
 #: How a run ended; "preempted": a preemptible job's run yielded its GPU when asked (or was
 #: stopped for not yielding in time), and the job goes back in line to resume.
 EndKind = Literal[
@@ -60,6 +62,10 @@ class Ended:
     output_dir: Path | None = None
     artifacts: str | None = None
     trace: str | None = None  # the whole traceback of a job that raised: the worker logs it
+    #: Why it ended, where the job did not end by itself (end_reason.py): the executor names a
+    #: timeout, a run past its budget, a dead child or a run stopped for not yielding; the run's
+    #: RunAsks, whose stop a `cancelled` end was (RunAsks.named).
+    why: Why | None = None
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ from app.worker.calls import (
     last_lines,
     never,
 )
-from app.worker.deadline import KILLED_END, TIMEOUT_TOLERANCE_S, Asks, Deadline
+from app.worker.deadline import KILLED_END, KILLED_WHY, TIMEOUT_TOLERANCE_S, Asks, Deadline
+from app.worker.end_reason import Why
 from app.worker.hygiene import ChildLimits, Verdict, await_after, verdict
 from app.worker.job_process import ChildSpec, child_main
 from app.worker.live import NO_EVENTS, JobEvents, JobWatch, Stream, last_words, tails_from_here
@@ -318,7 +319,7 @@ class JobChild:
         watch.finish()  # its last words are in its output files now
         error = self._died_text("\n".join(watch.recent))
         self._replace_child("crash", error.splitlines()[0])
-        return Ended("crashed", seconds, error=error)
+        return Ended("crashed", seconds, error=error, why=Why.CHILD_DIED)
 
     def _kill(self, call: Call, watch: JobWatch, stop: Deadline, *, setup_overrun: bool) -> Ended:
         """Stop the child for the job's overrun (a cancel's end counts whatever ran out) and say
@@ -330,7 +331,7 @@ class JobChild:
             return Ended("setup", 0.0, error=error)
         error = stop.killed(call.budget_s)
         self._replace_child(stop.reason, error)
-        return Ended(KILLED_END[stop.reason], seconds, error=error)
+        return Ended(KILLED_END[stop.reason], seconds, error=error, why=KILLED_WHY[stop.reason])
 
     def _replace_child(self, reason: ChildReplacement, detail: str) -> None:
         """Stop the child and start its successor at once (its start is nobody's job time);

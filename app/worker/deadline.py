@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.worker.calls import Ended, EndKind
+from app.worker.end_reason import Why
 
 #: Why a run was asked to stop.
 StopReason = Literal["cancel", "timeout", "preempt"]
@@ -31,6 +32,12 @@ KILLED_END: dict[StopReason, EndKind] = {
     "cancel": "cancelled",
     "timeout": "timeout",
     "preempt": "preempted",
+}
+#: Why a run killed past its deadline ended, by the first ask (a cancel's: its RunAsks says).
+KILLED_WHY: dict[StopReason, Why | None] = {
+    "cancel": None,
+    "timeout": Why.TIMEOUT,
+    "preempt": Why.YIELD,
 }
 #: A run that ends within this many seconds past its declared seconds has not overrun them: the
 #: jitter of ending on time (a sleep's wake-up, a last matrix product, a busy host's scheduling;
@@ -90,7 +97,8 @@ class Deadline:
             f"the job ran past its budget of {budget_s:g} s (it ran {ended.seconds:.2f} s): it "
             "was asked to stop there, and what it did after is not its output"
         )
-        return replace(ended, end="timeout", output=None, error=error)
+        why = Why.TIMEOUT if self.reason == "timeout" else Why.OVER_BUDGET
+        return replace(ended, end="timeout", output=None, error=error, why=why)
 
     def killed(self, budget_s: float) -> str:
         """Why a run past its deadline was killed, for its error (named by the ask whose grace

@@ -1,6 +1,7 @@
 """RunEnds: how a run's end, as the executor reports it (calls.Ended), becomes the end the job
 store records and its bill. Who pays (the owner's cancel is billed, an operator's stop and a
-failed setup() are not, a run that lost its lease leaves it to the next), how much (the seconds
+failed setup() are not, a run that lost its lease leaves it to the next: the end's reason,
+end_reason.Why, says which stop it was, as the run's stop check heard it), how much (the seconds
 it ran, never more than its budget, at least MIN_BILLED_S), and what the status says; where
 working that out fails, a bug of ours and not the job's, the run ends `internal` all the same.
 """
@@ -15,10 +16,11 @@ from app import pricing
 from app.bill import Charge
 from app.models import Kind, Status
 from app.settings import Settings
-from app.store import JobRecorder, RunEnd, Started
+from app.store import RunEnd, Started
 from app.store.recorder import INTERNAL_ERROR, internal_end
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.worker.calls import Ended
+from app.worker.end_reason import Why
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +28,8 @@ log = logging.getLogger(__name__)
 class RunEnds:
     """The end to record of each run, for one worker."""
 
-    def __init__(self, settings: Settings, recorder: JobRecorder) -> None:
-        self._settings, self._recorder = settings, recorder
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
 
     def of(
         self, kind: Kind, job_id: str, started: Started, ended: Ended
@@ -83,7 +85,7 @@ class RunEnds:
         operator, one that lost its lease (its next run is billed instead) and one whose type's
         setup() failed (the job never began: the operator's type is at fault, not its owner)."""
         if ended.end == "cancelled":
-            return self._stopped(kind, job_id, started, ended)
+            return self._stopped(kind, job_id, started, ended, ended.why or Why.LEASE_LOST)
         charge: Charge | None = None  # a setup() that failed: the job never began
         if ended.end != "setup":
             charge = self.price(kind, started, ended)
@@ -101,30 +103,32 @@ class RunEnds:
         return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
 
     def _stopped(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended
+        self, kind: Kind, job_id: str, started: Started, ended: Ended, why: Why
     ) -> tuple[str, RunEnd | None]:
-        """The end of a run that was asked to stop. Who pays: the owner's cancel is billed for
-        the time it ran; an operator's stop (a dropped queue) is not, and revoke.lua has ended
-        the job already; a lost lease (an admin's release, a reclaim) leaves the job to its
-        next run, which alone is billed. Every end is fenced by the token."""
-        by = self._recorder.stopped_by(job_id)
-        if by is None:
+        """The end of a run that was asked to stop, by whom its stop check heard. Who pays: the
+        owner's cancel is billed for the time it ran; an operator's stop (a dropped queue) is
+        not, and revoke.lua has ended the job already; a lost lease (an admin's release, a
+        reclaim) leaves the job to its next run, which alone is billed. Every end is fenced by
+        the token. (A hand-back records no end: the runner gives the job back.)"""
+        if why is Why.LEASE_LOST:
             return "lease lost", None  # another run owns the job now; leave its end to that run
         charge = self.price(kind, started, ended)
         end = RunEnd(
             job_id=job_id, owner=started.owner, status=Status.REVOKED,
-            charge=charge if by == "owner" else None, seconds=ended.seconds,
+            charge=charge if why.billed else None, seconds=ended.seconds,
             error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes,
         )  # fmt: skip
-        return ("cancelled" if by == "owner" else "stopped by an operator"), end
+        return ("cancelled" if why is Why.CANCEL else "stopped by an operator"), end
 
 
 def internal(job_id: str, ended: Ended, exc: Exception) -> Ended:
     """The run ended `internal`: the worker failed around it. Its details go to the worker's
     log; its owner reads INTERNAL_ERROR."""
     log.error("the worker failed around the job's run", exc_info=exc, extra={"task_id": job_id})
-    return replace(ended, end="internal", output=None, error=INTERNAL_ERROR, artifacts=None)
+    return replace(
+        ended, end="internal", output=None, error=INTERNAL_ERROR, artifacts=None, why=None
+    )
 
 
 def _tflops(job_type: str, output: str | None) -> float | None:

@@ -6,7 +6,10 @@ started it in one call: Started.leased_at); where it does not (a retry's run, a 
 name) it renews the lease once as the run starts. Then the heartbeat renews it. Each lease or
 renewal that Redis granted tells the executor the time by which the run must have stopped: when
 that call was sent, plus the lease, less the watchdog's margin. A lease found gone at the start
-gets a time already past: the run is stopped as soon as it begins. A run stopped for its lease
+gets a time already past: the run is stopped as soon as it begins. A renewal refused (the lease
+went to another run: reclaimed, released, or its queue dropped) is a lost lease too: the run's
+stop check (app/worker/stops.py) stops it, and its end records nothing (end_reason.LEASE_LOST,
+app/worker/ends.py). A run stopped for its lease
 (its child died after that time: its worker was frozen or cut off from Redis meanwhile) is
 given up: its lease is made to lapse now and reclaimed, so that its job goes back in line,
 PENDING, at once (the reclaim's hook), instead of being acked as if it had ended; nothing of its
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from app.settings import Settings
-from app.vtrr import FairQueue
+from app.vtrr import FairQueue, Heartbeat
 from app.worker.calls import Ended
 from app.worker.watchdog import margin_s
 
@@ -41,7 +44,7 @@ class Watched(Protocol):
 
 class LeaseLapsedError(Exception):
     """The run was stopped because its lease could not be renewed in time; its job is back in
-    line, and this run records nothing."""
+    line, and this run records nothing (the message: what happened, for the worker's log)."""
 
 
 class RunLease:
@@ -61,6 +64,16 @@ class RunLease:
         self.deadline = -math.inf  # (until the start: a heartbeat's renewal may come first)
         #: Told after each renewal granted (the heartbeat's look at the run's checkpoint).
         self.on_renewed: Callable[[], None] = lambda: None
+        self._beat: Heartbeat | None = None
+
+    def heartbeat(self, every: float) -> Heartbeat:
+        """The run's heartbeat, renewing the lease every `every` seconds (a context manager)."""
+        self._beat = Heartbeat(self._queue, self._job_id, self._token, every, self.renewed)
+        return self._beat
+
+    def lost(self) -> bool:
+        """Whether a renewal was refused: the lease belongs to another run now (or none)."""
+        return self._beat is not None and self._beat.lost
 
     def start(self, leased_at: float | None) -> None:
         """The run starts under a lease granted by a call sent at leased_at (time.monotonic()),
@@ -96,7 +109,7 @@ class RunLease:
                 extra={"task_id": self._job_id},
             )
             self.give_up()
-            raise LeaseLapsedError(self._job_id)
+            raise LeaseLapsedError("lease lapsed: the job runs again")
 
     def give_up(self) -> None:
         """Make the lease lapse now and reclaim it, unless another run holds it already (the

@@ -1,32 +1,22 @@
 """A worker's heartbeat in Redis: written every heartbeat_seconds from a daemon thread and
-whenever the worker starts or ends a job, deleted when it stops (app/store/workers.py reads it),
+whenever the worker starts or ends a job (one record, app/store/workers.py's Seen, encoded there
+and read back there), deleted when it stops,
 except by a worker whose device broke: its entry stays, marked broken, for operators to see.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import replace
 
 import redis
 from redis.exceptions import RedisError
 
 from app.store.keys import WORKERS
-from app.store.workers import Running
+from app.store.workers import Running, Seen
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobRun:
-    """The run a worker starts, as its heartbeat tells it (the start time is Redis's)."""
-
-    job: str
-    account: str
-    kind: str
-    preemptible: bool = False
 
 
 class Presence:
@@ -43,18 +33,17 @@ class Presence:
     def beat(self) -> None:
         """Write the heartbeat now."""
         seconds, micros = self.client.time()
-        entry = {"queues": self.queues, "seen": seconds + micros / 1e6}
-        entry["busy_until"] = self._busy_until
-        entry["running"] = None if self._running is None else self._running.entry()
-        if self._broken is not None:
-            entry["broken"] = self._broken
-        self.client.hset(WORKERS, self.name, json.dumps(entry))
+        now = seconds + micros / 1e6
+        entry = Seen(
+            self.name, tuple(self.queues), now, self._busy_until, self._broken, self._running
+        )
+        self.client.hset(WORKERS, self.name, entry.encode())
 
-    def busy(self, for_s: float | None, job: JobRun | None = None) -> None:
-        """Say that a job started and should end in `for_s` seconds (the run being `job`), or,
-        with None, that the worker is idle again; written at once, so estimates and the
-        preemption policy see it. Times are stamped on Redis's clock, as every time that
-        processes compare (this host's may be off)."""
+    def busy(self, for_s: float | None, run: Running | None = None) -> None:
+        """Say that a job started and should end in `for_s` seconds (the run being `run`, its
+        `since` stamped now), or, with None, that the worker is idle again; written at once, so
+        estimates and the preemption policy see it. Times are stamped on Redis's clock, as
+        every time that processes compare (this host's may be off)."""
         try:
             if for_s is None:
                 self._busy_until, self._running = None, None
@@ -62,8 +51,8 @@ class Presence:
                 seconds, micros = self.client.time()
                 now = seconds + micros / 1e6
                 self._busy_until = now + for_s
-                if job is not None:
-                    self._running = Running(job.job, job.account, job.kind, now, job.preemptible)
+                if run is not None:
+                    self._running = replace(run, since=now)
             self.beat()
         except RedisError:
             log.warning("heartbeat of %s not written; the next beat retries", self.name)

@@ -33,21 +33,22 @@ from app.models import ChildReplacement, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
 from app.store.keys import MOVES
-from app.vtrr import Heartbeat, VTRRQueue
+from app.store.workers import Running
+from app.vtrr import VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.wiring.service import Service, build, job_weight
 from app.worker import gpu
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
 from app.worker.child import JobChild
+from app.worker.end_reason import Why
 from app.worker.ends import RunEnds, internal
 from app.worker.hygiene import ChildLimits
 from app.worker.lease import LeaseLapsedError, RunLease, Watched
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
-from app.worker.presence import JobRun
 from app.worker.probe import probe_for
 from app.worker.reports import LiveReports
-from app.worker.stops import StopCheck, StopListener
+from app.worker.stops import RunAsks, StopListener
 from app.worker.yields import Yields
 
 log = logging.getLogger(__name__)
@@ -113,19 +114,17 @@ class JobRunner:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
         self.artifacts = artifacts
-        self.ends = RunEnds(settings, recorder)
+        self.ends = RunEnds(settings)
         #: Told when a run starts (in how many seconds it should end, and the run) and ends
         #: (None): the worker's heartbeat passes it on, for the start estimates of queued jobs
         #: and for the preemption policy.
-        self.on_busy: Callable[[float | None, JobRun | None], None] = lambda for_s, run: None
+        self.on_busy: Callable[[float | None, Running | None], None] = lambda for_s, run: None
         self.yields = Yields(settings, recorder, queues, self.ends, stops, artifacts)
         #: Told why, once a fresh child found the device unusable: the worker must stop (its
         #: main marks it broken and exits non-zero); the job in hand has been handed back.
         self.on_broken: Callable[[str], None] = lambda why: None
-        #: The run in progress (its job id and the event that asks it to stop), and whether it
-        #: is being handed back because the worker shuts down.
-        self._current: tuple[str, threading.Event] | None = None
-        self._handing_back: str | None = None
+        #: The asks of the run in progress: a shutdown's hand-back stops it through them.
+        self._current: RunAsks | None = None
 
     def run(self, kind: Kind, job_id: str, token: str) -> str:
         """Run the job under the lease token, with a call of its own to start it and another to
@@ -156,14 +155,14 @@ class JobRunner:
             return Ran(outcome, end, job_weight(started.ran_s))
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
-        run = JobRun(job_id, started.owner, kind, started.preemptible)
+        run = Running(job_id, started.owner, kind, preemptible=started.preemptible)
         self.on_busy(self.yields.budget(started), run)
-        heard = self.stops.watch(job_id)
-        self._current = (job_id, heard)
+        lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
+        asks = self._current = self.yields.asks(job_id, started, lease.lost)
         try:
-            ended = self._execute(kind, job_id, token, started, heard)
-        except LeaseLapsedError:
-            return Ran("lease lapsed: the job runs again", None)
+            ended = self._execute(kind, job_id, token, started, (lease, asks))
+        except LeaseLapsedError as lapsed:  # its lease is given up: nothing of it is recorded
+            return Ran(str(lapsed), None)
         except ChildStartError as exc:  # no job can run here (DeviceBrokenError: the device)
             why = _why_broken(exc)
             log.error(
@@ -182,8 +181,9 @@ class JobRunner:
             self.on_broken(why)  # before the step that records this end leases another
         seconds = round(ended.seconds, 3)
         trace = {"traceback": ended.trace} if ended.trace else {}
-        log.info("job ended", extra={**who, "end": ended.end, "seconds": seconds, **trace})
-        if ended.end == "cancelled" and self._handing_back == job_id:
+        named = {"why": ended.why.value} if ended.why else {}
+        log.info("job ended", extra={**who, "end": ended.end, "seconds": seconds, **named, **trace})
+        if ended.why is Why.HAND_BACK:
             return Ran(self._give_back(kind, job_id, token, who), None)
         yielded, ended = self.yields.settle(kind, token, started, ended, who, self._finish)
         if yielded is not None:
@@ -206,13 +206,11 @@ class JobRunner:
         timer.start()
 
     def _hand_back(self) -> None:
-        current = self._current
-        if current is None:
+        asks = self._current
+        if asks is None:
             return
-        job_id, heard = current
-        self._handing_back = job_id
-        log.warning("shutting down: handing the running job back", extra={"task_id": job_id})
-        heard.set()  # the run's stop check sees it; the job is stopped as a cancel stops it
+        log.warning("shutting down: handing the running job back", extra={"task_id": asks.job_id})
+        asks.hand_back()  # the job is stopped as a cancel stops it, its end named HAND_BACK
 
     def _give_back(self, kind: Kind, job_id: str, token: str, who: dict[str, str]) -> str:
         """Return a stopped run's job to PENDING and its lease to the front of its queue.
@@ -231,15 +229,17 @@ class JobRunner:
         return "handed back"
 
     def _execute(
-        self, kind: Kind, job_id: str, token: str, started: Started, heard: threading.Event
+        self, kind: Kind, job_id: str, token: str, started: Started, run: tuple[RunLease, RunAsks]
     ) -> Ended:
+        """Run the job under its lease, renewed by a heartbeat, stopped or asked to yield by its
+        asks; its end comes back named (RunAsks.named), its reports and files settled."""
+        lease, asks = run
         every = self.settings.heartbeat_seconds
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
         reports.hold_from_now = partial(self.queues[kind].began, job_id, token)
-        lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
-        with Heartbeat(self.queues[kind], job_id, token, every, lease.renewed) as beat:
+        with lease.heartbeat(every):
             folder = self.yields.checkpoint(job_id, token, started)  # (a copy may take a while)
             call = Call(
                 job_id,
@@ -253,18 +253,18 @@ class JobRunner:
             )
             watch = self.yields.watch((kind, job_id, token, started), folder, reports)
             lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py
-            marked = partial(self.recorder.cancel_requested, job_id)
-            stop = StopCheck(beat, heard, marked, every)
-            should_yield = self.yields.should_yield(job_id, started, every)
             try:
                 lease.start(started.leased_at)  # the child's watchdog stops a run not renewed
-                ended = self.executor.run(call, stop, watch, should_yield)
+                ended = self.executor.run(call, asks.should_stop, watch, asks.should_yield)
             except ChildStartError:
                 raise
             except Exception as exc:  # the executor's own failure: the job must end all the same
                 ended = internal(job_id, Ended("internal", 0.0), exc)
             ended = self.yields.keep(job_id, folder, ended, lease)  # LeaseLapsedError: see lease.py
-            return self._settled(job_id, ended, reports)  # still under the lease: uploads take time
+            ended = self._settled(
+                job_id, ended, reports
+            )  # still under the lease: uploads take time
+            return asks.named(ended)  # whose stop a `cancelled` end was (a hand-back: till now)
 
     def _settled(self, job_id: str, ended: Ended, reports: LiveReports) -> Ended:
         """The run's last reports written (before its end: the status event comes last) and

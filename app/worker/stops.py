@@ -1,14 +1,18 @@
-"""How a running job hears that it should stop, within a second and without polling Redis.
+"""How a running job hears that it should stop or yield its GPU, and why, within a second and
+without polling Redis.
 
 revoke.lua publishes a job's id on the STOPS channel when its owner (or an operator) asks a
-running job to stop. Each worker keeps one subscription to that channel, in a thread, and sets
-the flag of the job it is running. A message can be missed (pub/sub does not queue them while
-the connection is down), so the runner also reads the job's cancel mark once per heartbeat:
-a cancel always arrives, within HEARTBEAT_SECONDS at worst. StopCheck is the one question a
-run's executor asks: should this run stop now?
+running job to stop, and marks the job (its `cancel` field names who asked); the preemption
+policy (app/worker/preemption.py) publishes it on YIELDS with an ask key naming the job owed the
+GPU. Each worker keeps one subscription to both channels, in a thread, and sets the run's flags.
+A message can be missed (pub/sub does not queue them while the connection is down), so the
+run's check also reads the mark and the ask key once per heartbeat: a cancel or an ask always
+arrives, within HEARTBEAT_SECONDS at worst.
 
-An ask to yield the GPU (app/worker/preemption.py) comes the same way, on the YIELDS channel,
-with its ask key read once per heartbeat in case the message was missed: YieldCheck.
+RunAsks is the one check a run's executor asks, as should_stop and should_yield: whether this
+run should stop or yield, and why (end_reason.Why). Each reason is known here as it comes: the
+mark, read once where a stop is heard, says whose stop it is; the lease says it was lost; the
+runner's hand_back says the worker shuts down.
 """
 
 from __future__ import annotations
@@ -17,28 +21,37 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 from redis.client import PubSub
 
-from app.store.keys import STOPS, YIELDS, ask_key
-from app.vtrr import Heartbeat
+from app.store.keys import STOPS, YIELDS, ask_key, job_key
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.vtrr.wire import as_text
+from app.worker.calls import Ended
+from app.worker.end_reason import Why, asked_by
 from app.worker.preemption import read_ask
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.2  # how long the listening thread waits for a message before it looks again
 
 
+@dataclass(frozen=True)
+class Heard:
+    """What the channels said of one run: a stop, and an ask to yield."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    ask: threading.Event = field(default_factory=threading.Event)
+
+
 class StopListener:
-    """One worker's subscription to the STOPS channel; `watch` a job while it runs."""
+    """One worker's subscription to the STOPS and YIELDS channels; `watch` a job while it runs."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        self._watched: dict[str, threading.Event] = {}
-        self._yields: dict[str, threading.Event] = {}
+        self._watched: dict[str, Heard] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,21 +61,15 @@ class StopListener:
         self._thread = threading.Thread(target=self._listen, name="stops", daemon=True)
         self._thread.start()
 
-    def watch(self, job_id: str) -> threading.Event:
-        """The flag that a stop of job_id sets, until unwatch(job_id)."""
+    def watch(self, job_id: str) -> Heard:
+        """The flags that a stop or an ask of job_id sets, until unwatch(job_id)."""
         with self._lock:
-            return self._watched.setdefault(job_id, threading.Event())
-
-    def watch_yield(self, job_id: str) -> threading.Event:
-        """The flag that an ask that job_id's run yield its GPU sets, until unwatch(job_id)."""
-        with self._lock:
-            return self._yields.setdefault(job_id, threading.Event())
+            return self._watched.setdefault(job_id, Heard())
 
     def unwatch(self, job_id: str) -> None:
         """Forget a job that has ended."""
         with self._lock:
             self._watched.pop(job_id, None)
-            self._yields.pop(job_id, None)
 
     def close(self) -> None:
         """Stop listening."""
@@ -90,74 +97,106 @@ class StopListener:
 
     def _heard(self, channel: str, job_id: str) -> None:
         with self._lock:
-            flags = self._yields if channel == YIELDS else self._watched
-            flag = flags.get(job_id)
-        if flag is not None:
-            flag.set()
+            heard = self._watched.get(job_id)
+        if heard is not None:
+            (heard.ask if channel == YIELDS else heard.stop).set()
 
 
-class StopCheck:
-    """should_stop() of one run: the lease was lost, or a stop was heard on the STOPS channel,
-    or (once per heartbeat, for a message that was missed) the job carries a cancel mark."""
+class RunAsks:
+    """One run's asks: should_stop() and should_yield(), each sticky once true, and why.
 
-    def __init__(
-        self, beat: Heartbeat, heard: threading.Event, marked: Callable[[], bool], every: float
-    ) -> None:
-        self._beat, self._heard, self._marked, self._every = beat, heard, marked, every
-        self._next_look = time.monotonic() + every
-        self._stopped = False
-
-    def __call__(self) -> bool:
-        if not self._stopped:
-            self._stopped = self._look()  # once asked to stop, a run stays stopped
-        return self._stopped
-
-    def _look(self) -> bool:
-        if self._beat.lost or self._heard.is_set():
-            return True
-        if time.monotonic() >= self._next_look:
-            self._next_look = time.monotonic() + self._every
-            try:
-                return self._marked()
-            except UNREACHABLE:
-                return False  # Redis away for a moment: work on; the heartbeat guards the lease
-        return False
-
-
-class YieldCheck:
-    """should_yield() of one run: an ask was heard on the YIELDS channel or (once per heartbeat,
-    for a message that was missed) the job's ask key exists. Once asked, a run stays asked, and
-    `owed` holds the job it was asked to yield to and its queue, read when the ask came (None if
-    the ask had expired by then)."""
+    A stop comes from the lease (lost: `lease_lost`), the channel or the job's mark (the owner's
+    or an operator's: read once, where it is heard), or the runner (hand_back). An ask to yield,
+    of a preemptible run, from the channel or its ask key, which names the job owed the GPU
+    (`owed`). Both keys are read in one call, at most once per heartbeat (`every`), and at once
+    when a message was heard."""
 
     def __init__(
-        self, client: redis.Redis, job_id: str, heard: threading.Event, every: float
+        self,
+        client: redis.Redis,
+        job_id: str,
+        heard: Heard,
+        lease_lost: Callable[[], bool],
+        every: float,
+        *,
+        preemptible: bool = False,
     ) -> None:
-        self._client, self.job_id, self._heard, self._every = client, job_id, heard, every
+        self._client, self.job_id, self._heard, self._lost = client, job_id, heard, lease_lost
+        self._every, self._preemptible = every, preemptible
         self._next_look = time.monotonic() + every
-        self.asked = False
-        self.owed: tuple[str, str] | None = None
+        self._handing_back = threading.Event()  # set by the shutdown's timer thread
+        self._stop: Why | None = None  # the first stop, as it came
+        self._heard_read = False  # whether a stop heard on the channel had its mark read
+        self.asked = False  # asked to yield
+        self.owed: tuple[str, str] | None = None  # the job owed the GPU and its queue, if known
 
-    def __call__(self) -> bool:
-        if not self.asked and self._look():
-            self.asked = True
-            self.owed = self._owed()
+    @property
+    def why(self) -> Why | None:
+        """Why the run was stopped (None: it was not); a hand-back outranks any other stop: the
+        worker returns the job whoever else asked it to stop."""
+        return Why.HAND_BACK if self._handing_back.is_set() else self._stop
+
+    def named(self, ended: Ended) -> Ended:
+        """The run's end with its reason where only this check knows it: whose stop a
+        `cancelled` end was, and that a `preempted` one was asked for."""
+        if ended.end == "cancelled":
+            return replace(ended, why=self.why or Why.LEASE_LOST)  # (a stop, from nowhere known)
+        if ended.end == "preempted" and self.asked:
+            return replace(ended, why=Why.YIELD)
+        return ended
+
+    def hand_back(self) -> None:
+        """The worker shuts down and its grace is out: stop the run, to hand its job back."""
+        self._handing_back.set()
+
+    def should_stop(self) -> bool:
+        """Whether the run should stop (what the job's ctx.cancelled reads)."""
+        if self._stop is None and not self._handing_back.is_set():
+            self._stop = self._stopped()
+        return self.why is not None
+
+    def should_yield(self) -> bool:
+        """Whether a preemptible run should yield its GPU (what ctx.preempted reads)."""
+        if self._preemptible and not self.asked:
+            heard = self._heard.ask.is_set()
+            self._look(now=heard)
+            self.asked = self.asked or heard  # heard: asked, whether or not its key is still there
         return self.asked
 
-    def _owed(self) -> tuple[str, str] | None:
+    def _stopped(self) -> Why | None:
+        if self._lost():
+            return self._asker() or Why.LEASE_LOST  # an operator's drop takes the lease too
+        if self._heard.stop.is_set() and not self._heard_read:
+            self._heard_read = True  # read once: while Redis cannot say whose, the next looks
+            if self._look(now=True):
+                return self._stop or Why.LEASE_LOST  # a stop heard, no one's: the old reading
+        self._look()
+        return self._stop
+
+    def _asker(self) -> Why | None:
+        """Whose stop the job's mark says, read once; None: none, or Redis is away."""
         try:
-            raw = self._client.get(ask_key(self.job_id))
+            return asked_by(self._client.hget(job_key(self.job_id), "cancel"))
         except UNREACHABLE:
             return None
-        return None if raw is None else read_ask(raw)
 
-    def _look(self) -> bool:
-        if self._heard.is_set():
-            return True
-        if time.monotonic() >= self._next_look:
-            self._next_look = time.monotonic() + self._every
-            try:
-                return bool(self._client.exists(ask_key(self.job_id)))
-            except UNREACHABLE:
-                return False
-        return False
+    def _look(self, *, now: bool = False) -> bool:
+        """Once per heartbeat (or now), the job's mark and, for a preemptible run, its ask key,
+        in one call: the stop the mark asks for is kept for should_stop, an ask to yield in
+        asked and owed; whether they were read. Redis away for a moment, the run works on: the
+        heartbeat guards the lease."""
+        if not now and time.monotonic() < self._next_look:
+            return False
+        self._next_look = time.monotonic() + self._every
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.hget(job_key(self.job_id), "cancel")
+                if self._preemptible and not self.asked:
+                    pipe.get(ask_key(self.job_id))
+                mark, *ask = pipe.execute()
+        except UNREACHABLE:
+            return False
+        if ask and ask[0] is not None:
+            self.asked, self.owed = True, read_ask(ask[0])
+        self._stop = self._stop or asked_by(mark)
+        return True

@@ -1,7 +1,7 @@
 """Yields: a worker's side of preemption (app/worker/preemption.py decides which run yields).
 
-A preemptible run gets the job's checkpoint folder (app/worker/checkpoints.py) and a YieldCheck
-(app/worker/stops.py) that turns true when the run is asked to yield. Once the run has ended,
+A preemptible run gets the job's checkpoint folder (app/worker/checkpoints.py), and its asks
+(app/worker/stops.py RunAsks, every run's) say when it is asked to yield. Once the run has ended,
 whatever its end, the folder is stored and the ask answered; a run that yielded is put back in
 line: its record first (preempt.lua: PENDING, not an attempt, its seconds kept and priced so
 far), then its lease, at the front of its account's partition; and the job it yielded to is
@@ -25,14 +25,15 @@ from app.store import JobRecorder, Started
 from app.store.keys import MOVES
 from app.vtrr import NotReplicatedError, VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
-from app.worker.calls import Ended, never
+from app.worker.calls import Ended
 from app.worker.checkpointed import CheckpointWatch
 from app.worker.checkpoints import Checkpoints, CheckpointTooBigError
+from app.worker.end_reason import Why
 from app.worker.ends import RunEnds
 from app.worker.lease import RunLease
 from app.worker.live import JobEvents
 from app.worker.preemption import answered
-from app.worker.stops import StopListener, YieldCheck
+from app.worker.stops import RunAsks, StopListener
 
 log = logging.getLogger(__name__)
 #: How the runner records a change patiently (JobRunner._finish, around a recorder's call).
@@ -63,7 +64,7 @@ class Yields:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.ends, self.stops = ends, stops
         self.checkpoints = Checkpoints(artifacts, settings.max_checkpoint_bytes)
-        self._ask: YieldCheck | None = None  # the run in hand's, if preemptible
+        self._ask: RunAsks | None = None  # the run in hand's
         self._owed: tuple[str, Kind] | None = None  # the job the last run yielded to
 
     @property
@@ -83,7 +84,7 @@ class Yields:
             f"the job's earlier runs used its budget of {started.duration_s:g} s: "
             "no time was left to resume it"
         )
-        return Ended("timeout", 0.0, error=error)
+        return Ended("timeout", 0.0, error=error, why=Why.OVER_BUDGET)
 
     def checkpoint(self, job_id: str, token: str, started: Started) -> Path | None:
         """The run's own checkpoint folder (named by its lease token, where the store is a
@@ -99,14 +100,14 @@ class Yields:
         watched = folder if self.checkpoints.in_place else None
         return CheckpointWatch(reports, run, self.recorder, self.ends, watched)
 
-    def should_yield(self, job_id: str, started: Started, every: float) -> Callable[[], bool]:
-        """The run's ask check (read again at each heartbeat, `every`); never, for a job that is
-        not preemptible."""
-        self._ask = None
-        if not started.preemptible:
-            return never
-        heard = self.stops.watch_yield(job_id)
-        self._ask = YieldCheck(self.redis, job_id, heard, every)
+    def asks(self, job_id: str, started: Started, lease_lost: Callable[[], bool]) -> RunAsks:
+        """The run's asks (to stop, and for a preemptible job to yield), heard on the channels
+        from now and read again at each heartbeat; lease_lost says the lease was lost."""
+        heard = self.stops.watch(job_id)
+        every = self.settings.heartbeat_seconds
+        self._ask = RunAsks(
+            self.redis, job_id, heard, lease_lost, every, preemptible=started.preemptible
+        )
         return self._ask
 
     def keep(self, job_id: str, folder: Path | None, ended: Ended, lease: RunLease) -> Ended:
@@ -128,7 +129,7 @@ class Yields:
         lease.check(ended)
         if too_big is None:
             return ended
-        return replace(ended, end="exception", output=None, error=too_big)
+        return replace(ended, end="exception", output=None, error=too_big, why=None)
 
     def forget(self, job_id: str) -> None:
         """The job has ended: its checkpoint goes (the sweep removes any a failure here left)."""
@@ -174,7 +175,7 @@ class Yields:
             return None
         return None if lease is None else (kind, job_id, lease.token)
 
-    def _answer(self, ask: YieldCheck) -> None:
+    def _answer(self, ask: RunAsks) -> None:
         try:
             if ask.owed is not None:
                 answered(self.redis, ask.job_id, ask.owed[0])

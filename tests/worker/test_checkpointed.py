@@ -42,7 +42,7 @@ def started_watch(service: Service, r: redis.Redis, folder: Path | None) -> Chec
     """The watch of job J1's run, started now."""
     token = new_job(service, r, "J1", duration_s=30, job_type="noted")
     started = service.recorder.start("J1", token, "cpu@h", None)
-    ends = RunEnds(service.settings, service.recorder)
+    ends = RunEnds(service.settings)
     return CheckpointWatch(
         NO_EVENTS, ("short", "J1", token, started), service.recorder, ends, folder
     )

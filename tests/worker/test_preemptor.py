@@ -11,9 +11,10 @@ import redis
 
 from app.settings import Settings
 from app.store.keys import PREEMPT_HEADS, PREEMPT_LOCK, YIELDS, ask_key, asked_for_key
+from app.store.workers import Running
 from app.vtrr import Limits
 from app.worker.preemption import Preemptor
-from app.worker.presence import JobRun, Presence
+from app.worker.presence import Presence
 from tests.support import wait_for
 from tests.worker.support import ALICE, BOB, Worker
 
@@ -26,7 +27,7 @@ def even(user_id: str) -> float:
 
 def busy(r: redis.Redis, worker: str, job: str, account: str = ALICE) -> Presence:
     beats = Presence(r, worker, ["short", "long"], every=1)
-    beats.busy(600.0, JobRun(job, account, "long", preemptible=True))
+    beats.busy(600.0, Running(job, account, "long", preemptible=True))
     return beats
 
 

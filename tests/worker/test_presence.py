@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from app.store.keys import WORKERS
-from app.store.workers import ALIVE_BEATS, FORGET_S, Seen, alive, parse, read
-from app.worker.presence import JobRun, Presence
+from app.store.workers import ALIVE_BEATS, FORGET_S, Running, Seen, alive, parse, read
+from app.worker.presence import Presence
 from tests.support import wait_for
 
 
@@ -59,7 +59,7 @@ def test_a_busy_worker_says_until_when_on_redis_clock_and_then_that_it_is_idle(
 def test_a_busy_worker_names_its_run_for_the_preemption_policy(r: redis.Redis) -> None:
     beats = Presence(r, "gpu0@box", ["long"], every=1)
     before = redis_now(r)
-    beats.busy(600.0, JobRun("job-1", "alice", "long", preemptible=True))
+    beats.busy(600.0, Running("job-1", "alice", "long", preemptible=True))
     [worker] = read(r, redis_now(r))
     assert worker.running is not None
     assert (worker.running.job, worker.running.account, worker.running.kind) == (
