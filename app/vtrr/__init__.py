@@ -21,11 +21,12 @@ from app.vtrr.errors import (
     QueueFullError,
     VTRRError,
 )
+from app.vtrr.group import QueueGroup, wake_together
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
 from app.vtrr.hooks import Hooks, end_with
 from app.vtrr.item import Dropped, Item, Lease
-from app.vtrr.limits import Hold, Limits, Woken, wake_together
+from app.vtrr.limits import Hold, Limits, Woken
 from app.vtrr.queue import FairQueue
 from app.vtrr.redq import RedisQueue, Task
 from app.vtrr.together import serve_together
@@ -49,6 +50,7 @@ __all__ = [
     "OverLimitError",
     "Policy",
     "QueueFullError",
+    "QueueGroup",
     "RedisQueue",
     "Taken",
     "Task",

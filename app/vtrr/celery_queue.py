@@ -29,8 +29,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
-from app.vtrr.delivery import Delivery, Taken, delivery_of
+from app.vtrr.delivery import Delivery, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
+from app.vtrr.group import QueueGroup
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Item, Shares
@@ -152,20 +153,21 @@ class VTRRQueue(FairQueue):
         self.celery_app = celery_app
         self.celery_queue = celery_queue
         self.max_concurrency = max_concurrency
-        self._trigger_cap = max_concurrency
+        self.trigger_cap = max_concurrency
         self.reclaim_interval = reclaim_interval
         self.reclaim_queue = reclaim_queue
         self.reclaim_task_name = f"vtrr_queue.reclaim.{name}"
         self._task: VTRRTask | None = None
         self._function: Callable[..., Any] | None = None
-        self._policy: Policy | None = None
-        self._peers: dict[str, VTRRQueue] = {name: self}
+        #: The queues a trigger's run serves with this one: itself alone, or those that
+        #: serve_together joined, with their policy (group.py).
+        self.group: QueueGroup[VTRRQueue] = QueueGroup([self])
         self._push_option = push_triggers
         self.drain_max_s = drain_max_s  # 0: one item per trigger (see drain.py)
         self._trigger_route: tuple[str, str] | None = None
         self._trigger_message: str | None = None
         self.hooks: Hooks = hooks or NoHooks()
-        self._scripts = Scripts(redis_client, self.keys, self._trigger_keys, self.hooks.lua)
+        self.scripts = Scripts(redis_client, self.keys, self._trigger_keys, self.hooks.lua)
         if reclaim_interval is not None:
             self._register_reclaim()
 
@@ -214,7 +216,7 @@ class VTRRQueue(FairQueue):
             held = held_lease(task)
             unreachable = status == celery_states.FAILURE and isinstance(retval, UNREACHABLE)
             if status in _FINAL_STATES and held is not None and not unreachable:
-                source = vtrr._peers.get(vars(task.request).get("vtrr_queue", vtrr.name), vtrr)
+                source = vtrr.group.get(vars(task.request).get("vtrr_queue", vtrr.name)) or vtrr
                 source.ack(held.task_id, held.token)
             base.after_return(task, status, retval, *rest)
 
@@ -238,23 +240,9 @@ class VTRRQueue(FairQueue):
         timeouts), or None when nothing is queued. Ack it with `ack(task_id, token)`."""
         return delivery_of(self._take(consumes_trigger=True))
 
-    def _resume(self, task_id: str, token: str) -> Delivery | None:
-        """A retry's run: renew the lease it started under, or None if it was reclaimed since."""
-        return delivery_of(self.resume(task_id, token))
-
-    def _resume_held(self, held: Sequence[str]) -> Taken | None:
-        """A retry's run, on the queue its lease came from (this one, or a peer's)."""
-        source = self._peers.get(held[2], self) if len(held) > 2 else self
-        delivery = source._resume(held[0], held[1])
-        return None if delivery is None else Taken(source, delivery)
-
-    def _order(self) -> Sequence[VTRRQueue]:
-        """The queues a trigger of this queue leases from, preferred first: its own, or those
-        that serve_together's policy orders."""
-        return [self] if self._policy is None else self._policy.order(self)
-
-    def _call(self, task: Task, delivery: Delivery) -> Any:  # type: ignore[type-arg]
-        """Run this queue's decorated function on one of its items."""
+    def run_item(self, task: Task, delivery: Delivery) -> Any:  # type: ignore[type-arg]
+        """Run this queue's decorated function on one of its items, in a run of `task` (a
+        trigger's: drain.py)."""
         if self._function is None:
             raise RuntimeError(f"queue {self.name!r} has no @vtrr.task to run its items")
         return self._function(task, *delivery.args, **delivery.kwargs)
@@ -267,7 +255,7 @@ class VTRRQueue(FairQueue):
             redis_client,
             self.name,
             shares=self._shares,
-            trigger_cap=self._trigger_cap,
+            trigger_cap=self.trigger_cap,
             trigger_keys=self._trigger_keys,
             hooks_lua=self.hooks.lua,
             replicas=replicas,
@@ -277,11 +265,8 @@ class VTRRQueue(FairQueue):
 
     # -- triggers ---------------------------------------------------------------------------------
     def publish_triggers(self, count: int) -> None:
-        """Send count triggers, as an AsyncFairQueue's enqueue asked; broker errors are logged."""
-        self._publish(count)
-
-    def _publish(self, count: int) -> None:
-        """Send count triggers; any not sent are uncounted, so a later top-up sends them."""
+        """Send count triggers (as a call of this queue, or an AsyncFairQueue's enqueue, asked);
+        broker errors are logged, and any not sent are uncounted, so a later top-up sends them."""
         if count <= 0:
             return
         sent = 0
@@ -305,7 +290,7 @@ class VTRRQueue(FairQueue):
                 count,
                 exc_info=True,
             )
-            self._scripts.run("triggers", TRIGGERS_UNSEND, count - sent, self._trigger_cap)
+            self.scripts.run("triggers", TRIGGERS_UNSEND, count - sent, self.trigger_cap)
 
     def _trigger_keys(self) -> tuple[str, str]:
         """The scripts' trigger keys: (this process's stored message, the broker's list) when
@@ -353,10 +338,10 @@ class VTRRQueue(FairQueue):
             return 0
         depth = self._broker_depth()
         if depth is None:
-            count, pushed = self._scripts.run("triggers", TRIGGERS_TOPUP, 0, self._trigger_cap)
+            count, pushed = self.scripts.run("triggers", TRIGGERS_TOPUP, 0, self.trigger_cap)
         else:
-            count, pushed = self._scripts.run("triggers", TRIGGERS_SYNC, depth, self._trigger_cap)
-        self._publish(int(count))
+            count, pushed = self.scripts.run("triggers", TRIGGERS_SYNC, depth, self.trigger_cap)
+        self.publish_triggers(int(count))
         return int(count) + int(pushed)
 
     # -- periodic reclaim -------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, Self
 
+from celery import Task
+
+from app.vtrr.group import Member, QueueGroup
 from app.vtrr.item import Lease
-
-if TYPE_CHECKING:
-    from app.vtrr.celery_queue import VTRRQueue
 
 
 class Delivery(NamedTuple):
@@ -24,13 +24,31 @@ class Delivery(NamedTuple):
     timeouts: int
 
 
+class Served(Member, Protocol):
+    """A queue whose triggers' runs lease from its group and run its items (a VTRRQueue):
+    what a run (drain.py) needs of it."""
+
+    @property
+    def group(self) -> QueueGroup[Self]: ...
+
+    @property
+    def replicas(self) -> int: ...
+
+    @property
+    def drain_max_s(self) -> float: ...
+
+    def resume(self, task_id: str, token: str) -> Lease | None: ...
+
+    def run_item(self, task: Task, delivery: Delivery) -> Any: ...  # type: ignore[type-arg]
+
+
 class Taken(NamedTuple):
     """An item a trigger's run leased, the queue it came from (see serve_together), what that
     queue's hooks' `lease` returned for it (None without hooks, or in a retry's run: see
     hooks.py), and the time.monotonic() at which the call that leased it was sent (None: not
     known): its lease cannot expire before that time plus the lease's length."""
 
-    queue: VTRRQueue
+    queue: Served
     delivery: Delivery
     hooked: Any = None
     leased_at: float | None = None

@@ -22,7 +22,7 @@ import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import Task
 from celery.signals import worker_shutting_down
@@ -31,14 +31,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
-from app.vtrr.delivery import Taken, delivery_of
+from app.vtrr.delivery import Served, Taken, delivery_of
 from app.vtrr.held import LEASE_KWARG
 from app.vtrr.hooks import ending
 from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.step import Ending, Stepped, step
-
-if TYPE_CHECKING:
-    from app.vtrr.celery_queue import VTRRQueue
 
 #: How long one trigger's run keeps taking new items (seconds): below Kombu's visibility
 #: timeout, less the longest item.
@@ -74,7 +71,7 @@ def has_time_limit(task: Task) -> bool:  # type: ignore[type-arg]
     return any(limit is not None for limit in (*limits, conf.task_soft_time_limit))
 
 
-def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:  # type: ignore[type-arg]
+def run_trigger(vtrr: Served, task: Task, held: Sequence[str] | None) -> Any:  # type: ignore[type-arg]
     """The body of a run of vtrr's task: a retry's run resumes its one lease (`held`); a
     trigger's run leases and drains, unless it may not. Each item that returns is ended by a
     step (step.py) that also leases the next, when the run goes on; an item that raises ends
@@ -82,9 +79,10 @@ def run_trigger(vtrr: VTRRQueue, task: Task, held: Sequence[str] | None) -> Any:
     the item's result when one ran, and {"drained": [item ids], "result": the last result}
     when several did (Flower shows it)."""
     sent = time.monotonic()
-    taken = (
-        vtrr._resume_held(held) if held else _leased(vtrr, step(vtrr._order(), consumes=vtrr), sent)
-    )
+    if held:
+        taken = _resumed(vtrr, held)
+    else:
+        taken = _leased(vtrr, step(vtrr.group.order(vtrr), consumes=vtrr), sent)
     drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
     deadline = time.monotonic() + vtrr.drain_max_s
     ran: list[str] = []
@@ -112,10 +110,10 @@ def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]
         vtrr_leased_at=leased_at,
         kwargs={LEASE_KWARG: [delivery.task_id, delivery.token, source.name]},
     )
-    return source._call(task, delivery)
+    return source.run_item(task, delivery)
 
 
-def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:  # type: ignore[type-arg]
+def _end(vtrr: Served, task: Task, taken: Taken, more: bool) -> Taken | None:  # type: ignore[type-arg]
     """End the item that returned, in one step with the lease of the next when the run goes on
     (`more`). While Redis is unreachable the step is tried again for STEP_PATIENCE_S, as the
     item's end may hold what its run recorded; then the error goes up and after_return keeps
@@ -128,18 +126,26 @@ def _end(vtrr: VTRRQueue, task: Task, taken: Taken, more: bool) -> Taken | None:
         stepped = _replicated_end(vtrr, ended)
     else:
         stepped = _patiently(
-            partial(step, vtrr._order(), ending=ended, lease_from=None if more else 0)
+            partial(step, vtrr.group.order(vtrr), ending=ended, lease_from=None if more else 0)
         )
     vars(task.request).update(vtrr_task_id=None, vtrr_hooked=None, vtrr_leased_at=None, kwargs={})
     if end.then is not None:
         end.then(stepped.done)
     if more and vtrr.replicas:  # the end is on the replicas: now the next
         sent = time.monotonic()
-        stepped = _patiently(partial(step, vtrr._order()))
+        stepped = _patiently(partial(step, vtrr.group.order(vtrr)))
     return _leased(vtrr, stepped, sent) if more else None
 
 
-def _patiently(call: Callable[[], Stepped]) -> Stepped:
+def _resumed(vtrr: Served, held: Sequence[str]) -> Taken | None:
+    """A retry's run: renew the lease it started under, on the queue it came from (this one,
+    or one of its group), or None if it was reclaimed since."""
+    source = (vtrr.group.get(held[2]) or vtrr) if len(held) > 2 else vtrr
+    delivery = delivery_of(source.resume(held[0], held[1]))
+    return None if delivery is None else Taken(source, delivery)
+
+
+def _patiently(call: Callable[[], Stepped[Served]]) -> Stepped[Served]:
     """A step, tried again for STEP_PATIENCE_S while Redis is unreachable."""
     try:
         return call()
@@ -153,7 +159,7 @@ def _patiently(call: Callable[[], Stepped]) -> Stepped:
         return patiently(call)
 
 
-def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
+def _replicated_end(vtrr: Served, ended: Ending[Served]) -> Stepped[Served]:
     """The step that ends an item and leases nothing, followed by WAIT until vtrr.replicas
     replicas have it, so that a failover cannot take back an end the worker went on from (and
     `then`, which may tell the world, hears it only then). A short count repeats the step (the
@@ -162,22 +168,20 @@ def _replicated_end(vtrr: VTRRQueue, ended: Ending) -> Stepped:
     goes up and the end is not reported. The first step's reply stands."""
     replicas = (vtrr.replicas, REPLICA_WAIT_MS)
 
-    def ended_once() -> tuple[Stepped, int]:
+    def ended_once() -> tuple[Stepped[Served], int]:
         stepped = _patiently(
-            partial(step, vtrr._order(), ending=ended, lease_from=0, replicas=replicas)
+            partial(step, vtrr.group.order(vtrr), ending=ended, lease_from=0, replicas=replicas)
         )
         return stepped, stepped.replicated or 0
 
-    stepped: Stepped = until_replicated(ended_once, vtrr.replicas, REPLICA_PATIENCE_S)
+    stepped: Stepped[Served] = until_replicated(ended_once, vtrr.replicas, REPLICA_PATIENCE_S)
     return stepped
 
 
-def _leased(vtrr: VTRRQueue, stepped: Stepped, sent: float) -> Taken | None:
+def _leased(vtrr: Served, stepped: Stepped[Served], sent: float) -> Taken | None:
     """The item a step sent at `sent` leased; serve_together's policy hears where it came
     from."""
-    source = vtrr._peers.get(stepped.queue.name) if stepped.queue else None
-    if vtrr._policy is not None:
-        vtrr._policy.took(source, stepped.queued)
+    source = vtrr.group.took(stepped.queue, stepped.queued)
     delivery = delivery_of(stepped.lease)
     if source is None or delivery is None:
         return None

@@ -21,12 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.vtrr.wire import as_text
-
-if TYPE_CHECKING:
-    from app.vtrr.queue import FairQueue
 
 #: Most partitions one wake() call lets start (it is called again while some are due).
 WAKE_BATCH = 100
@@ -60,25 +57,40 @@ class Limits:
         """Whether neither limit is set."""
         return self.most_in_flight is None and self.most_held is None
 
-    def args(self) -> list[str | int]:
-        """limit.lua's ARGV[2..4] (-1 for a limit not set: with neither set, the call clears)."""
-        return [
-            -1 if self.most_in_flight is None else self.most_in_flight,
+    def fields(self) -> tuple[str, str, str]:
+        """The three fields the limits hash keeps, in order ("-1" for a limit not set)."""
+        return (
+            "-1" if self.most_in_flight is None else str(self.most_in_flight),
             "-1" if self.most_held is None else repr(float(self.most_held)),
             repr(float(self.weight_per_second)),
-        ]
+        )
+
+    def args(self) -> list[str | int]:
+        """limit.lua's ARGV[2..4]: the fields, which it stores joined by spaces (to_text); with
+        neither limit set, the call clears them."""
+        return [*self.fields()]
+
+    def to_text(self) -> str:
+        """The limits as the limits hash keeps them: "<n> <held> <rate>", -1 for none (the
+        text limit.lua writes from args(), and _lib.lua's limits_of reads)."""
+        return " ".join(self.fields())
+
+    @classmethod
+    def read(cls, raw: Any) -> Limits:
+        """The limits that to_text() wrote (bytes or str), or Limits() for none (None)."""
+        if raw is None:
+            return cls()
+        n, held, rate = as_text(raw).split()
+        return cls(
+            None if int(n) < 0 else int(n),
+            None if float(held) < 0 else float(held),
+            float(rate),
+        )
 
 
 def limits_of(raw: Any) -> Limits:
-    """The limits as the limits hash keeps them ("<n> <held> <rate>", -1 for none), or none."""
-    if raw is None:
-        return Limits()
-    n, held, rate = as_text(raw).split()
-    return Limits(
-        None if int(n) < 0 else int(n),
-        None if float(held) < 0 else float(held),
-        float(rate),
-    )
+    """The limits as the limits hash keeps them (Limits.read: the name callers import)."""
+    return Limits.read(raw)
 
 
 def check_half_life(seconds: float | None) -> float | None:
@@ -123,28 +135,10 @@ def hold_of(raw_limits: Any, rep: Any, wait_us: Any, live: Sequence[Any]) -> Hol
         return None
     if wait_us is not None:
         return Hold(float(wait_us) / 1_000_000)
-    rate = limits_of(raw_limits).weight_per_second
+    rate = Limits.read(raw_limits).weight_per_second
     ends = [
         int(start) / 1_000_000 + float(weight) / rate
         for start, weight in (as_text(v).split() for v in live)
         if rate > 0
     ]
     return Hold(min(ends) if ends else None)
-
-
-def wake_together(queues: Sequence[FairQueue]) -> Woken:
-    """Let limited partitions start their next item where they now may, over the queues of one
-    limits group (wake.lua), in calls of WAKE_BATCH partitions; publishes what triggers that
-    makes due. Says how many it woke and when the next wait for time ends."""
-    first = queues[0]
-    keys = [k for q in queues for k in q._scripts.all_keys()]
-    caps = [q._trigger_cap for q in queues]
-    woken = 0
-    while True:
-        reply = first._scripts.run_over("wake", keys, len(queues), WAKE_BATCH, *caps)
-        for queue, triggers in zip(queues, reply[4:], strict=True):
-            queue._publish(int(triggers))
-        woken += int(reply[0])
-        if not int(reply[1]):
-            us, now = float(as_text(reply[2])), float(as_text(reply[3])) / 1_000_000
-            return Woken(woken, None if us < 0 else us / 1_000_000, now)

@@ -8,7 +8,6 @@ equal times in arrival order. See docs/vtrr.md for the keys and the guarantees.
 
 from __future__ import annotations
 
-import heapq
 import secrets
 from collections.abc import Iterable
 from functools import partial
@@ -16,12 +15,15 @@ from typing import Any
 
 from redis import Redis
 
+from app.vtrr import inspection
 from app.vtrr.errors import DropRefusedError
+from app.vtrr.group import QueueGroup
 from app.vtrr.hooks import Hooks, NoHooks
+from app.vtrr.inspection import LAG_WINDOW
 from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
-from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Field, Placement
-from app.vtrr.limits import Limits, Woken, check_half_life, limits_of, wake_together
+from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Placement
+from app.vtrr.limits import Limits, Woken, check_half_life
 from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
@@ -33,11 +35,9 @@ from app.vtrr.wire import (
     ranks_of,
     seconds_of,
     stats_of,
-    task_id_of,
 )
 
 RECLAIM_BATCH = 100
-LAG_WINDOW = 1000
 
 
 class FairQueue:
@@ -69,18 +69,19 @@ class FairQueue:
         self.lease_seconds = lease_seconds
         self.redis = redis_client
         self._shares = shares
-        self._reclaim_to: Placement = reclaim_to
-        self._reclaim_limit = RECLAIM_BATCH if reclaim_on_dequeue else 0
+        #: Where expired leases go back, and how many a lease reclaims first (0: none).
+        self.reclaim_to: Placement = reclaim_to
+        self.reclaim_limit = RECLAIM_BATCH if reclaim_on_dequeue else 0
         self._wake = wake_on_enqueue
         #: Replicas that must have an item's end before a worker's drain leases the next (WAIT).
         self.replicas = replicas
-        self._scripts = Scripts(redis_client, self.keys)
+        self.scripts = Scripts(redis_client, self.keys)  # the way into this queue's Lua
 
-    # -- hooks for the Celery layer -------------------------------------------------------------
-    _trigger_cap = -1  # -1: this queue publishes no triggers
+    # -- what the Celery layer sets, and what a group of queues reads (group.py) ----------------
+    trigger_cap = -1  # most triggers kept in the broker (-1: this queue publishes none)
     hooks: Hooks = NoHooks()  # the application's Lua in step.lua (a VTRRQueue's `hooks=`)
 
-    def _publish(self, count: int) -> None:
+    def publish_triggers(self, count: int) -> None:
         """Send count triggers; a plain FairQueue has no broker, so there is nothing to send."""
 
     # -- the job's life ---------------------------------------------------------------------------
@@ -107,10 +108,10 @@ class FairQueue:
         placement = FRONT if front else FAIR
         limit = -1 if max_queued is None else max_queued
         # 0 hook arguments: no hook runs (see AsyncFairQueue.admit_and_enqueue)
-        reply = self._scripts.run(
+        reply = self.scripts.run(
             "enqueue",
             partition_key,
-            self._trigger_cap,
+            self.trigger_cap,
             placement,
             int(self._wake),
             limit,
@@ -118,7 +119,7 @@ class FairQueue:
             0,
             *args,
         )
-        self._publish(int(reply[0]))
+        self.publish_triggers(int(reply[0]))
         return ids
 
     def dequeue(self, *, from_rear: bool = False) -> Lease | None:
@@ -127,7 +128,7 @@ class FairQueue:
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
-        reply = self._scripts.run("dequeue", *self._lease_args(token, consumes_trigger, from_rear))
+        reply = self.scripts.run("dequeue", *self._lease_args(token, consumes_trigger, from_rear))
         return self._leased(reply, token)
 
     def _lease_args(self, token: str, consumes_trigger: bool, from_rear: bool) -> list[str | int]:
@@ -137,14 +138,14 @@ class FairQueue:
             token,
             int(consumes_trigger),
             LAST if from_rear else FIRST,
-            self._reclaim_limit,
-            self._trigger_cap,
-            self._reclaim_to,
+            self.reclaim_limit,
+            self.trigger_cap,
+            self.reclaim_to,
         ]
 
     def _leased(self, reply: Any, token: str) -> Lease | None:
         """dequeue.lua's reply: send the triggers it asks for; the lease, or None."""
-        self._publish(int(reply[0]))
+        self.publish_triggers(int(reply[0]))
         if len(reply) == 1:
             return None
         task_id, payload, timeouts, expiry = (as_text(x) for x in reply[1:])
@@ -152,8 +153,8 @@ class FairQueue:
 
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
-        acked, triggers = self._scripts.run("ack", task_id, token, self._trigger_cap)
-        self._publish(int(triggers))
+        acked, triggers = self.scripts.run("ack", task_id, token, self.trigger_cap)
+        self.publish_triggers(int(triggers))
         return bool(acked)
 
     def ack_and_lease(
@@ -163,7 +164,7 @@ class FairQueue:
         A worker that takes item after item saves a round trip and a script per item."""
         next_token = secrets.token_hex(16)
         args = self._lease_args(next_token, consumes_trigger, from_rear=False)
-        acked, *reply = self._scripts.run("ack_lease", task_id, token, *args)
+        acked, *reply = self.scripts.run("ack_lease", task_id, token, *args)
         return bool(acked), self._leased(reply, next_token)
 
     def extend(self, task_id: str, token: str, seconds: float | None = None) -> bool:
@@ -171,12 +172,12 @@ class FairQueue:
         if seconds is not None and not seconds > 0:
             raise ValueError(f"seconds must be positive, got {seconds!r}")
         us = micros(seconds or self.lease_seconds)
-        reply = self._scripts.run("renew", task_id, token, us, 0)
+        reply = self.scripts.run("renew", task_id, token, us, 0)
         return reply is not None
 
     def resume(self, task_id: str, token: str) -> Lease | None:
         """Renew a lease in full and hand its item back, or None when the lease is not current."""
-        reply = self._scripts.run("renew", task_id, token, micros(self.lease_seconds), 1)
+        reply = self.scripts.run("renew", task_id, token, micros(self.lease_seconds), 1)
         if reply is None:
             return None
         expiry, payload, timeouts = (as_text(x) for x in reply)
@@ -187,7 +188,7 @@ class FairQueue:
         partition's `most_held` limit runs down from now (the wait before used none of it).
         False when the token is not the item's current lease, or the item holds nothing
         against a limit."""
-        return bool(self._scripts.run("began", task_id, token))
+        return bool(self.scripts.run("began", task_id, token))
 
     def credit(self, task_id: str, token: str, used_weight: int) -> float:
         """Credit the partition of a leased item with the part of its weight it did not use.
@@ -198,7 +199,7 @@ class FairQueue:
         the item's current lease, the item was already credited since it was last charged, or
         used_weight is not below its weight. used_weight must be a positive integer.
         """
-        return credit_of(self._scripts.run("credit", *credit_args(task_id, token, used_weight)))
+        return credit_of(self.scripts.run("credit", *credit_args(task_id, token, used_weight)))
 
     def reshare(self, partition_key: str, share: float) -> int:
         """Charge the partition's queued items again at a new share, at once (its share changed:
@@ -211,12 +212,12 @@ class FairQueue:
         ValueError for a share that is not positive and finite, before Redis is touched.
         """
         share = share_of({partition_key: share}, partition_key)
-        return int(self._scripts.run("reshare", partition_key, repr(share)))
+        return int(self.scripts.run("reshare", partition_key, repr(share)))
 
     def release(self, task_id: str, token: str) -> bool:
         """Give a leased item back to the front of the queue; False when the token is stale."""
-        released, triggers = self._scripts.run("release", task_id, token, self._trigger_cap)
-        self._publish(int(triggers))
+        released, triggers = self.scripts.run("release", task_id, token, self.trigger_cap)
+        self.publish_triggers(int(triggers))
         return bool(released)
 
     def put_back(self, task_id: str, token: str) -> bool:
@@ -227,15 +228,15 @@ class FairQueue:
         queued item. Counted as released. False when the token is stale: nothing changes.
         With replicas, it returns once that many have it (NotReplicatedError past
         REPLICA_PATIENCE_S), as a step's end does: a failover cannot take the requeue back."""
-        args: list[str | int] = [task_id, token, self._trigger_cap]
+        args: list[str | int] = [task_id, token, self.trigger_cap]
         if self.replicas:
-            keys, wanted = self._scripts.keys("put_back"), (self.replicas, REPLICA_WAIT_MS)
-            call = partial(self._scripts.run_replicated, "put_back", keys, args, wanted)
+            keys, wanted = self.scripts.keys("put_back"), (self.replicas, REPLICA_WAIT_MS)
+            call = partial(self.scripts.run_replicated, "put_back", keys, args, wanted)
             reply = until_replicated(call, self.replicas, REPLICA_PATIENCE_S)
         else:
-            reply = self._scripts.run("put_back", *args)
+            reply = self.scripts.run("put_back", *args)
         put_back, triggers = reply
-        self._publish(int(triggers))
+        self.publish_triggers(int(triggers))
         return bool(put_back)
 
     def take(self, task_id: str) -> Lease | None:
@@ -244,23 +245,23 @@ class FairQueue:
         The others keep their order, and the queue's virtual time moves to the first queued
         item's start (where a dequeue now would move it), never back. Reclaims nothing."""
         token = secrets.token_hex(16)
-        reply = self._scripts.run(
-            "take", task_id, micros(self.lease_seconds), token, self._trigger_cap
+        reply = self.scripts.run(
+            "take", task_id, micros(self.lease_seconds), token, self.trigger_cap
         )
         return self._leased(reply, token)
 
     def reclaim(self) -> int:
         """Put every item whose lease has expired back into the queue; returns how many."""
-        return self._reclaim(self._trigger_cap)[0]
+        return self._reclaim(self.trigger_cap)[0]
 
     def _reclaim(self, trigger_cap: int) -> tuple[int, int]:
         """Reclaim in batches, topping triggers up to trigger_cap; returns (reclaimed, queued)."""
         total = 0
         while True:
-            n, triggers, queued = self._scripts.run(
-                "reclaim", RECLAIM_BATCH, self._reclaim_to, trigger_cap
+            n, triggers, queued = self.scripts.run(
+                "reclaim", RECLAIM_BATCH, self.reclaim_to, trigger_cap
             )
-            self._publish(int(triggers))
+            self.publish_triggers(int(triggers))
             total += int(n)
             if int(n) < RECLAIM_BATCH:
                 return total, int(queued)
@@ -269,12 +270,12 @@ class FairQueue:
     def set_limits(self, partition_key: str, limits: Limits) -> None:
         """Set (or with Limits(), clear) a partition's limits, in force for every lease after
         this call; its queued items are held back or let go at once."""
-        reply = self._scripts.run("limit", partition_key, *limits.args(), self._trigger_cap)
-        self._publish(int(reply[0]))
+        reply = self.scripts.run("limit", partition_key, *limits.args(), self.trigger_cap)
+        self.publish_triggers(int(reply[0]))
 
     def limits(self, partition_key: str) -> Limits:
         """A partition's limits (Limits() when it has none)."""
-        return limits_of(self.redis.hget(self.keys.limits, partition_key))
+        return Limits.read(self.redis.hget(self.keys.limits, partition_key))
 
     def held_back(self) -> int:
         """How many queued items wait because their partition's limits hold it back now (one
@@ -292,24 +293,24 @@ class FairQueue:
         """Let every limited partition that now may start its next item do so; says when the
         next wait ends. Call it then, whoever serves a queue whose partitions have limits (the
         queues of a limits group: wake_together)."""
-        return wake_together([self])
+        return QueueGroup([self]).wake()
 
     # -- the redq operations ----------------------------------------------------------------------
     def cancel(self, task_id: str) -> bool:
         """Remove a queued item; False when it is not queued (in flight, finished or unknown)."""
-        return bool(self._scripts.run("cancel", task_id))
+        return bool(self.scripts.run("cancel", task_id))
 
     def position(self, task_id: str) -> int | None:
         """The item's 0-based place in dispatch order, or None when it is not queued."""
-        return rank_of(self._scripts.run("position", task_id))
+        return rank_of(self.scripts.run("position", task_id))
 
     def positions(self, task_ids: list[str]) -> list[int | None]:
         """The places of many items in one call (None for one not queued)."""
-        return ranks_of(self._scripts.run("positions", *task_ids) if task_ids else [])
+        return ranks_of(self.scripts.run("positions", *task_ids) if task_ids else [])
 
     def promote(self, task_id: str) -> bool:
         """Move a queued item ahead of every other; False when it is not queued."""
-        return bool(self._scripts.run("promote", task_id))
+        return bool(self.scripts.run("promote", task_id))
 
     def has(self, task_id: str) -> bool:
         """Whether the item is here: queued or in flight."""
@@ -354,46 +355,24 @@ class FairQueue:
         Returns the ids it held, so that whoever waits for them can be told."""
         if confirm != self.name:
             raise DropRefusedError(f"drop({confirm!r}) refused: confirm with the queue's name")
-        queued, in_flight = self._scripts.run("drop")
+        queued, in_flight = self.scripts.run("drop")
         return Dropped([as_text(x) for x in queued], [as_text(x) for x in in_flight])
 
-    # -- introspection, for operators (each reads up to a window of the queue) -------------------
+    # -- introspection, for operators (each reads up to a window of the queue: inspection.py) --
     def fairness_lag(self, window: int = LAG_WINDOW) -> float:
         """How far ahead the most-served partition with items queued is of the least-served
         one, in weight units: max over partitions of (virtual start of its next item - the
         queue's virtual time) x its share, over the first `window` items in fair order (a
         partition whose next item lies beyond the window counts from the window's end)."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.get(self.keys.current_virtual_time)
-            pipe.zrange(self.keys.queue, 0, window - 1, withscores=True)
-            clock, head = pipe.execute()
-        if not head:
-            return 0.0
-        with self.redis.pipeline(transaction=False) as pipe:
-            for member, _ in head:
-                pipe.hget(self.keys.item_key(task_id_of(member)), Field.PARTITION)
-            partitions = pipe.execute()
-        first: dict[str, float] = {}
-        for (_, score), partition in zip(head, partitions, strict=True):
-            if partition is not None:
-                first.setdefault(as_text(partition), float(score))
-        vt = float(clock or 0)
-        return max((first[p] - vt) * self.share(p) for p in first)
+        return inspection.fairness_lag(self.redis, self.keys, self.share, window)
 
     def head(self) -> tuple[str, str] | None:
         """The first item in line that may start, which the next dequeue would lease (expired
         leases aside): (its task id, its partition), or None when none is queued (or it was
         leased between the two reads)."""
-        first: list[Any] = self.redis.zrange(self.keys.queue, 0, 0)
-        if not first:
-            return None
-        task_id = task_id_of(first[0])
-        partition = self.redis.hget(self.keys.item_key(task_id), Field.PARTITION)
-        return None if partition is None else (task_id, as_text(partition))
+        return inspection.head(self.redis, self.keys)
 
     def top_partitions(self, n: int = 10) -> list[tuple[str, int]]:
         """The n partitions with most items queued, most first (reads one counter per
         partition with items queued)."""
-        raw = self.redis.hgetall(self.keys.partition_queued)
-        counts = [(as_text(p), int(c)) for p, c in raw.items()]
-        return heapq.nlargest(n, counts, key=lambda pc: (pc[1], pc[0]))
+        return inspection.top_partitions(self.redis, self.keys, n)

@@ -1,17 +1,18 @@
 """A worker's step between two items, in one call to Redis (step.lua): end the item it ran
 (credit, the hooks' `done`, the ack), then lease the next from the first of its queues with one
-queued (the hooks' `lease` on it). A drain (drain.py) is one step per item."""
+queued (the hooks' `lease` on it). A drain (drain.py) is one step per item, over its queue's
+group (group.py)."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
+from app.vtrr.group import Q, QueueGroup
 from app.vtrr.hooks import Arg
 from app.vtrr.item import Lease
-from app.vtrr.queue import FairQueue
 from app.vtrr.replicated import Replicas
 from app.vtrr.wire import CREDIT_MOVES, as_text, credit_of, micros, seconds_of
 
@@ -19,10 +20,10 @@ _HEAD = 9  # the reply's fields before each queue's (triggers to publish, items 
 
 
 @dataclass(frozen=True)
-class Ending:
+class Ending(Generic[Q]):
     """The item a step ends: its queue and lease, and what its run handed end_with."""
 
-    queue: FairQueue
+    queue: Q
     task_id: str
     token: str
     args: Sequence[Arg] = ()
@@ -30,7 +31,7 @@ class Ending:
 
 
 @dataclass(frozen=True)
-class Stepped:
+class Stepped(Generic[Q]):
     """What a step did: acked (None: it ended nothing), the virtual time credited, `done`'s
     reply, the lease it took and its queue, `lease`'s reply, how many items each queue (by
     name) has queued, and how many replicas acknowledged the step (None: none were asked)."""
@@ -38,7 +39,7 @@ class Stepped:
     acked: bool | None
     credited: float
     done: Any
-    queue: FairQueue | None
+    queue: Q | None
     lease: Lease | None
     hooked: Any
     queued: dict[str, int]
@@ -46,13 +47,13 @@ class Stepped:
 
 
 def step(
-    queues: Sequence[FairQueue],
+    queues: Sequence[Q] | QueueGroup[Q],
     *,
-    ending: Ending | None = None,
-    consumes: FairQueue | None = None,
+    ending: Ending[Q] | None = None,
+    consumes: Q | None = None,
     lease_from: int | None = None,
     replicas: Replicas | None = None,
-) -> Stepped:
+) -> Stepped[Q]:
     """End `ending` (if any), count one trigger of `consumes` as run (if any), then lease from
     the first of queues[:lease_from] (all when None; 0: lease nothing) with an item queued.
     With replicas = (n, timeout_ms), the step is followed by Redis WAIT on its connection, and
@@ -60,42 +61,38 @@ def step(
 
     Every queue must share the hooks of the first, whose scripts run the call; the queues of
     `ending` and `consumes` are added to the call's queues when missing (leasing from none)."""
-    order = list(queues)
-    leasing = len(order) if lease_from is None else lease_from
-    for extra in (ending.queue if ending else None, consumes):
-        if extra is not None and extra not in order:
-            order.append(extra)
-    runner = order[0]
-    if any(q.hooks.lua != runner.hooks.lua for q in order):
+    group = queues if isinstance(queues, QueueGroup) else QueueGroup(queues)
+    leasing = len(group.queues) if lease_from is None else lease_from
+    group = group.with_queues(ending.queue if ending else None, consumes)
+    if not group.shares_hooks:
         raise ValueError("queues stepped together must share their hooks")
-    keys = [k for q in order for k in q._scripts.all_keys()]
+    runner = group.first
     token = secrets.token_hex(16)
-    args: list[Arg] = [len(order)]
+    args: list[Arg] = [len(group.queues)]
     if ending is None:
         args += [0, "", "", 0, CREDIT_MOVES]
     else:
-        index = order.index(ending.queue) + 1
+        index = group.index(ending.queue)
         args += [index, ending.task_id, ending.token, ending.used_weight, CREDIT_MOVES]
-    args.append(0 if consumes is None else order.index(consumes) + 1)
-    args += [leasing, micros(runner.lease_seconds), token, runner._reclaim_limit]
-    args += [runner._reclaim_to, *(q._trigger_cap for q in order)]
+    args.append(0 if consumes is None else group.index(consumes))
+    args += [leasing, micros(runner.lease_seconds), token, runner.reclaim_limit]
+    args += [runner.reclaim_to, *group.trigger_caps()]
     done_args = list(ending.args) if ending else []
     args += [len(done_args), *done_args, *runner.hooks.lease_args()]
     replicated = None
     if replicas is None:
-        reply = runner._scripts.run_over("step", keys, *args)
+        reply = group.run("step", *args)
     else:
-        reply, replicated = runner._scripts.run_replicated("step", keys, args, replicas)
+        reply, replicated = group.run_replicated("step", args, replicas)
 
-    queued: dict[str, int] = {}
-    for n, queue in enumerate(order):
-        queue._publish(int(reply[_HEAD + 2 * n]))
-        queued[queue.name] = int(reply[_HEAD + 2 * n + 1])
+    group.publish(reply, _HEAD, stride=2)
+    queued = {q.name: int(reply[_HEAD + 2 * n + 1]) for n, q in enumerate(group.queues)}
     acked = None if int(reply[0]) < 0 else bool(reply[0])
     source, lease = None, None
     if int(reply[3]):
-        source = order[int(reply[3]) - 1]
+        source = group.queues[int(reply[3]) - 1]
         task_id, payload, timeouts, expiry = (as_text(x) for x in reply[4:8])
         lease = Lease(task_id, token, payload, int(timeouts), seconds_of(expiry))
-    stepped = (acked, credit_of(reply[1]), reply[2], source, lease, reply[8], queued)
-    return Stepped(*stepped, replicated)
+    return Stepped(
+        acked, credit_of(reply[1]), reply[2], source, lease, reply[8], queued, replicated
+    )

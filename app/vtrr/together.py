@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.vtrr.celery_queue import Policy, VTRRQueue
+from app.vtrr.group import QueueGroup
 
 
-def serve_together(queues: Sequence[VTRRQueue], policy: Policy) -> None:
-    """Let a trigger of any of these queues run the item that `policy` picks among them.
+def serve_together(queues: Sequence[VTRRQueue], policy: Policy) -> QueueGroup[VTRRQueue]:
+    """Let a trigger of any of these queues run the item that `policy` picks among them: the
+    queues' group (group.py) becomes each one's `group`, and is returned.
 
     For a worker that serves several queues and has a policy among them (one before another,
     say): before each lease, `policy.order(trigger_queue)` lists the queues to try, preferred
@@ -24,6 +26,7 @@ def serve_together(queues: Sequence[VTRRQueue], policy: Policy) -> None:
     on that), a queue whose trigger ran another queue's item tops its own triggers up, and a
     queue whose item ran on another's trigger keeps a trigger that finds the next item or none.
     """
-    peers = {queue.name: queue for queue in queues}
+    group = QueueGroup(queues, policy)
     for queue in queues:
-        queue._policy, queue._peers = policy, peers
+        queue.group = group
+    return group

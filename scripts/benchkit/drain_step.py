@@ -35,7 +35,7 @@ def two_calls(vtrr: VTRRQueue, task: Task, taken: Any, more: bool) -> Any:  # ty
     queue, delivery = taken
     queue.ack(delivery.task_id, delivery.token)
     vars(task.request).update(vtrr_task_id=None, kwargs={})
-    return drain._leased(vtrr, step(vtrr._order())) if more else None
+    return drain._leased(vtrr, step(vtrr.group.order(vtrr)), time.monotonic()) if more else None
 
 
 VARIANTS: dict[str, Step] = {"one call": drain._end, "two calls": two_calls}

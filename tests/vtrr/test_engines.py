@@ -52,7 +52,7 @@ def test_each_engine_runs_the_whole_life_of_a_queue(engine: tuple[str, redis.Red
     name, client = engine
     q = FairQueue(client, f"life-{name}")
     said = transcript(q)
-    assert q._scripts._functions is (name == "functions")  # which engine ran
+    assert q.scripts._functions is (name == "functions")  # which engine ran
     assert said[-4:] == [
         ["b0", "b1"],  # b1, reclaimed, waits again; a0 ran; a1 was cancelled
         [],
@@ -119,7 +119,7 @@ def test_a_user_that_may_not_load_functions_runs_the_scripts(
     try:
         q = FairQueue(limited, "limited")
         q.enqueue("ann", [Item("x", id="x")])
-        assert q._scripts._functions is False  # refused FUNCTION LOAD: scripts
+        assert q.scripts._functions is False  # refused FUNCTION LOAD: scripts
         lease = q.dequeue()
         assert lease is not None and q.ack(lease.task_id, lease.token)
     finally:
