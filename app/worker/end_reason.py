@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from enum import Enum
 
-from app.models import StoppedBy
-
 
 class Why(Enum):
     """Why a run ended before its job returned by itself."""
@@ -56,10 +54,10 @@ STOPS = frozenset({Why.CANCEL, Why.OPERATOR, Why.LEASE_LOST, Why.HAND_BACK})
 
 
 def asked_by(mark: bytes | str | None) -> Why | None:
-    """The stop a job's `cancel` mark (revoke.lua) asks for: an operator is always named, and a
-    bare flag is an owner's cancel of an older release; None: no one asked."""
+    """The stop a job's `cancel` mark asks for (revoke.lua writes models.StoppedBy: an operator
+    is always named, and a bare flag is an owner's cancel of an older release); None: no one
+    asked."""
     if mark is None:
         return None
     text = mark.decode() if isinstance(mark, bytes) else mark
-    by: StoppedBy = "operator" if text == "operator" else "owner"
-    return Why.OPERATOR if by == "operator" else Why.CANCEL
+    return Why.OPERATOR if text == "operator" else Why.CANCEL
