@@ -4,56 +4,27 @@ send and get back."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.account import Named, Terms
 from app.models import Kind
 
 #: An account's id: it names the account in bills, logs and URLs.
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
+#: The terms that are whole numbers, which JSON may send as 5.0.
+WHOLE = tuple(name for name, f in Terms.model_fields.items() if int in get_args(f.annotation))
 
 
-class AccountFields(BaseModel):
-    """What an admin may set on an account. In an update, a field left out is kept, and null
-    clears a quota, a limit or a budget (the default applies: no limit, no budget,
-    MAX_QUEUED_PER_ACCOUNT)."""
+class AccountFields(Terms):
+    """What an admin may set on an account: its terms (app/account.py). In an update, a field
+    left out is kept, and null clears a quota, a limit or a budget (the default applies: no
+    limit, no budget, MAX_QUEUED_PER_ACCOUNT)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    description: str = Field("", max_length=500)
-    share: float = Field(
-        1.0, ge=0.001, le=1000, allow_inf_nan=False, description="its weight in the fair queues"
-    )
-    admin: bool = False
-    max_queued: int | None = Field(None, ge=1, description="null: MAX_QUEUED_PER_ACCOUNT")
-    max_running: int | None = Field(
-        None, ge=1, description="most of its jobs running at once, both queues; null: no limit"
-    )
-    max_held_gpu_seconds: float | None = Field(
-        None,
-        gt=0,
-        le=1e12,
-        allow_inf_nan=False,
-        description="most GPU-seconds its running jobs may still have ahead, the next job's "
-        "included; null: no limit",
-    )
-    budget_gpu_seconds: float | None = Field(
-        None,
-        ge=0,
-        le=1e12,
-        allow_inf_nan=False,
-        description="GPU-seconds billed a month; null: none",
-    )
-    budget_cost: float | None = Field(
-        None,
-        ge=0,
-        le=1e9,
-        allow_inf_nan=False,
-        description="cost a month, kept to the micro-unit (rounded); null: none",
-    )
-
-    @field_validator("max_queued", "max_running", mode="before")
+    @field_validator(*WHOLE, mode="before")
     @classmethod
     def _whole_number(cls, value: Any) -> Any:
         # JSON has no integer type of its own: 5.0 is the integer 5 (and true is no number)
@@ -74,19 +45,13 @@ class AccountUpdate(AccountFields):
     disabled: bool = Field(False, description="a disabled account's keys stop working")
 
 
-class AccountInfo(BaseModel):
-    """An account as admins see it."""
+class AccountInfo(Terms, Named):
+    """An account as admins see it: its id, its terms, its state and its keys. Every field is
+    in every answer."""
 
-    user_id: str
-    description: str
-    share: float
-    admin: bool
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     disabled: bool
-    max_queued: int | None
-    max_running: int | None = Field(None, description="null: no limit")
-    max_held_gpu_seconds: float | None = Field(None, description="null: no limit")
-    budget_gpu_seconds: float | None
-    budget_cost: float | None
     created_at: float
     keys: int = Field(description="its keys that work (not revoked)")
 

@@ -1,4 +1,5 @@
-"""Accounts and API keys: which account a key belongs to.
+"""Accounts and API keys: which account a key belongs to. An account itself, and what it may
+do, is app/account.py's Account (named here as well, for its many readers).
 
 The accounts file lists each account's keys either plain (for the demo) or as `sha256:<hex>`.
 Keys are looked up by their SHA-256 digest, so a request's key is never compared byte by byte
@@ -15,28 +16,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-
-class Account(BaseModel):
-    """One account: who pays, and how large a share of the GPUs it gets."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    user_id: str = Field(min_length=1)
-    description: str = ""
-    api_keys: tuple[str, ...] = ()  # none: the account exists, nobody can act as it
-    share: float = Field(1.0, gt=0, allow_inf_nan=False)
-    admin: bool = False
-    max_queued: int | None = Field(None, ge=1)  # None: MAX_QUEUED_PER_ACCOUNT
-    max_running: int | None = Field(None, ge=1)  # its jobs running at once; None: no limit
-    # GPU-seconds ahead of its running jobs plus the next one's; None: no limit
-    max_held_gpu_seconds: float | None = Field(None, gt=0, allow_inf_nan=False)
-    budget_gpu_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)  # a month's
-    budget_cost_micros: int | None = Field(None, ge=0)  # a month's, in micro-units
-
-    @property
-    def budgeted(self) -> bool:
-        """Whether the account has a monthly budget of either kind."""
-        return self.budget_gpu_seconds is not None or self.budget_cost_micros is not None
+from app.account import Account as Account  # named here as well: its readers import it so
 
 
 class FileAccount(Account):

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from app.account import Limits, Named, Profile
 from app.webhook_url import WebhookUrl
 
 #: The two queues: short jobs (at most MAX_SHORT_S) and long ones.
@@ -302,22 +303,13 @@ class MonthUse(BaseModel):
     left_cost: float | None
 
 
-class AccountView(BaseModel):
-    """GET /account: who the key belongs to, its quota and limits, and this month's use."""
+class AccountView(Limits, Profile, Named):
+    """GET /account: who the key belongs to, its profile and its limits (app/account.py), its
+    quota resolved, and this month's use. Every field is in every answer."""
 
-    user_id: str
-    description: str
-    share: float
-    admin: bool
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     max_queued: int = Field(description="most jobs it may have queued in each queue")
-    max_running: int | None = Field(
-        None, description="most of its jobs running at once, both queues; null: no limit"
-    )
-    max_held_gpu_seconds: float | None = Field(
-        None,
-        description="most GPU-seconds its running jobs may still have ahead, the next job's "
-        "included; null: no limit",
-    )
     month: MonthUse
 
 

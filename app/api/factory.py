@@ -70,6 +70,8 @@ def create_app(settings: Settings, *, submit_fast_path: bool = True) -> FastAPI:
     app.add_exception_handler(SQLAlchemyError, _database_error)
     routers = (jobs, stream, job_types, tasks, bills, health, metrics, admin, accounts, dashboard)
     for module in routers:
+        if module is tasks:
+            app.include_router(accounts.own)  # GET /account, where it always stood
         app.include_router(module.router)
     app.include_router(outputs.build(settings))
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from app.account import Limits
 from app.admin_models import (
     AccountInfo,
     AccountQueued,
@@ -21,8 +22,12 @@ from app.admin_models import (
 )
 from app.client.fit import Cell, Column, fitted_table
 from app.client.words import moment, money
+from app.models import AccountView
 
 NONE = "none"
+#: The limits (app/account.py Limits) that the tables name in words of their own; any other is
+#: shown by its name (other_limits).
+WORDED = frozenset({"max_queued", "max_running", "max_held_gpu_seconds"})
 #: The characters of an account id a table keeps when the whole one does not fit (--json has
 #: it whole).
 ID_SHOWN = 8
@@ -31,6 +36,16 @@ ID_SHOWN = 8
 def limit_text(value: float | None) -> str:
     """A limit for people: its number, or "none"."""
     return NONE if value is None else f"{value:g}"
+
+
+def other_limits(shown: AccountInfo | AccountView) -> list[tuple[str, float | None]]:
+    """An account's limits beyond WORDED, each with its name in words ("max queued gpu
+    seconds"): a new limit is shown with no code of its own."""
+    return [
+        (name.replace("_", " "), getattr(shown, name))
+        for name in Limits.model_fields
+        if name not in WORDED
+    ]
 
 
 def budget_text(info: AccountInfo) -> str:
@@ -73,6 +88,7 @@ def _limits(info: AccountInfo) -> list[str]:
         limits.append(f"running ≤ {info.max_running}")
     if info.max_held_gpu_seconds is not None:
         limits.append(f"held ≤ {info.max_held_gpu_seconds:g} GPU-s")
+    limits += [f"{name} ≤ {value:g}" for name, value in other_limits(info) if value is not None]
     if info.budget_gpu_seconds is not None or info.budget_cost is not None:
         limits.append(budget_text(info))
     return limits

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from app.client.admin_tables import other_limits
 from app.client.errors import USAGE, fail, session
 from app.client.follow import bill, watch_to_end
 from app.client.http import Client
@@ -273,6 +274,9 @@ def account(
             table.add_row("max running", f"{who.max_running} at once")
         if who.max_held_gpu_seconds is not None:
             table.add_row("max held", f"{who.max_held_gpu_seconds:g} GPU-s ahead of running jobs")
+        for name, value in other_limits(who):
+            if value is not None:
+                table.add_row(name, f"{value:g}")
         month = who.month
         table.add_row(
             f"billed in {month.month}",

@@ -2,8 +2,9 @@
 (list, show, create, update, disable, enable), `keys` (list, issue, revoke) and `audit`; and
 `usage` from app/client/usage.py (every account's; `fairgpu usage` is anyone's own).
 
-A quota, a limit or a budget is cleared with the word `none` (`--budget-cost none`): the
-option then goes to the server as null, and the default applies.
+Their options are an account's terms (app/client/account_options.py): a quota, a limit or a
+budget is cleared with the word `none` (`--budget-cost none`): the option then goes to the
+server as null, and the default applies.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Annotated
 import typer
 
 from app.admin_models import AccountInfo
+from app.client.account_options import with_terms
 from app.client.admin_tables import (
-    NONE,
     accounts_table,
     audit_table,
     budget_text,
     keys_table,
     limit_text,
+    other_limits,
 )
 from app.client.errors import OneLineUsage, fail, session
 from app.client.options import JsonOption, KeyOption, UrlOption
@@ -31,60 +33,7 @@ from app.client.usage import admin_usage
 accounts = typer.Typer(help="Open, change, disable and list accounts (admins).")
 keys = typer.Typer(help="Issue, revoke and list API keys (admins).")
 
-Description = Annotated[str | None, typer.Option(help="what the account is for")]
-Share = Annotated[float | None, typer.Option(help="its weight in the fair queues (1 = equal)")]
-MaxQueued = Annotated[
-    str | None, typer.Option(help="most jobs queued per queue, or none for the default")
-]
-MaxRunning = Annotated[
-    str | None, typer.Option(help="most of its jobs running at once, or none for no limit")
-]
-MaxHeld = Annotated[
-    str | None,
-    typer.Option(help="most GPU-seconds its running jobs may have ahead, or none for no limit"),
-]
-BudgetSeconds = Annotated[
-    str | None, typer.Option(help="GPU-seconds it may be billed a month, or none")
-]
-BudgetCost = Annotated[str | None, typer.Option(help="what it may be billed a month, or none")]
 UserId = Annotated[str, typer.Argument(help="the account's id")]
-
-
-def _number(name: str, text: str | None, kind: type[float] | type[int]) -> float | int | None:
-    """An option that takes a number or `none`."""
-    if text is None or text.lower() == NONE:
-        return None
-    try:
-        return kind(text)
-    except ValueError:
-        fail(f"--{name}: a number, or none", 2)
-
-
-def _changes(
-    description: str | None,
-    share: float | None,
-    max_queued: str | None,
-    max_running: str | None,
-    max_held_gpu_seconds: str | None,
-    budget_gpu_seconds: str | None,
-    budget_cost: str | None,
-) -> dict[str, object]:
-    """The fields given on the command line, as the API takes them."""
-    changes: dict[str, object] = {}
-    if description is not None:
-        changes["description"] = description
-    if share is not None:
-        changes["share"] = share
-    for name, text, kind in (
-        ("max_queued", max_queued, int),
-        ("max_running", max_running, int),
-        ("max_held_gpu_seconds", max_held_gpu_seconds, float),
-        ("budget_gpu_seconds", budget_gpu_seconds, float),
-        ("budget_cost", budget_cost, float),
-    ):
-        if text is not None:
-            changes[name] = _number(name.replace("_", "-"), text, kind)
-    return changes
 
 
 def _show(info: AccountInfo, as_json: bool) -> None:
@@ -100,6 +49,8 @@ def _show(info: AccountInfo, as_json: bool) -> None:
     table.add_row("max queued", "default" if info.max_queued is None else str(info.max_queued))
     table.add_row("max running", limit_text(info.max_running))
     table.add_row("max held GPU-s", limit_text(info.max_held_gpu_seconds))
+    for name, value in other_limits(info):
+        table.add_row(name, limit_text(value))
     table.add_row("budget", budget_text(info))
     table.add_row("live keys", str(info.keys))
     out().print(table)
@@ -129,69 +80,33 @@ def show_account(
         _show(client.account_info(user_id), as_json)
 
 
+@with_terms
 def create_account(
     user_id: UserId,
-    description: Description = None,
-    share: Share = None,
-    admin: Annotated[bool, typer.Option("--admin", help="may use the admin API")] = False,
-    max_queued: MaxQueued = None,
-    max_running: MaxRunning = None,
-    max_held_gpu_seconds: MaxHeld = None,
-    budget_gpu_seconds: BudgetSeconds = None,
-    budget_cost: BudgetCost = None,
+    terms: dict[str, object],
     url: UrlOption = DEFAULT_URL,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Open an account (then issue it a key: fairgpu admin keys issue ID)."""
-    fields = _changes(
-        description,
-        share,
-        max_queued,
-        max_running,
-        max_held_gpu_seconds,
-        budget_gpu_seconds,
-        budget_cost,
-    )
-    if admin:
-        fields["admin"] = True
     with session(url, key) as client:
-        _show(client.create_account(user_id, fields), as_json)
+        _show(client.create_account(user_id, terms), as_json)
 
 
+@with_terms
 def update_account(
     user_id: UserId,
-    description: Description = None,
-    share: Share = None,
-    admin: Annotated[
-        bool | None, typer.Option("--admin/--no-admin", help="may use the admin API")
-    ] = None,
-    max_queued: MaxQueued = None,
-    max_running: MaxRunning = None,
-    max_held_gpu_seconds: MaxHeld = None,
-    budget_gpu_seconds: BudgetSeconds = None,
-    budget_cost: BudgetCost = None,
+    terms: dict[str, object],
     url: UrlOption = DEFAULT_URL,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change an account: what is given changes (a new share moves its queued jobs at once);
     none clears a quota, a limit or a budget."""
-    changes = _changes(
-        description,
-        share,
-        max_queued,
-        max_running,
-        max_held_gpu_seconds,
-        budget_gpu_seconds,
-        budget_cost,
-    )
-    if admin is not None:
-        changes["admin"] = admin
-    if not changes:
+    if not terms:
         fail("nothing to change: give at least one option", 2)
     with session(url, key) as client:
-        _show(client.update_account(user_id, changes), as_json)
+        _show(client.update_account(user_id, terms), as_json)
 
 
 def disable_account(

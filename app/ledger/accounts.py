@@ -15,23 +15,16 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.account import TERMS, Terms, columns_of
 from app.auth import Account, Accounts, digest, stored_digest
 from app.ledger.database import Database
 from app.ledger.schema import AccountRow, AuditRow, KeyRow
 
-#: What an account's update may change (the id may not: bills and jobs name it).
-EDITABLE = frozenset(
-    {
-        "description",
-        "share",
-        "admin",
-        "max_queued",
-        "max_running",
-        "max_held_gpu_seconds",
-        "budget_gpu_seconds",
-        "budget_cost_micros",
-    }
-)
+#: What an account's update may change: its terms (the id may not: bills and jobs name it).
+EDITABLE = frozenset(TERMS)
+#: What a new account's columns are unless told: its terms' defaults, but for null ones.
+DEFAULTS = columns_of({name: f.default for name, f in Terms.model_fields.items()
+                       if f.default is not None})  # fmt: skip
 #: New keys: a recognisable prefix, then 256 random bits.
 KEY_PREFIX = "fg_"
 
@@ -81,7 +74,7 @@ class AccountStore:
         now = time.time()
         rows, keys, audit = [], [], []
         for account in accounts:
-            fields = account.model_dump(include=set(EDITABLE))
+            fields = columns_of(account.model_dump(include=set(EDITABLE)))
             rows.append(
                 {"user_id": account.user_id, "created_at": now, "disabled": False, **fields}
             )
@@ -102,14 +95,15 @@ class AccountStore:
             return len(rows)
 
     def create(self, actor: str, user_id: str, **fields: Any) -> AccountRow:
-        """A new account (fields from EDITABLE)."""
+        """A new account (fields from EDITABLE; money in units of money, kept in micro-units,
+        as the audit log names it)."""
         unknown = set(fields) - EDITABLE
         if unknown:
             raise AccountError(f"unknown account fields {sorted(unknown)}")
         with self.db.sessions.begin() as session:
             if session.get(AccountRow, user_id) is not None:
                 raise AccountError(f"account {user_id} exists already")
-            values = {"description": "", "share": 1.0, "admin": False, **fields}
+            values = {**DEFAULTS, **columns_of(fields)}
             row = AccountRow(user_id=user_id, disabled=False, created_at=time.time(), **values)
             session.add(row)
             _audit(session, actor, "account.create", user_id, values)
@@ -121,6 +115,7 @@ class AccountStore:
         unknown = set(changes) - EDITABLE - {"disabled"}
         if unknown:
             raise AccountError(f"unknown account fields {sorted(unknown)}")
+        changes = columns_of(changes)
         with self.db.sessions.begin() as session:
             row = self._row(session, user_id)
             before = {name: getattr(row, name) for name in changes}
@@ -211,5 +206,4 @@ class AccountStore:
 
 def _account(row: AccountRow, keys: list[str]) -> Account:
     """An account row as app.auth knows accounts."""
-    fields = {name: getattr(row, name) for name in EDITABLE}
-    return Account(user_id=row.user_id, api_keys=tuple(keys), **fields)
+    return Account(user_id=row.user_id, api_keys=tuple(keys), **row.terms().model_dump())

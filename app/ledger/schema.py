@@ -1,12 +1,28 @@
 """The tables. Times are Unix seconds (Redis's clock, as the job records keep them). The bills'
 table is declared with the bill itself (app/bill.py table), so that a bill's fields are named in
-one module."""
+one module; the accounts' has a column for each term of an account (app/account.py Terms)."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from types import NoneType
+from typing import Any, get_args
 
+from pydantic.fields import FieldInfo
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from app.account import MONEY, TERMS, Terms, column, terms_of
 from app.bill import table
 
 
@@ -18,22 +34,41 @@ class Base(DeclarativeBase):
 BILLS = table(Base.metadata)
 
 
+def _column(name: str, field: FieldInfo) -> Column[Any]:
+    """A term's column: its type from the field's (money in whole micro-units), null where the
+    term may be (none: its default applies), its default where it has one."""
+    kind = next(t for t in get_args(field.annotation) or (field.annotation,) if t is not NoneType)
+    optional = kind is not field.annotation
+    sql = BigInteger if name in MONEY else SQL_TYPES[kind]
+    default = None if optional else field.default
+    return Column(column(name), sql, nullable=optional, default=default)
+
+
+#: The SQL type of a term of each Python type.
+SQL_TYPES: dict[Any, type[TypeEngine[Any]]] = {str: Text, float: Float, bool: Boolean, int: Integer}
+#: One row per account: its id, a column per term (app/account.py), whether it is disabled.
+ACCOUNTS = Table(
+    "accounts",
+    Base.metadata,
+    Column("user_id", String(128), primary_key=True),
+    *(_column(name, field) for name, field in Terms.model_fields.items()),
+    Column("disabled", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+)
+
+
 class AccountRow(Base):
-    """An account: who pays, its share of the GPUs, its quotas and limits, its monthly budgets."""
+    """An account: who pays, its terms (a column each: terms()), whether it is disabled."""
 
-    __tablename__ = "accounts"
+    __table__ = ACCOUNTS
 
-    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    description: Mapped[str] = mapped_column(Text, default="")
-    share: Mapped[float] = mapped_column(Float, default=1.0)
-    admin: Mapped[bool] = mapped_column(Boolean, default=False)
-    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
-    max_queued: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    max_held_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
-    budget_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
-    budget_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    created_at: Mapped[float] = mapped_column(Float)
+    user_id: Mapped[str]
+    disabled: Mapped[bool]
+    created_at: Mapped[float]
+
+    def terms(self) -> Terms:
+        """The account's terms, from their columns."""
+        return terms_of({column(name): getattr(self, column(name)) for name in TERMS})
 
 
 class KeyRow(Base):

@@ -24,6 +24,8 @@ from app.wiring.loop import Loop
 from app.wiring.service import WEIGHT_PER_S, held_limit_weight
 
 log = logging.getLogger(__name__)
+#: The terms of an account (app/account.py Limits) that its fair queues enforce at each lease.
+QUEUE_LIMITS = frozenset({"max_running", "max_held_gpu_seconds"})
 #: Longest a Waker sleeps between two wakes, whatever the queues said (an account's jobs may
 #: end in another queue meanwhile): the most an eligible job may wait for it.
 WAKE_POLL_S = 0.2

@@ -1,5 +1,7 @@
-"""Operators' endpoints for accounts, keys and the audit log, under /admin: onboard an account,
-change its share, quotas and budgets, disable it, issue and revoke keys, read who changed what.
+"""Accounts: the caller's own (GET /account, router `own`), and the operators' endpoints for
+accounts, keys and the audit log, under /admin (router `router`): onboard an account, change its
+share, quotas and budgets, disable it, issue and revoke keys, read who changed what. An account's
+shapes are made in app/account.py.
 
 Every change is made in the SQL account store (app/ledger/accounts.py), which writes its audit
 entry in the same transaction, then announced (app/ledger/live.py), so every API process
@@ -13,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
@@ -28,23 +29,27 @@ from app.admin_models import (
     KeyInfo,
     KeyRequest,
 )
+from app.api.budgets import month_use
 from app.api.deps import CallerDep, RuntimeDep
+from app.api.responses import ERRORS
 from app.api.routes.admin import RESPONSES
-from app.api.routing import AdminRoute
+from app.api.routing import AdminRoute, KeyedRoute
 from app.api.runtime import Runtime
 from app.ledger.accounts import AccountError
 from app.ledger.live import announce
 from app.ledger.schema import AccountRow, KeyRow
-from app.models import ErrorBody
-from app.pricing import MICROS
+from app.models import AccountView, ErrorBody
+from app.wiring.limits import QUEUE_LIMITS
 
 log = logging.getLogger(__name__)
+own = APIRouter(tags=["jobs"], route_class=KeyedRoute)
+#: What GET /account shows of the account as it is: the rest (its quota, resolved; its month)
+#: is worked out.
+VIEWED = set(AccountView.model_fields) - {"max_queued", "month"}
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute)
 UserId = Annotated[str, Path(pattern=USER_ID_PATTERN, description="the account's id")]
 KEY_ID_DIGITS = 12
 NO_ACCOUNT = "no such account"
-#: The fields that the fair queues enforce at each lease (app/wiring/limits.py).
-LIMIT_FIELDS = frozenset({"max_running", "max_held_gpu_seconds"})
 CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorBody, "description": "the account exists already"}
 }
@@ -55,18 +60,10 @@ INVALID: dict[int | str, dict[str, Any]] = {
 
 def info(row: AccountRow, live_keys: int) -> AccountInfo:
     """An account row as admins see it."""
-    cost = row.budget_cost_micros
     return AccountInfo(
         user_id=row.user_id,
-        description=row.description,
-        share=row.share,
-        admin=row.admin,
+        **row.terms().model_dump(),
         disabled=row.disabled,
-        max_queued=row.max_queued,
-        max_running=row.max_running,
-        max_held_gpu_seconds=row.max_held_gpu_seconds,
-        budget_gpu_seconds=row.budget_gpu_seconds,
-        budget_cost=None if cost is None else cost / MICROS,
         created_at=row.created_at,
         keys=live_keys,
     )
@@ -83,13 +80,16 @@ def key_info(row: KeyRow) -> KeyInfo:
     )
 
 
-def stored(fields: dict[str, Any]) -> dict[str, Any]:
-    """An account's fields as the account store keeps them: a cost in micro-units."""
-    if "budget_cost" in fields:
-        cost = fields.pop("budget_cost")
-        micros = None if cost is None else Decimal(repr(cost)).scaleb(6).to_integral_value()
-        fields["budget_cost_micros"] = None if micros is None else int(micros)
-    return fields
+@own.get("/account", response_model=AccountView, responses=ERRORS)
+async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
+    """Whose key this is: the account, its fair share, whether it may use /admin, its quota and
+    limits, and this month's use against its budgets."""
+    a = caller.account
+    return AccountView(
+        **a.model_dump(include=VIEWED),
+        max_queued=a.max_queued or runtime.settings.max_queued_per_account,
+        month=await month_use(runtime, a),
+    )
 
 
 async def _changed(runtime: Runtime, user_id: str) -> None:
@@ -125,7 +125,7 @@ async def list_accounts(admin: CallerDep, runtime: RuntimeDep) -> list[AccountIn
 )
 async def create_account(body: AccountCreate, admin: CallerDep, runtime: RuntimeDep) -> AccountInfo:
     """Open an account (without keys: issue one next)."""
-    fields = stored(body.model_dump(exclude={"user_id"}))  # the defaults too
+    fields = body.model_dump(exclude={"user_id"})  # the defaults too
     try:
         await asyncio.to_thread(
             runtime.ledger.accounts.create, admin.account.user_id, body.user_id, **fields
@@ -151,7 +151,7 @@ async def update_account(
     """Change an account: its description, share, admin flag, quota, budgets, or disable it
     (its keys stop working; its queued jobs stay queued). A new share re-tags its queued jobs
     at once. Fields left out are kept; null clears a quota or a budget."""
-    changes = stored(body.model_dump(include=body.model_fields_set))
+    changes = body.model_dump(include=body.model_fields_set)
     if not changes:
         return await _info(runtime, user_id)
     try:
@@ -161,7 +161,7 @@ async def update_account(
     except AccountError:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=NO_ACCOUNT) from None
     await _changed(runtime, user_id)
-    if changes.keys() & LIMIT_FIELDS:
+    if changes.keys() & QUEUE_LIMITS:
         await _limit(runtime, user_id)
     if "share" in changes:
         await _reshare(runtime, user_id, float(changes["share"]))

@@ -1,4 +1,4 @@
-"""The caller's account and its jobs: GET /account and GET /tasks."""
+"""The caller's jobs: GET /tasks (its account is GET /account, in accounts.py)."""
 
 from __future__ import annotations
 
@@ -7,31 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from app.api.budgets import month_use
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.live import listing
 from app.api.responses import ERRORS, job_status
 from app.api.routing import KeyedRoute
-from app.models import AccountView, ErrorBody, Status, TaskPage
+from app.models import ErrorBody, Status, TaskPage
 
 router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
-
-
-@router.get("/account", response_model=AccountView, responses=ERRORS)
-async def account(caller: CallerDep, runtime: RuntimeDep) -> AccountView:
-    """Whose key this is: the account, its fair share, whether it may use /admin, its quota and
-    limits, and this month's use against its budgets."""
-    a = caller.account
-    return AccountView(
-        user_id=a.user_id,
-        description=a.description,
-        share=a.share,
-        admin=a.admin,
-        max_queued=a.max_queued or runtime.settings.max_queued_per_account,
-        max_running=a.max_running,
-        max_held_gpu_seconds=a.max_held_gpu_seconds,
-        month=await month_use(runtime, a),
-    )
 
 
 @router.get(
