@@ -1,9 +1,11 @@
 """Deadline: when a running job must have stopped, and why it was asked to stop.
 
-Three asks stop a run: its owner's (or an operator's, or a lost lease's) cancel, the end of its
-declared seconds (a timeout), and, for a preemptible run, the ask to yield its GPU. Each starts
-a grace (CANCEL_GRACE_S, TIMEOUT_GRACE_S, PREEMPT_GRACE_S) after which the run is killed. The
-rules, in one place for both executors:
+Three asks stop a run: a stop (whose: the owner's cancel, an operator's, a lost lease or a
+hand-back, the run's RunAsks says: app/worker/stops.py), the end of its declared seconds (a
+timeout), and, for a preemptible run, the ask to yield its GPU. Each starts a grace
+(CANCEL_GRACE_S, TIMEOUT_GRACE_S, PREEMPT_GRACE_S) after which the run is killed. The end names
+its reason (end_reason.Why) where the executor knows it: a timeout, a run past its budget, a
+yield. The rules, in one place for both executors:
 
 - A later ask never moves a running deadline later: the earliest stands.
 - A cancel or a timeout is final: the first of them names the end, and a later one changes
