@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -37,7 +36,7 @@ from app.store.workers import Running
 from app.vtrr import VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
 from app.wiring.service import Service, build, job_weight
-from app.worker import gpu
+from app.worker import gpu, handback
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
 from app.worker.child import JobChild
 from app.worker.end_reason import Why
@@ -196,14 +195,9 @@ class JobRunner:
         return self.yields.take_owed()
 
     def hand_back_after(self, grace_s: float) -> None:
-        """The worker is shutting down (Kubernetes', Compose's or an operator's SIGTERM): it
-        takes no new job, and a job still running grace_s from now is stopped and handed back,
-        its lease returned to the front of its account's line at once, so that another worker
-        runs it without waiting for the lease to lapse. The stopped run is not billed (the
-        operator stopped it) and is not counted as one of the job's attempts."""
-        timer = threading.Timer(grace_s, self._hand_back)
-        timer.daemon = True
-        timer.start()
+        """The worker is shutting down: it takes no new job, and a job still running grace_s
+        from now is stopped and handed back (handback.py), unbilled, not an attempt."""
+        handback.after(grace_s, self._hand_back)
 
     def _hand_back(self) -> None:
         asks = self._current
@@ -213,20 +207,7 @@ class JobRunner:
         asks.hand_back()  # the job is stopped as a cancel stops it, its end named HAND_BACK
 
     def _give_back(self, kind: Kind, job_id: str, token: str, who: dict[str, str]) -> str:
-        """Return a stopped run's job to PENDING and its lease to the front of its queue.
-
-        The record first: once the lease is back, another worker may start the job at once,
-        and its start would find this run's attempt not yet given back (the job ran twice,
-        counted two attempts). If the release then fails, the lease lapses and the job
-        comes back all the same."""
-        try:
-            self.recorder.handed_back(job_id, token)
-            released = self.queues[kind].release(job_id, token)
-        except UNREACHABLE:
-            log.warning("Redis unreachable; the job returns when its lease lapses", extra=who)
-            return "handed back: its lease will lapse"
-        log.info("job handed back", extra={**who, "released": released})
-        return "handed back"
+        return handback.give_back(self.recorder, self.queues[kind], job_id, token, who)
 
     def _execute(
         self, kind: Kind, job_id: str, token: str, started: Started, run: tuple[RunLease, RunAsks]
