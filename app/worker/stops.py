@@ -124,7 +124,8 @@ class RunAsks:
         self._client, self.job_id, self._heard, self._lost = client, job_id, heard, lease_lost
         self._every, self._preemptible = every, preemptible
         self._next_look = time.monotonic() + every
-        self._handing_back = threading.Event()  # set by the shutdown's timer thread
+        #: A stop the worker itself ordered (HAND_BACK), from the shutdown's timer thread.
+        self._ordered: Why | None = None
         self._stop: Why | None = None  # the first stop, as it came
         self._heard_read = False  # whether a stop heard on the channel had its mark read
         self.asked = False  # asked to yield
@@ -134,7 +135,7 @@ class RunAsks:
     def why(self) -> Why | None:
         """Why the run was stopped (None: it was not); a hand-back outranks any other stop: the
         worker returns the job whoever else asked it to stop."""
-        return Why.HAND_BACK if self._handing_back.is_set() else self._stop
+        return self._ordered or self._stop
 
     def named(self, ended: Ended) -> Ended:
         """The run's end with its reason where only this check knows it: whose stop a
@@ -147,11 +148,11 @@ class RunAsks:
 
     def hand_back(self) -> None:
         """The worker shuts down and its grace is out: stop the run, to hand its job back."""
-        self._handing_back.set()
+        self._ordered = Why.HAND_BACK
 
     def should_stop(self) -> bool:
         """Whether the run should stop (what the job's ctx.cancelled reads)."""
-        if self._stop is None and not self._handing_back.is_set():
+        if self._stop is None and self._ordered is None:
             self._stop = self._stopped()
         return self.why is not None
 
