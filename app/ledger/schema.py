@@ -34,6 +34,10 @@ class Base(DeclarativeBase):
 BILLS = table(Base.metadata)
 
 
+#: The SQL type of a term of each Python type.
+SQL_TYPES: dict[Any, type[TypeEngine[Any]]] = {str: Text, float: Float, bool: Boolean, int: Integer}
+
+
 def _column(name: str, field: FieldInfo) -> Column[Any]:
     """A term's column: its type from the field's (money in whole micro-units), null where the
     term may be (none: its default applies), its default where it has one."""
@@ -44,8 +48,6 @@ def _column(name: str, field: FieldInfo) -> Column[Any]:
     return Column(column(name), sql, nullable=optional, default=default)
 
 
-#: The SQL type of a term of each Python type.
-SQL_TYPES: dict[Any, type[TypeEngine[Any]]] = {str: Text, float: Float, bool: Boolean, int: Integer}
 #: One row per account: its id, a column per term (app/account.py), whether it is disabled.
 ACCOUNTS = Table(
     "accounts",
