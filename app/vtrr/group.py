@@ -103,11 +103,16 @@ class QueueGroup(Generic[Q]):
 
     def with_queues(self, *extra: Q | None) -> QueueGroup[Q]:
         """This group, or a copy with the queues of `extra` it lacks added last."""
-        missing: list[Q] = []
         for queue in extra:
-            if queue is not None and queue not in self.queues and queue not in missing:
-                missing.append(queue)
-        return QueueGroup([*self.queues, *missing], self.policy) if missing else self
+            if queue is not None and queue not in self.queues:
+                break
+        else:
+            return self  # the usual case: nothing to copy
+        queues = list(self.queues)
+        for queue in extra:
+            if queue is not None and queue not in queues:
+                queues.append(queue)
+        return QueueGroup(queues, self.policy)
 
     def took(self, queue: Q | None, queued: Mapping[str, int]) -> Q | None:
         """Tell the policy where a lease came from (None: every queue was empty) and how many
@@ -126,7 +131,7 @@ class QueueGroup(Generic[Q]):
         """Every queue's trigger cap, in order (-1: it publishes none)."""
         return [q.trigger_cap for q in self.queues]
 
-    def run(self, name: str, *args: str | int | float) -> Any:
+    def run(self, name: str, args: Sequence[str | int | float]) -> Any:
         """Run one operation over the group's keys, with the first queue's scripts."""
         return self.first.scripts.run_over(name, self.keys(), *args)
 
@@ -149,7 +154,7 @@ class QueueGroup(Generic[Q]):
         caps = self.trigger_caps()
         woken = 0
         while True:
-            reply = self.run("wake", len(self.queues), WAKE_BATCH, *caps)
+            reply = self.run("wake", [len(self.queues), WAKE_BATCH, *caps])
             self.publish(reply, 4)
             woken += int(reply[0])
             if not int(reply[1]):

@@ -17,7 +17,7 @@ from app.vtrr.wire import as_text, task_id_of
 LAG_WINDOW = 1000
 
 
-def fairness_lag(
+def read_fairness_lag(
     redis: Redis, keys: Keys, share: Callable[[str], float], window: int = LAG_WINDOW
 ) -> float:
     """How far ahead the most-served partition with items queued is of the least-served one,
@@ -40,7 +40,7 @@ def fairness_lag(
     return max((first[p] - vt) * share(p) for p in first)
 
 
-def head(redis: Redis, keys: Keys) -> tuple[str, str] | None:
+def read_head(redis: Redis, keys: Keys) -> tuple[str, str] | None:
     """The first item in line that may start: (its task id, its partition), or None (see
     FairQueue.head)."""
     first: list[Any] = redis.zrange(keys.queue, 0, 0)
@@ -51,7 +51,7 @@ def head(redis: Redis, keys: Keys) -> tuple[str, str] | None:
     return None if partition is None else (task_id, as_text(partition))
 
 
-def top_partitions(redis: Redis, keys: Keys, n: int) -> list[tuple[str, int]]:
+def read_top_partitions(redis: Redis, keys: Keys, n: int) -> list[tuple[str, int]]:
     """The n partitions with most items queued, most first (see FairQueue.top_partitions)."""
     raw = redis.hgetall(keys.partition_queued)
     counts = [(as_text(p), int(c)) for p, c in raw.items()]

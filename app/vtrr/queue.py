@@ -15,11 +15,10 @@ from typing import Any
 
 from redis import Redis
 
-from app.vtrr import inspection
 from app.vtrr.errors import DropRefusedError
 from app.vtrr.group import QueueGroup
 from app.vtrr.hooks import Hooks, NoHooks
-from app.vtrr.inspection import LAG_WINDOW
+from app.vtrr.inspection import LAG_WINDOW, read_fairness_lag, read_head, read_top_partitions
 from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Placement
@@ -364,15 +363,15 @@ class FairQueue:
         one, in weight units: max over partitions of (virtual start of its next item - the
         queue's virtual time) x its share, over the first `window` items in fair order (a
         partition whose next item lies beyond the window counts from the window's end)."""
-        return inspection.fairness_lag(self.redis, self.keys, self.share, window)
+        return read_fairness_lag(self.redis, self.keys, self.share, window)
 
     def head(self) -> tuple[str, str] | None:
         """The first item in line that may start, which the next dequeue would lease (expired
         leases aside): (its task id, its partition), or None when none is queued (or it was
         leased between the two reads)."""
-        return inspection.head(self.redis, self.keys)
+        return read_head(self.redis, self.keys)
 
     def top_partitions(self, n: int = 10) -> list[tuple[str, int]]:
         """The n partitions with most items queued, most first (reads one counter per
         partition with items queued)."""
-        return inspection.top_partitions(self.redis, self.keys, n)
+        return read_top_partitions(self.redis, self.keys, n)

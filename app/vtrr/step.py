@@ -81,7 +81,7 @@ def step(
     args += [len(done_args), *done_args, *runner.hooks.lease_args()]
     replicated = None
     if replicas is None:
-        reply = group.run("step", *args)
+        reply = group.run("step", args)
     else:
         reply, replicated = group.run_replicated("step", args, replicas)
 

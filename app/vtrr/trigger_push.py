@@ -52,6 +52,8 @@ def trigger_message(task: Task, celery_queue: str) -> str | None:  # type: ignor
             with conn.Producer() as producer:
                 task.apply_async(queue=celery_queue, producer=producer, task_id=TRIGGER_ID)
             channel: Any = conn.default_channel
+            # Kombu's channels have no public read of one message without a consumer: the
+            # memory channel's own _get hands back the message as the transport stored it.
             message: dict[str, Any] = channel._get(celery_queue)
     except Exception:
         log.warning("queue %s: triggers are published by Kombu", celery_queue, exc_info=True)
