@@ -20,6 +20,9 @@ from app.vtrr.replicated import Replicas
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import as_text
 
+#: How many of a policy's orders a group keeps as groups (fairgpu's has two).
+ORDERS_KEPT = 4
+
 
 class Member(Protocol):
     """What a group needs of each of its queues (a FairQueue has all of it): its name, hooks
@@ -65,7 +68,7 @@ class QueueGroup(Generic[Q]):
     """Queues served together, in order (the first's scripts run a call over them all), and
     the policy among them (None: a trigger's run leases from its own queue only)."""
 
-    __slots__ = ("policy", "queues", "shares_hooks")
+    __slots__ = ("_orders", "policy", "queues", "shares_hooks")
 
     def __init__(self, queues: Iterable[Q], policy: Choice[Q] | None = None) -> None:
         self.queues: list[Q] = list(queues)
@@ -75,6 +78,7 @@ class QueueGroup(Generic[Q]):
         lua = self.queues[0].hooks.lua
         #: Whether the queues may step together: the first's Lua runs every hook of the call.
         self.shares_hooks = all(q.hooks.lua == lua for q in self.queues)
+        self._orders: list[QueueGroup[Q]] = []  # the policy's latest orders, as groups
 
     @property
     def first(self) -> Q:
@@ -99,7 +103,14 @@ class QueueGroup(Generic[Q]):
         if self.policy is None:
             alone = len(self.queues) == 1 and self.queues[0] is trigger
             return self if alone else QueueGroup([trigger])
-        return QueueGroup(self.policy.order(trigger))
+        chosen = self.policy.order(trigger)
+        queues = chosen if isinstance(chosen, list) else list(chosen)
+        for known in self._orders:  # a policy has few orders: each step reuses its group
+            if known.queues == queues:
+                return known
+        ordered = QueueGroup(queues)
+        self._orders = [ordered, *self._orders[: ORDERS_KEPT - 1]]
+        return ordered
 
     def with_queues(self, *extra: Q | None) -> QueueGroup[Q]:
         """This group, or a copy with the queues of `extra` it lacks added last."""
