@@ -1,10 +1,10 @@
 """The text of the queue's Lua: one file per atomic operation in lua/, sharing the helpers of
-lua/_lib.lua, put together as a function library (Redis 7) or as one script per operation
-(Redis 6.2); scripts.py runs them.
+lua/lib/ (one file per concern, put together in LIBRARY's order), as a function library
+(Redis 7) or as one script per operation (Redis 6.2); scripts.py runs them.
 
 Each operation's header names the keys it touches (`-- KEYS: queue meta ...`, the names of
-_lib.lua's `K`); a call passes those keys only, in that order. The library's name carries a
-digest of its text, so processes of two versions can share a server, each calling its own.
+lib/keys.lua's `K`); a call passes those keys only, in that order. The library's name carries
+a digest of its text, so processes of two versions can share a server, each calling its own.
 """
 
 from __future__ import annotations
@@ -18,6 +18,24 @@ from pathlib import Path
 from app.vtrr import layout
 
 LUA_DIR = Path(__file__).with_name("lua")
+LIB_DIR = LUA_DIR / "lib"
+#: The helpers' files (lua/lib/), in the order they are put together: each may use what the
+#: files before it define (Lua's locals are seen only below their definition), and each says in
+#: its header what it holds and what it relies on.
+LIBRARY = (
+    "keys",
+    "clock",
+    "partitions",
+    "limits",
+    "parking",
+    "usage",
+    "placing",
+    "triggers",
+    "leases",
+    "put_back",
+    "reclaim",
+    "next_item",
+)
 NAMES = (
     "enqueue",
     "dequeue",
@@ -41,7 +59,7 @@ NAMES = (
     "limit",
     "wake",
 )
-#: _lib.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
+#: lib/keys.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
 QUEUE_KEYS = (
     "queue",
     "item",
@@ -79,7 +97,7 @@ _DECLARED = re.compile(r"^-- KEYS: (.*)$", re.MULTILINE)
 
 
 @cache
-def source(name: str, directory: Path = LUA_DIR) -> str:
+def source(name: str, directory: Path) -> str:
     """The text of one script of another package (app/store, app/webhooks): its directory's
     _lib.lua, then the script. (The fair queue's own operations are built by `operation`.)"""
     return (directory / "_lib.lua").read_text() + "\n" + (directory / f"{name}.lua").read_text()
@@ -99,7 +117,7 @@ class Operation:
         return self.keys == (MANY_QUEUES,)
 
     def bound_body(self) -> str:
-        """The body behind the line that gives its KEYS their names in _lib.lua's `K` (a
+        """The body behind the line that gives its KEYS their names in lib/keys.lua's `K` (a
         table constructor, sized at once: cheaper than filling a table in a loop); an operation
         over several queues gets the names of each queue's keys instead, and binds them itself."""
         if self.many:
@@ -125,8 +143,9 @@ def operation(name: str) -> Operation:
 @cache
 def lib() -> str:
     """The helpers every operation shares: the constants the Python spells too (layout.py), as
-    locals, then lua/_lib.lua."""
-    return f"{layout.lua()}\n{(LUA_DIR / '_lib.lua').read_text()}"
+    locals, then the files of lua/lib/ in LIBRARY's order."""
+    parts = [layout.lua(), *((LIB_DIR / f"{name}.lua").read_text() for name in LIBRARY)]
+    return "\n".join(parts)
 
 
 def hooks_source(hooks: str) -> str:

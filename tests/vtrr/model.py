@@ -1,10 +1,10 @@
 """A pure-Python model of FairQueue (app/vtrr): what each operation answers and leaves behind.
 
-The model keeps the same virtual clock as the Lua scripts (see app/vtrr/lua/_lib.lua), in
+The model keeps the same virtual clock as the Lua scripts (see app/vtrr/lua/lib/), in
 Python floats with the same order of operations, so scores, members and partition virtual times
 can be compared exactly. Time does not pass in the model: a lease expires only when told to
 (`extend(..., expire=True)`), and expired leases go back to the queue, oldest expiry first, at
-the next reclaim. The cap on idle partitions (IDLE_SLACK in _lib.lua) is not modelled: it
+the next reclaim. The cap on idle partitions (IDLE_SLACK in lib/partitions.lua) is not modelled: it
 needs far more partitions than the model is driven with, and neither is the bound on the items
 one credit moves (CREDIT_MOVES) or items queued before the index of a partition's items: the
 model never has that many queued, and it has no such items.

@@ -16,14 +16,14 @@ from app.vtrr.lua_text import LUA_DIR, lib
 from app.vtrr.wire import task_id_of
 from tests.lua_constants import raw_copies, read_back, shown
 
-LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
+LUA_FILES = sorted(LUA_DIR.rglob("*.lua"))  # the operations and the library (lib/)
 #: The marks are single digits, which the scripts also write as numbers ('1', '0'): a copy of
 #: one is found where it is joined into a member or an entry, or compared with a member's first.
 MARK_COPY = re.compile(r"""\.\.\s*'\d'|'\d'\s*\.\.|string\.sub\([^)]*\)\s*[=~]=\s*'\d'""")
 
 
 def test_the_library_holds_the_python_values(r: redis.Redis) -> None:
-    """Read after the whole of _lib.lua, so that a local of the same name there would show."""
+    """Read after the whole library (lib/), so that a local of the same name there would show."""
     constants = layout.constants()
     held = read_back(r, lib(), constants)
     assert held == {name: shown(value) for name, value in constants.items()}

@@ -4,12 +4,12 @@
 -- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
 -- Before taking, reclaims up to ARGV[5] expired leases. Only items that may start are in
--- queue (limited partitions: _lib.lua); when none is, the partitions whose wait is over are
+-- queue (limited partitions: lib/keys.lua); when none is, the partitions whose wait is over are
 -- woken first.
 -- ARGV[1] lease microseconds  ARGV[2] lease token  ARGV[3] 1 if this call consumes a trigger
 -- ARGV[4] "first" (fair order) or "last" (the rear, for RedisQueue.get_last)
 -- ARGV[5] most expired leases to reclaim (0: none)  ARGV[6] trigger cap (-1: no triggers)
--- ARGV[7] "fair", "front" or "partition_front": where reclaimed items go (_lib.lua reclaim)
+-- ARGV[7] "fair", "front" or "partition_front": where reclaimed items go (lib/reclaim.lua)
 -- Reply: {triggers to publish} when nothing is queued, else
 --        {triggers to publish, task id, payload, timeouts, lease expiry (microseconds)}
 return lease_next(tonumber(ARGV[1]), ARGV[2], ARGV[3] == '1', ARGV[4] == LAST,

@@ -27,7 +27,7 @@ if n < 0 and held < 0 then
   end
   return {top_up_triggers(cap)}
 end
-redis.call('HSET', K.limits, p, ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. rate)
+redis.call('HSET', K.limits, p, limits_text(ARGV[2], ARGV[3], rate))
 if not was then
   local prefix = items_prefix(p)
   local entries = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)

@@ -3,7 +3,7 @@
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
 -- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
--- ARGV[1] limit  ARGV[2] "fair", "front" or "partition_front" (where they go: _lib.lua reclaim)
+-- ARGV[1] limit  ARGV[2] "fair", "front" or "partition_front" (where they go: lib/reclaim.lua)
 -- ARGV[3] trigger cap (-1: no triggers)
 -- The application's hook `reclaimed` (app/vtrr/hooks.py) hears of each item reclaimed.
 -- Reply: {items reclaimed, triggers to publish, items queued}

@@ -9,7 +9,7 @@
 -- ARGV[7] the queue (1..n) whose trigger this call consumes, 0 for none
 -- ARGV[8] how many queues, from the first, to lease from (0: lease nothing)
 -- ARGV[9] lease microseconds  ARGV[10] the new lease token
--- ARGV[11] most expired leases to reclaim per queue  ARGV[12] where they go (_lib.lua reclaim)
+-- ARGV[11] most expired leases to reclaim per queue  ARGV[12] where they go (lib/reclaim.lua)
 -- ARGV[13 .. 12+n] each queue's trigger cap (-1: no triggers)
 -- ARGV[13+n] m, the number of arguments for `done`; the m after it are those; the rest are
 -- the arguments for `lease`.

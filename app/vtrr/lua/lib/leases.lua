@@ -1,0 +1,98 @@
+-- lib/leases.lua: a lease's life: whether a token holds it, its start (lease_queued), the ack
+-- (ack_item) and the credit of what an item did not use (credit_item).
+-- Relies on: keys.lua (K), clock.lua, partitions.lua, limits.lua, parking.lua, usage.lua.
+
+-- Whether token is the item's current lease: every fenced operation starts here.
+local function holds_lease(id, token)
+  return redis.call('HGET', item_key(id), F_LEASE) == token
+end
+
+-- The queue member of an item that is queued (not leased), else nil.
+local function queued_member(id)
+  local f = redis.call('HMGET', item_key(id), F_MEMBER, F_LEASE)
+  if f[1] and not f[2] then return f[1] end
+  return nil
+end
+
+-- Lease a queued item that has just left queue (or is about to: take): item id of partition
+-- p, weight w, index entry `entry`, p's limits lim (nil: none), at t (Redis time, us, a string),
+-- for lease_us. Returns its lease expiry, as a score string.
+local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
+  unindex_item(entry)
+  partition_queued(p, -1)
+  weigh(w, -1)
+  redis.call('HSET', item_key(id), F_LEASE, token)
+  local expiry = string.format('%d', tonumber(t) + lease_us)
+  redis.call('ZADD', K.inflight, expiry, id)
+  if lim then
+    redis.call('HDEL', K.reps, p)
+    redis.call('HSET', K.live .. p, id, t .. ' ' .. w)
+    refresh(p, lim, tonumber(t))
+  end
+  return expiry
+end
+
+-- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
+local function ack_item(id, token)
+  local f = redis.call('HMGET', item_key(id), F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE,
+                       F_CREDITED, F_WEIGHT)
+  if f[1] ~= token then return 0 end
+  redis.call('ZREM', K.inflight, id)
+  redis.call('DEL', item_key(id))
+  -- (a credit since its last charge remembered what it used, under this lease or one before
+  -- a put_back or release, which charge nothing; else it used its weight)
+  if f[4] and not f[5] then remember_use(f[3], tonumber(f[6]), tonumber(f[4]), tonumber(clock())) end
+  if f[2] then
+    landed(f[3], id)
+    refresh(f[3], limits_of(f[3]), tonumber(clock()))
+  end
+  return 1, f[2] ~= false
+end
+
+-- Credit a leased item with the part of its weight it did not use (credit.lua says how);
+-- returns the virtual time credited, as a string ('0' when nothing was).
+local function credit_item(id, token, used, most)
+  if not holds_lease(id, token) then return '0' end
+  local key = item_key(id)
+  local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED,
+                          F_HALF_LIFE)
+  local p, w = info[1], tonumber(info[3])
+  if info[4] or not w or used >= w then return '0' end
+  local credit = tonumber(info[2]) * (w - used) / w
+  redis.call('HSET', key, F_CREDITED, token)
+  if info[6] then remember_use(p, used, tonumber(info[6]), tonumber(clock())) end
+  count(STAT_CREDITED, 1)
+
+  -- Fairly placed items of the partition, in arrival order, which is also their order in the
+  -- queue (a partition's fair start times never decrease with arrival). Front-placed ones keep
+  -- their place at the front. One more than the limit is read to learn whether it was reached.
+  local cvt = current_vt()
+  local lim = info[5] and limits_of(p)
+  local prefix = items_prefix(p)
+  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
+                          '(' .. prefix .. AFTER_FAIR_MARK, 'LIMIT', 0, most + 1)
+  for i = 1, math.min(#fair, most) do
+    local member = string.sub(fair[i], #prefix + 1)
+    local zset = holder(p, member, lim)
+    local score = redis.call('ZSCORE', zset, member)
+    -- Each moves by the same amount, clamped at the clock, so their order stays as it was.
+    -- (A parked item may wait below the clock: it is never moved up.)
+    if score then
+      score = tonumber(score)
+      redis.call('ZADD', zset, math.max(math.min(cvt, score), score - credit), member)
+    end
+  end
+
+  -- The partition's clock moves back too, unless some of its items stay where they were (beyond
+  -- the limit, or queued before the index): its next items must still follow those.
+  local queued = tonumber(redis.call('HGET', K.pqueued, p) or '0')
+  local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
+  local raw = redis.call('HGET', K.pvt, p)
+  if raw and #fair <= most and indexed == queued then
+    local vt = math.max(cvt, tonumber(raw) - credit)
+    redis.call('HSET', K.pvt, p, vt)
+    if queued == 0 then redis.call('ZADD', K.idle, 'XX', vt, p) end
+  end
+  if lim then refresh(p, lim, tonumber(clock())) end
+  return string.format('%.17g', credit)
+end

@@ -1,0 +1,76 @@
+-- lib/next_item.lua: the item that leaves next: lease_next (dequeue, ack_lease, step) and
+-- take_item (take, a named item out of turn).
+-- Relies on: every file before it.
+
+-- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
+local function lease_next(lease_us, token, consumes, from_rear, limit, cap, placement)
+  local t = clock()
+  if limit > 0 then reclaim(t, limit, placement) end
+  if consumes and redis.call('DECR', K.triggers) < 0 then
+    redis.call('SET', K.triggers, 0)
+  end
+
+  local head
+  if from_rear then
+    head = redis.call('ZPOPMAX', K.queue)
+  else
+    head = redis.call('ZPOPMIN', K.queue)
+  end
+  if not head[1] then
+    -- nothing that may start: a limited partition whose wait is over may have one now
+    if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
+  end
+  local id, key, f, lim
+  local parked_again = 0
+  while true do
+    id = task_id_of(head[1])
+    key = item_key(id)
+    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED)
+    lim = f[6] and limits_of(f[1])
+    -- Another queue of its group may have started one of its partition's items since it was
+    -- put here: it starts only if it still may, else it waits in its park.
+    local ok, at = true, nil
+    if lim then ok, at = may_start(f[1], lim, tonumber(f[2]), tonumber(t)) end
+    if ok then break end
+    redis.call('HDEL', K.reps, f[1])
+    redis.call('ZADD', K.park .. f[1], head[2], head[1])
+    count_parked(1)
+    if at then redis.call('ZADD', K.waits, at, f[1]) end
+    parked_again = parked_again + 1
+    if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
+    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    if not head[1] then return {top_up_triggers(cap, 0)} end
+  end
+  if not from_rear then
+    -- a limited partition's item may have waited below the clock: the clock never goes back
+    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  end
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+end
+
+-- Lease queued item id now, wherever it is in line, as a dequeue leases (take.lua), when it may
+-- start: not when it is not queued or its partition's limits hold it back. The queue's clock
+-- moves to where a dequeue now would move it, the score of the first item in line (perhaps
+-- this one), and never back: so no item left ahead of it is passed by the clock, and no one
+-- who arrives later gets ahead of them. Returns dequeue's reply.
+local function take_item(id, token, lease_us, cap)
+  local member = queued_member(id)
+  if not member then return {0} end
+  local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
+                       F_ENTRY, F_LIMITED)
+  local lim = f[6] and limits_of(f[1])
+  local t = clock()
+  -- a limited partition's item is in queue exactly while it is its next one and may start
+  if lim then refresh(f[1], lim, tonumber(t)) end
+  if not redis.call('ZSCORE', K.queue, member) then return {top_up_triggers(cap)} end
+  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  if tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  redis.call('ZREM', K.queue, member)
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+end
