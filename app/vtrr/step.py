@@ -63,7 +63,11 @@ def step(
     `ending` and `consumes` are added to the call's queues when missing (leasing from none)."""
     group = queues if isinstance(queues, QueueGroup) else QueueGroup(queues)
     leasing = len(group.queues) if lease_from is None else lease_from
-    group = group.with_queues(ending.queue if ending else None, consumes)
+    ended = None if ending is None else ending.queue
+    if (ended is not None and ended not in group.queues) or (
+        consumes is not None and consumes not in group.queues
+    ):
+        group = group.with_queues(ended, consumes)
     if not group.shares_hooks:
         raise ValueError("queues stepped together must share their hooks")
     runner = group.first
