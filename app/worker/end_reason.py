@@ -41,7 +41,7 @@ class Why(Enum):
     @property
     def stop(self) -> bool:
         """Whether the run was stopped from outside (it ends `cancelled` in the executor)."""
-        return self in STOPS
+        return self in OUTSIDE_STOPS
 
     @property
     def billed(self) -> bool:
@@ -50,7 +50,7 @@ class Why(Enum):
 
 
 #: The reasons that stop a run from outside its executor.
-STOPS = frozenset({Why.CANCEL, Why.OPERATOR, Why.LEASE_LOST, Why.HAND_BACK})
+OUTSIDE_STOPS = frozenset({Why.CANCEL, Why.OPERATOR, Why.LEASE_LOST, Why.HAND_BACK})
 
 
 def asked_by(mark: bytes | str | None) -> Why | None:

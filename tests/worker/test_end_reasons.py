@@ -9,7 +9,7 @@ from app.models import Status
 from app.settings import Settings
 from app.store import Started
 from app.worker.calls import Ended
-from app.worker.end_reason import STOPS, Why
+from app.worker.end_reason import OUTSIDE_STOPS, Why
 from app.worker.ends import RunEnds
 from tests.support import FIXTURES
 
@@ -54,5 +54,5 @@ def test_a_dead_child_fails_crashed_billed() -> None:
 
 
 def test_only_the_stops_end_a_run_cancelled() -> None:
-    assert {why for why in Why if why.stop} == STOPS
+    assert {why for why in Why if why.stop} == OUTSIDE_STOPS
     assert {why for why in Why if why.billed} == {Why.CANCEL}
