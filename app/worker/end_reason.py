@@ -4,10 +4,12 @@ known and carried to where the end is recorded (app/worker/ends.py) or put back 
 - CANCEL: the owner's cancel mark, heard by the run's stop check (stops.py); REVOKED, billed
   (ends.py).
 - OPERATOR: an operator's mark, heard the same way; REVOKED already by revoke.lua, unbilled.
-- LEASE_LOST: the lease (lease.py): a renewal refused, or a run stopped past the time its lease
-  had to be renewed by; nothing is recorded, the next run's end is the job's (ends.py, lease.py).
-- HAND_BACK: the runner's shutdown grace ran out (runner.py, through the stop check); the job is
-  PENDING again, its attempt given back, unbilled (runner.py).
+- LEASE_LOST: the lease (lease.py): a renewal refused (RunLease.lost, which stops the run); the
+  run's end records nothing, the next run's end is the job's (ends.py). A run stopped past the
+  time its lease had to be renewed by is the same loss, found after the run: RunLease.check
+  gives the lease up and raises LeaseLapsedError, and nothing of the run is written at all.
+- HAND_BACK: the worker's shutdown grace ran out (runner.py's timer, through the stop check);
+  the job is PENDING again, its attempt given back, unbilled (handback.py).
 - YIELD: an ask to yield its GPU, heard by the stop check; the job is PENDING again, its
   seconds kept (yields.py).
 - TIMEOUT: its declared seconds ran out and it was asked to stop (deadline.py, child.py);
