@@ -109,9 +109,11 @@ class RunEnds:
         owner's cancel is billed for the time it ran; an operator's stop (a dropped queue) is
         not, and revoke.lua has ended the job already; a lost lease (an admin's release, a
         reclaim) leaves the job to its next run, which alone is billed. Every end is fenced by
-        the token. (A hand-back records no end: the runner gives the job back.)"""
+        the token. A hand-back records no end: handback.py gives the job back."""
         if why is Why.LEASE_LOST:
             return "lease lost", None  # another run owns the job now; leave its end to that run
+        if why not in (Why.CANCEL, Why.OPERATOR):  # (the runner hands a hand-back's job back)
+            raise ValueError(f"a run stopped for {why.value} has no end to record")
         charge = self.price(kind, started, ended)
         end = RunEnd(
             job_id=job_id, owner=started.owner, status=Status.REVOKED,
