@@ -39,7 +39,9 @@ LIBRARY = (
 NAMES = (
     "enqueue",
     "dequeue",
+    "dequeue_unlimited",
     "ack",
+    "ack_limited",
     "ack_lease",
     "renew",
     "release",
@@ -165,9 +167,10 @@ def script_source(name: str, hooks: str = NO_HOOKS) -> str:
 
 @cache
 def library_name(hooks: str = NO_HOOKS) -> str:
-    """The function library's name: `vtrr_` and a digest of its helpers, its operations and its
-    hooks (queues with other hooks call a library of their own)."""
-    text = lib() + "".join(script_source(n, hooks) for n in NAMES)
+    """The function library's name: `vtrr_` and a digest of its helpers, its operations (as
+    scripts and as functions) and its hooks (queues with other hooks call a library of their
+    own)."""
+    text = lib() + "".join(script_source(n, hooks) + registered(n, "") for n in NAMES)
     return f"vtrr_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
@@ -189,9 +192,21 @@ def library_source(hooks: str = NO_HOOKS) -> str:
     """The function library (Redis 7): the helpers and the hooks once, then one function per
     operation."""
     parts = [f"#!lua name={library_name(hooks)}", lib(), hooks_source(hooks)]
-    for name in NAMES:
-        parts.append(
-            f"redis.register_function('{function_name(name, hooks)}', function(KEYS, ARGV)\n"
-            f"{operation(name).bound_body()}\nend)"
-        )
+    parts += [registered(name, function_name(name, hooks)) for name in NAMES]
     return "\n".join(parts)
+
+
+def registered(name: str, function: str) -> str:
+    """One operation as the library's function of that name. Its keys' table is made once, when
+    the library loads, and each call fills it from KEYS; the first call binds it (setmetatable,
+    which a library may not call while it loads), the others rebind it: cheaper than a new
+    table and a setmetatable a call. An operation over several queues binds each queue's keys
+    itself."""
+    op = operation(name)
+    head = f"redis.register_function('{function}', function(KEYS, ARGV)"
+    if op.many:
+        return f"{head}\n{op.bound_body()}\nend)"
+    fields = ", ".join(f"{k} = false" for k in op.keys)
+    fill = "\n".join(f"k.{k} = KEYS[{i}]" for i, k in enumerate(op.keys, 1))
+    bind = "if bound then rebind(k) else bind(k) bound = true end"
+    return f"do\nlocal k, bound = {{{fields}}}, false\n{head}\n{fill}\n{bind}\n{op.body}\nend)\nend"

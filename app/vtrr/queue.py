@@ -127,6 +127,12 @@ class FairQueue:
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
+        if not (consumes_trigger or from_rear or self.trigger_cap >= 0):
+            # the fair path, without the limits' keys: None where it needs them (dequeue.lua)
+            us = micros(self.lease_seconds)
+            reply = self.scripts.run("dequeue_unlimited", us, token, self.reclaim_limit)
+            if reply is not None:
+                return self._leased(reply, token)
         reply = self.scripts.run("dequeue", *self._lease_args(token, consumes_trigger, from_rear))
         return self._leased(reply, token)
 
@@ -152,8 +158,10 @@ class FairQueue:
 
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
-        acked, triggers = self.scripts.run("ack", task_id, token, self.trigger_cap)
-        self.publish_triggers(int(triggers))
+        acked = self.scripts.run("ack", task_id, token)
+        if acked is None:  # its partition has limits: the ack that names their keys (ack.lua)
+            acked, triggers = self.scripts.run("ack_limited", task_id, token, self.trigger_cap)
+            self.publish_triggers(int(triggers))
         return bool(acked)
 
     def ack_and_lease(

@@ -1,10 +1,10 @@
 -- ack.lua: finish a leased item, only for the holder of its current lease. It counts nothing:
--- `acked` follows from the other counters (FairQueue.stats).
--- KEYS: queue item inflight seq stats triggers limits parked reps waits park live freed
--- KEYS: usage usage_at
--- KEYS: trigger_message broker
--- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
--- Reply: {1 when acked, 0 when the token is not the item's current lease (stale or unknown);
---        triggers to publish (its limited partition may start its next item now)}
-local acked, limited = ack_item(ARGV[1], ARGV[2])
-return {acked, limited and top_up_triggers(tonumber(ARGV[3])) or 0}
+-- `acked` follows from the other counters (FairQueue.stats). It names none of the limits'
+-- keys, so that the fair path's ack costs what it did before limits: an item of a partition
+-- with limits is left as it is, for ack_limited.lua (a call of its own; the first changed
+-- nothing, so the two are one ack).
+-- KEYS: item inflight usage usage_at
+-- ARGV[1] task id  ARGV[2] lease token
+-- Reply: 1 when acked, 0 when the token is not the item's current lease (stale or unknown),
+--        nil when its partition has limits (nothing done: call ack_limited.lua)
+return ack_unlimited(ARGV[1], ARGV[2]) or false

@@ -1,5 +1,5 @@
 -- lib/keys.lua: the head of the fair queue's function library: the keys each operation names,
--- what each holds, and how an operation binds them (`K`, bind, bind_queues, use).
+-- what each holds, and how an operation binds them (`K`, bind, rebind, bind_queues, use).
 -- Relies on: nothing but layout.py's constants, which lua_text.py puts before this file.
 --
 -- The library is these files of lib/, put together in the order lua_text.py's LIBRARY states
@@ -81,6 +81,14 @@ end}
 -- order its header declares them), and zero what counts within one call.
 local function bind(keys)
   K = setmetatable(keys, UNDECLARED)
+  pushed = 0
+end
+
+-- bind again a table that a bind gave its metatable already: a function of the library keeps
+-- one table of keys from call to call and fills it (lua_text.registered), which spares a new
+-- table and setmetatable at every call.
+local function rebind(keys)
+  K = keys
   pushed = 0
 end
 

@@ -1,5 +1,6 @@
 -- lib/leases.lua: a lease's life: whether a token holds it, its start (lease_queued), the ack
--- (ack_item) and the credit of what an item did not use (credit_item).
+-- (ack_item; ack_unlimited, the fair path's) and the credit of what an item did not use
+-- (credit_item).
 -- Relies on: keys.lua (K), clock.lua, partitions.lua, limits.lua, parking.lua, usage.lua.
 
 -- Whether token is the item's current lease: every fenced operation starts here.
@@ -32,21 +33,46 @@ local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
   return expiry
 end
 
--- Finish a leased item for the holder of its current lease: 1, or 0 when the token is stale.
-local function ack_item(id, token)
-  local f = redis.call('HMGET', item_key(id), F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE,
-                       F_CREDITED, F_WEIGHT)
-  if f[1] ~= token then return 0 end
+-- A leased item's end, its lease checked: out of flight, its hash (key) gone, and what it used
+-- remembered where its queue keeps usage (F_HALF_LIFE: half_life). A credit since its last
+-- charge remembered that already, under this lease or one before a put_back or release, which
+-- charge nothing (credited); else it used its weight w.
+local function finish(id, key, p, w, half_life, credited)
   redis.call('ZREM', K.inflight, id)
-  redis.call('DEL', item_key(id))
-  -- (a credit since its last charge remembered what it used, under this lease or one before
-  -- a put_back or release, which charge nothing; else it used its weight)
-  if f[4] and not f[5] then remember_use(f[3], tonumber(f[6]), tonumber(f[4]), tonumber(clock())) end
+  redis.call('DEL', key)
+  if half_life and not credited then
+    remember_use(p, tonumber(w), tonumber(half_life), tonumber(clock()))
+  end
+end
+
+-- Finish a leased item for the holder of its current lease (ack_limited.lua, ack_lease.lua,
+-- step.lua): 1, or 0 when the token is stale; and whether its partition has limits.
+local function ack_item(id, token)
+  local key = item_key(id)
+  local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE, F_CREDITED,
+                       F_WEIGHT)
+  if f[1] ~= token then return 0 end
+  finish(id, key, f[3], f[6], f[4], f[5])
   if f[2] then
     landed(f[3], id)
     refresh(f[3], limits_of(f[3]), tonumber(clock()))
   end
   return 1, f[2] ~= false
+end
+
+-- ack_item for the item of a partition without limits, by an operation that names none of
+-- their keys (ack.lua: the fair path's ack, which then costs what it did before limits): 1, 0
+-- when the token is stale, or nil, nothing done, when the item's partition has limits. The
+-- fields that only usage needs are read only where the item keeps usage.
+local function ack_unlimited(id, token)
+  local key = item_key(id)
+  local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_HALF_LIFE)
+  if f[1] ~= token then return 0 end
+  if f[2] then return nil end
+  local used = {}
+  if f[3] then used = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_CREDITED) end
+  finish(id, key, used[1], used[2], f[3], used[3])
+  return 1
 end
 
 -- Credit a leased item with the part of its weight it did not use (credit.lua says how);

@@ -1,6 +1,19 @@
--- lib/next_item.lua: the item that leaves next: lease_next (dequeue, ack_lease, step) and
--- take_item (take, a named item out of turn).
+-- lib/next_item.lua: the item that leaves next: lease_next (dequeue, ack_lease, step), its fair
+-- path lease_unlimited (dequeue_unlimited), and take_item (take, a named item out of turn).
 -- Relies on: every file before it.
+
+-- Lease head, the item just popped from the front of queue (or its rear: from_rear): item id,
+-- its fields f (as lease_next reads them), its partition's limits lim (nil: none), at t for
+-- lease_us, topping up triggers to cap. Returns dequeue's reply.
+local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
+  if not from_rear then
+    -- a limited partition's item may have waited below the clock: the clock never goes back
+    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  end
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  local queued = reset_if_drained()
+  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+end
 
 -- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
 local function lease_next(lease_us, token, consumes, from_rear, limit, cap, placement)
@@ -43,13 +56,38 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
-  if not from_rear then
-    -- a limited partition's item may have waited below the clock: the clock never goes back
-    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
+  return lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
+end
+
+-- lease_next on the fair path (dequeue_unlimited.lua): from the front, consuming no trigger and
+-- keeping none (cap < 0), by an operation that names none of the limits' keys but waits, so
+-- that it costs what a dequeue did before limits. Returns dequeue's reply; or nil, having
+-- changed nothing, where lease_next would need what it does not name: to reclaim an expired
+-- lease, to wake a partition whose wait is over, or to lease a limited partition's item.
+local function lease_unlimited(lease_us, token, limit)
+  local t = clock()
+  if limit > 0 and redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, 1)[1] then
+    return nil
   end
-  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
-  local queued = reset_if_drained()
-  return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+  local head = redis.call('ZPOPMIN', K.queue)
+  if not head[1] then
+    if redis.call('ZRANGEBYSCORE', K.waits, '-inf', tonumber(t), 'LIMIT', 0, 1)[1] then
+      return nil
+    end
+    return {0}
+  end
+  local id = task_id_of(head[1])
+  local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
+                       F_ENTRY, F_LIMITED)
+  if f[6] then
+    redis.call('ZADD', K.queue, head[2], head[1])  -- back as it was (its score as Redis wrote it)
+    return nil
+  end
+  -- lease_head's steps for an item without limits, from the front, and no triggers kept
+  redis.call('SET', K.cvt, head[2])
+  local expiry = lease_queued(id, f[1], f[2], f[5], nil, token, t, lease_us)
+  reset_if_drained()
+  return {0, id, f[3], f[4] or '0', expiry}
 end
 
 -- Lease queued item id now, wherever it is in line, as a dequeue leases (take.lua), when it may
