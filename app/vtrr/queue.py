@@ -159,7 +159,7 @@ class FairQueue:
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
         acked = self.scripts.run("ack", task_id, token)
-        if acked is None:  # its partition has limits: the ack that names their keys (ack.lua)
+        if acked is None:  # its partition has limits: ack.lua left it to the ack that names them
             acked, triggers = self.scripts.run("ack_limited", task_id, token, self.trigger_cap)
             self.publish_triggers(int(triggers))
         return bool(acked)
