@@ -1,7 +1,9 @@
 """The fair path's dequeue and ack (dequeue_unlimited.lua, ack.lua) name none of the limits'
 keys, so that a queue without limits pays nothing for them. Where they would need those keys
 they answer nil and change nothing, and FairQueue calls the operation that names them
-(dequeue.lua, ack_limited.lua): the two calls are one dequeue, or one ack."""
+(dequeue.lua, ack_limited.lua): the two calls are one dequeue, or one ack. Each case runs on
+both engines (a function library, whose functions keep their keys' table from call to call, and
+a script per operation)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from app.vtrr.lua_text import operation
 from app.vtrr.wire import micros
 from tests.vtrr.helpers import expire, fill, take
 
+Engine = tuple[str, redis.Redis]
 LIMITS_KEYS = {"limits", "reps", "park", "live", "freed", "trigger_message", "broker"}
 
 
@@ -45,8 +48,9 @@ def test_the_fair_path_names_none_of_the_limits_keys() -> None:
         assert set(operation(name).keys) & LIMITS_KEYS == set(), name
 
 
-def test_a_limited_partition_s_item_in_front_is_left_for_dequeue_lua(r: redis.Redis) -> None:
-    q = FairQueue(r, "fast-limited", lease_seconds=30)
+def test_a_limited_partition_s_item_in_front_is_left_for_dequeue_lua(engine: Engine) -> None:
+    kind, r = engine
+    q = FairQueue(r, f"fast-limited-{kind}", lease_seconds=30)
     fill(q, "A", 2)
     fill(q, "B", 1)
     q.set_limits("A", Limits(most_in_flight=1))
@@ -56,8 +60,9 @@ def test_a_limited_partition_s_item_in_front_is_left_for_dequeue_lua(r: redis.Re
     assert take(q).payload == "A0"  # dequeue.lua leases it, as before
 
 
-def test_an_expired_lease_is_left_for_dequeue_lua_to_reclaim(r: redis.Redis) -> None:
-    q = FairQueue(r, "fast-expired", lease_seconds=30)
+def test_an_expired_lease_is_left_for_dequeue_lua_to_reclaim(engine: Engine) -> None:
+    kind, r = engine
+    q = FairQueue(r, f"fast-expired-{kind}", lease_seconds=30)
     fill(q, "A", 2)
     expire(q, take(q))
     before = everything(r)
@@ -68,8 +73,9 @@ def test_an_expired_lease_is_left_for_dequeue_lua_to_reclaim(r: redis.Redis) -> 
     assert take(q).payload == "A0"
 
 
-def test_a_wait_over_on_an_empty_queue_is_left_for_dequeue_lua(r: redis.Redis) -> None:
-    q = FairQueue(r, "fast-wait", lease_seconds=30)
+def test_a_wait_over_on_an_empty_queue_is_left_for_dequeue_lua(engine: Engine) -> None:
+    kind, r = engine
+    q = FairQueue(r, f"fast-wait-{kind}", lease_seconds=30)
     fill(q, "A", 2)
     q.set_limits("A", Limits(most_in_flight=1))
     first = take(q)
@@ -82,8 +88,9 @@ def test_a_wait_over_on_an_empty_queue_is_left_for_dequeue_lua(r: redis.Redis) -
     assert take(q).payload == "A1"
 
 
-def test_an_item_of_a_limited_partition_is_acked_by_ack_limited(r: redis.Redis) -> None:
-    q = FairQueue(r, "fast-ack", lease_seconds=30)
+def test_an_item_of_a_limited_partition_is_acked_by_ack_limited(engine: Engine) -> None:
+    kind, r = engine
+    q = FairQueue(r, f"fast-ack-{kind}", lease_seconds=30)
     fill(q, "A", 2)
     q.set_limits("A", Limits(most_in_flight=1))
     first = take(q)
