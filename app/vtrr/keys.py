@@ -7,7 +7,7 @@ from dataclasses import astuple, dataclass
 
 @dataclass(frozen=True)
 class Keys:
-    """Every key of one queue, in the order of lua/_lib.lua's names for them. `item`, `park`
+    """Every key of one queue, in the order of lua/lib/keys.lua's names for them. `item`, `park`
     and `live` are prefixes (of each item's hash, and of each limited partition's parked items
     and items in flight), not keys themselves."""
 

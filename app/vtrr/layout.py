@@ -1,9 +1,9 @@
 """What the fair queue's Python and its Lua both spell, spelled once: here.
 
-The Lua gets each value as a local of its own (`lua()`, put before lua/_lib.lua when the function
-library or a script is built), so that it stays a constant there: a library's locals are set once
-when it loads, and nothing is computed per call. tests/vtrr/test_layout.py runs that text on Redis
-against these values, and finds no raw copy of them left in lua/.
+The Lua gets each value as a local of its own (`lua()`, put before the library of lua/lib/ when
+the function library or a script is built), so that it stays a constant there: a library's
+locals are set once when it loads, and nothing is computed per call. tests/vtrr/test_layout.py
+runs that text on Redis against these values, and finds no raw copy of them left in lua/.
 
 A queue member is "<mark><COUNTER_DIGITS-digit counter><SEPARATOR><task id>". Equal scores sort
 by member, so items of equal virtual time leave in arrival order (FAIR_MARK and the arrival
@@ -20,7 +20,7 @@ from typing import Final, Literal
 
 
 class Field(StrEnum):
-    """The fields of an item's hash (lua/_lib.lua says what each holds): one letter each, as
+    """The fields of an item's hash (lua/lib/keys.lua says what each holds): one letter each, as
     there is one hash per item queued or in flight."""
 
     PARTITION = "p"
@@ -88,8 +88,9 @@ LuaValue = str | int | float | Sequence[str] | Sequence[float] | Set[str]
 
 
 def index_entry(partition: str, member: str) -> str:
-    """An item's entry in its queue's index of items by partition (lua/_lib.lua items_prefix):
-    the partition's length in bytes first, so that no partition's prefix is another's."""
+    """An item's entry in its queue's index of items by partition (lua/lib/partitions.lua
+    items_prefix): the partition's length in bytes first, so that no partition's prefix is
+    another's."""
     return f"{len(partition.encode())}{SEPARATOR}{partition}{SEPARATOR}{member}"
 
 
@@ -120,7 +121,7 @@ def constants() -> dict[str, LuaValue]:
 
 
 def lua() -> str:
-    """The constants as Lua locals, for the head of lua/_lib.lua."""
+    """The constants as Lua locals, for the head of the Lua library (lua/lib/)."""
     return lua_locals(constants())
 
 

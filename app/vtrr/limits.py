@@ -9,7 +9,7 @@
 
 Both are checked in the same call as the lease, so two consumers never both start the item
 that passes a limit. A limited partition's items wait in a park of their own but for its next
-one, which is in the queue exactly while the limits let it start (lua/_lib.lua), so a dequeue
+one, which is in the queue exactly while the limits let it start (lua/lib/parking.lua), so a dequeue
 never walks past held-back items, triggers count only items that may start, and a partition
 without limits costs what it did before limits existed. When room frees only with time, the
 queue says when (`Woken.next_at`): whoever serves it calls `wake()` then (a reclaim, and a
@@ -72,7 +72,7 @@ class Limits:
 
     def to_text(self) -> str:
         """The limits as the limits hash keeps them: "<n> <held> <rate>", -1 for none (the
-        text limit.lua writes from args(), and _lib.lua's limits_of reads)."""
+        text limit.lua writes from args(), and lua/lib/limits.lua's limits_of reads)."""
         return " ".join(self.fields())
 
     @classmethod

@@ -5,7 +5,7 @@
 The 0.1 layout kept an item in five hashes of the queue (`task` and `inflight_task` for its
 payload, `meta` for cjson {p, c, w, m, k}, `lease`, `timeouts`), lease expiries in seconds, and
 counted every dequeue and ack. The current one keeps an item in one hash of its own
-(`vtrr:{name}:item:<id>`, see lua/_lib.lua), expiries in whole microseconds, and derives
+(`vtrr:{name}:item:<id>`, see lua/lib/keys.lua), expiries in whole microseconds, and derives
 `dequeued` and `acked` from the other counters (FairQueue.stats). This command rewrites the
 first into the second, so that every queued item keeps its place and every lease its holder,
 and the counters read the same as before.

@@ -39,6 +39,10 @@ from app.vtrr.wire import (
 RECLAIM_BATCH = 100
 
 
+#: Calls that skip the fair path's try after it answered None (a queue with limits pays it once).
+FULL_PATH_CALLS = 32
+
+
 class FairQueue:
     """One fair queue: enqueue, dequeue (lease), ack, extend, release, put back, take, credit,
     reshare, reclaim, and inspection."""
@@ -75,6 +79,7 @@ class FairQueue:
         #: Replicas that must have an item's end before a worker's drain leases the next (WAIT).
         self.replicas = replicas
         self.scripts = Scripts(redis_client, self.keys)  # the way into this queue's Lua
+        self._full_calls_left = 0  # calls to make without the fair path's try first
 
     # -- what the Celery layer sets, and what a group of queues reads (group.py) ----------------
     trigger_cap = -1  # most triggers kept in the broker (-1: this queue publishes none)
@@ -127,12 +132,13 @@ class FairQueue:
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
-        if not (consumes_trigger or from_rear or self.trigger_cap >= 0):
+        if not (consumes_trigger or from_rear or self.trigger_cap >= 0) and self._fair_path():
             # the fair path, without the limits' keys: None where it needs them (dequeue.lua)
             us = micros(self.lease_seconds)
             reply = self.scripts.run("dequeue_unlimited", us, token, self.reclaim_limit)
             if reply is not None:
                 return self._leased(reply, token)
+            self._full_calls_left = FULL_PATH_CALLS
         reply = self.scripts.run("dequeue", *self._lease_args(token, consumes_trigger, from_rear))
         return self._leased(reply, token)
 
@@ -148,6 +154,13 @@ class FairQueue:
             self.reclaim_to,
         ]
 
+    def _fair_path(self) -> bool:
+        """Whether to try the fair path's call (no limits' keys) before the full one."""
+        if self._full_calls_left:
+            self._full_calls_left -= 1
+            return False
+        return True
+
     def _leased(self, reply: Any, token: str) -> Lease | None:
         """dequeue.lua's reply: send the triggers it asks for; the lease, or None."""
         self.publish_triggers(int(reply[0]))
@@ -158,8 +171,9 @@ class FairQueue:
 
     def ack(self, task_id: str, token: str) -> bool:
         """Finish a leased item; False when the token is not its current lease (nothing changes)."""
-        acked = self.scripts.run("ack", task_id, token)
+        acked = self.scripts.run("ack", task_id, token) if self._fair_path() else None
         if acked is None:  # its partition has limits: ack.lua left it to the ack that names them
+            self._full_calls_left = FULL_PATH_CALLS
             acked, triggers = self.scripts.run("ack_limited", task_id, token, self.trigger_cap)
             self.publish_triggers(int(triggers))
         return bool(acked)

@@ -1,7 +1,7 @@
 """The way into the queue's Lua (its text is lua_text.py's): a call runs one operation of lua/.
 
 Each operation's header names the keys it touches (`-- KEYS: queue meta ...`, the names of
-_lib.lua's `K`); a call passes those keys only, in that order, and nothing else is reachable
+lua/lib/keys.lua's `K`); a call passes those keys only, in that order, and nothing else is reachable
 through `K` (a name it did not declare is an error, not a nil).
 
 Where the server has functions (Redis 7), every operation is one function of a library that
@@ -45,7 +45,8 @@ _LIBRARY_EXISTS = "already exists"
 
 
 #: Where a queue's scripts push Celery triggers themselves: (the key of the stored trigger
-#: message, the broker's list). A queue with no such message key never pushes (see _lib.lua).
+#: message, the broker's list). A queue with no such message key never pushes
+#: (see lua/lib/triggers.lua).
 TriggerKeys = Callable[[], tuple[str, str]]
 
 

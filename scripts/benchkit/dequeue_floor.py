@@ -57,7 +57,7 @@ redis.register_function('floor_ack', function(KEYS, ARGV)
   return 1
 end)
 """
-#: The library's dequeue (lua/_lib.lua's lease_next) on its steady path, flat: the reclaim
+#: The library's dequeue (lua/lib/next_item.lua's lease_next) on its steady path, flat: the reclaim
 #: check, the pop, the virtual clock, the item, the credit index, the partition's count, the
 #: queued weight, the lease, its expiry, the queue's length. Where the library would take
 #: another path (a lease to reclaim, a partition left with none queued) it stops the benchmark

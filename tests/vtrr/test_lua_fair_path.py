@@ -13,6 +13,7 @@ import redis
 
 from app.vtrr import FairQueue, Limits
 from app.vtrr.lua_text import operation
+from app.vtrr.queue import FULL_PATH_CALLS
 from app.vtrr.wire import micros
 from tests.vtrr.helpers import expire, fill, take
 
@@ -100,3 +101,28 @@ def test_an_item_of_a_limited_partition_is_acked_by_ack_limited(engine: Engine) 
     assert q.ack(first.task_id, first.token)
     assert take(q).payload == "A1"  # its partition's next item started once it landed
     assert not q.ack(first.task_id, first.token)  # stale now, on either path
+
+
+def test_a_queue_whose_tries_fail_goes_straight_to_the_full_calls_for_a_while(
+    engine: Engine,
+) -> None:
+    kind, r = engine
+    q = FairQueue(r, f"fast-sticky-{kind}", lease_seconds=30)
+    fill(q, "A", 6)
+    q.set_limits("A", Limits(most_in_flight=1))
+    called: list[str] = []
+    run = q.scripts.run
+
+    def recorded(name: str, *args: Any) -> Any:
+        called.append(name)
+        return run(name, *args)
+
+    q.scripts.run = recorded  # type: ignore[method-assign]
+    for n in range(6):
+        lease = take(q)
+        assert lease.payload == f"A{n}"
+        assert q.ack(lease.task_id, lease.token)
+    # the first try failed; the next FULL_PATH_CALLS calls skip it, so each pair is two calls
+    assert called[:2] == ["dequeue_unlimited", "dequeue"]
+    assert called[2:] == ["ack_limited", "dequeue"] * 5 + ["ack_limited"]
+    assert len(called) < FULL_PATH_CALLS

@@ -86,8 +86,8 @@ def _at_once(walk: Walk, mean_s: float) -> int:
 
 def _earliest(t: float, ends: list[float], walk: Walk, seconds: float) -> float:
     """The first moment from t at which the limits let a job of `seconds` start beside the jobs
-    running until `ends` (the queue's rule, lua/_lib.lua may_start: a job starts alone whatever
-    its weight). Each turn of the loop passes one end: at most len(ends) turns."""
+    running until `ends` (the queue's rule, vtrr/lua/lib/limits.lua may_start: a job starts
+    alone whatever its weight). Each turn of the loop passes one end: at most len(ends) turns."""
     while True:
         live = sorted(end for end in ends if end > t)
         if not live:
