@@ -8,7 +8,7 @@ shape a bill takes on its way from the worker to GET /billing-records:
                       clock: lua/runs.lua stamp_bill), and adds the bill to the ledger's outbox
     Bill.read()       an outbox entry, of this release or an older one, back into a Bill
     Bill.row()        its SQL row, in the table that table() declares; Bill.from_row() back
-    Bill.record()     its wire shape, app.models.BillingRecord
+    Bill.record()     its wire shape, app.usage_models.BillingRecord
 
 So a new field is declared on Charge (the worker prices it) or on Bill (the store stamps it,
 in stamp_bill), with a default (how a bill made before it reads), given a column in table() and
@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import BigInteger, Column, Date, Float, Index, MetaData, String, Table, Text
 
-from app.models import BillingRecord, Kind
+from app.models import Kind
+from app.usage_models import BillingRecord
 
 MICROS = 1_000_000  # micro-units in one unit of money
 MS = 1000  # milliseconds in a second

@@ -31,7 +31,7 @@ from app.client.cli import cli
 from app.ledger.accounts import EDITABLE
 from app.ledger.database import Database
 from app.ledger.schema import ACCOUNTS, AccountRow
-from app.models import AccountView
+from app.usage_models import AccountView
 from app.wiring.limits import QUEUE_LIMITS
 
 money = st.integers(0, 10**15).map(lambda micros: micros / 1_000_000)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlalchemy import MetaData
 
 from app.bill import COLUMNS, STAMPED, Bill, Charge, day_of, table
-from app.models import BillingRecord
+from app.usage_models import BillingRecord
 from tests.bills_in_flight import ENDED, OUTBOX_ENTRY
 
 bills = st.builds(

@@ -17,10 +17,11 @@ from fastapi import HTTPException, status
 from app import pricing
 from app.api.runtime import Runtime
 from app.auth import Account
-from app.models import Kind, MonthUse
+from app.models import Kind
 from app.pricing import MICROS, MS
 from app.settings import Settings
 from app.store.submit import Budget, OverBudgetError
+from app.usage_models import MonthUse
 
 
 def budget(

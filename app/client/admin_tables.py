@@ -22,7 +22,7 @@ from app.admin_models import (
 )
 from app.client.fit import Cell, Column, fitted_table
 from app.client.words import moment, money
-from app.models import AccountView
+from app.usage_models import AccountView
 
 NONE = "none"
 #: The limits (app/account.py Limits) that the tables name in words of their own; any other is

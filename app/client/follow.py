@@ -18,7 +18,8 @@ from app.client.http import Client, JobEvent, LogBatch
 from app.client.render import live_line, log_text, out, progress_bar, progress_text, task_table
 from app.client.transport import RequestError
 from app.client.words import clock
-from app.models import BillingRecord, Progress, Status, TaskStatus
+from app.models import Progress, Status, TaskStatus
+from app.usage_models import BillingRecord
 
 
 def watch_to_end(client: Client, task_id: str, as_json: bool) -> None:

@@ -18,8 +18,6 @@ from app.client.admin_calls import AdminCalls
 from app.client.sse import SseEvent, server_gave_up, sse_events
 from app.client.transport import RequestError, one_line, reason, segment
 from app.models import (
-    AccountView,
-    BillingRecord,
     EnqueueResponse,
     Health,
     JobTypeView,
@@ -30,8 +28,8 @@ from app.models import (
     TaskLogs,
     TaskPage,
     TaskStatus,
-    UsageReport,
 )
+from app.usage_models import AccountView, BillingRecord, UsageReport
 
 STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a silence is a fault
 BILLS = TypeAdapter(list[BillingRecord])

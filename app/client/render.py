@@ -20,7 +20,6 @@ from app.client.transport import one_line
 from app.client.words import clean, clock, eta, moment, money, place, size, span
 from app.models import (
     Artifact,
-    BillingRecord,
     JobResult,
     JobTypeView,
     LogLine,
@@ -29,6 +28,7 @@ from app.models import (
     TaskStatus,
     WaitingFor,
 )
+from app.usage_models import BillingRecord
 
 #: The most characters of a job's output that `status` shows; --json shows all of it.
 OUTPUT_SHOWN = 2000

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from app.models import AccountView
+from app.usage_models import AccountView
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")

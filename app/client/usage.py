@@ -19,7 +19,7 @@ from app.client.options import JsonOption, KeyOption, UrlOption
 from app.client.render import out
 from app.client.transport import DEFAULT_URL
 from app.client.words import money
-from app.models import UsageReport
+from app.usage_models import UsageReport
 
 Month = Annotated[str | None, typer.Option(help="a calendar month, YYYY-MM (UTC)")]
 Since = Annotated[str | None, typer.Option("--from", help="from this time (ISO 8601 or Unix s)")]

@@ -8,7 +8,8 @@ import io
 from rich.console import Console
 
 from app.client.render import live_line, task_table
-from app.models import BillingRecord, JobResult, Status, TaskStatus
+from app.models import JobResult, Status, TaskStatus
+from app.usage_models import BillingRecord
 
 TASK = "0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c38"
 NOW = 1_800_000_000.0

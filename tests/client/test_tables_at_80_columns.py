@@ -23,7 +23,8 @@ from app.client.admin_tables import accounts_table, audit_table, queues_table, w
 from app.client.fit import Column, fitted_table
 from app.client.render import billing_table, task_table, tasks_table, types_table
 from app.client.words import money
-from app.models import BillingRecord, JobResult, JobTypeView, Status, TaskStatus
+from app.models import JobResult, JobTypeView, Status, TaskStatus
+from app.usage_models import BillingRecord
 
 TASKS = [f"0b7d2a4e-6c1f-4b8e-9d2a-3f5e6a7b8c{i:02d}" for i in range(3)]
 OWNER = "11111111-1111-1111-1111-111111111111"

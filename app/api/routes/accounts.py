@@ -38,7 +38,8 @@ from app.api.runtime import Runtime
 from app.ledger.accounts import AccountError
 from app.ledger.live import announce
 from app.ledger.schema import AccountRow, KeyRow
-from app.models import AccountView, ErrorBody
+from app.models import ErrorBody
+from app.usage_models import AccountView
 from app.wiring.limits import QUEUE_LIMITS
 
 log = logging.getLogger(__name__)

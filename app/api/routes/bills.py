@@ -17,7 +17,8 @@ from app.api.routing import KeyedRoute
 from app.api.runtime import Runtime
 from app.bill import MICROS, Bill
 from app.ledger import bills
-from app.models import BillingRecord, ErrorBody, GroupBy, UsageReport, UsageRow
+from app.models import ErrorBody
+from app.usage_models import BillingRecord, GroupBy, UsageReport, UsageRow
 
 router = APIRouter(tags=["billing"], route_class=KeyedRoute)
 BAD_QUERY: dict[int | str, dict[str, Any]] = {
