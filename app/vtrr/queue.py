@@ -15,14 +15,13 @@ from typing import Any
 
 from redis import Redis
 
-from app.vtrr.errors import DropRefusedError
 from app.vtrr.group import QueueGroup
 from app.vtrr.hooks import Hooks, NoHooks
-from app.vtrr.inspection import LAG_WINDOW, read_fairness_lag, read_head, read_top_partitions
-from app.vtrr.item import Dropped, Item, Lease, Shares, enqueue_args, share_of
+from app.vtrr.item import Item, Lease, Shares, enqueue_args, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Placement
 from app.vtrr.limits import Limits, Woken, check_half_life
+from app.vtrr.line import QueueLine
 from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.scripts import Scripts
 from app.vtrr.wire import (
@@ -30,10 +29,7 @@ from app.vtrr.wire import (
     credit_args,
     credit_of,
     micros,
-    rank_of,
-    ranks_of,
     seconds_of,
-    stats_of,
 )
 
 RECLAIM_BATCH = 100
@@ -43,9 +39,9 @@ RECLAIM_BATCH = 100
 FULL_PATH_CALLS = 32
 
 
-class FairQueue:
+class FairQueue(QueueLine):
     """One fair queue: enqueue, dequeue (lease), ack, extend, release, put back, take, credit,
-    reshare, reclaim, and inspection."""
+    reshare, reclaim and limits; its line's reads and an operator's changes are QueueLine's."""
 
     def __init__(
         self,
@@ -89,10 +85,6 @@ class FairQueue:
         """Send count triggers; a plain FairQueue has no broker, so there is nothing to send."""
 
     # -- the job's life ---------------------------------------------------------------------------
-    def share(self, partition_key: str) -> float:
-        """The partition's share of service (default 1): a positive, finite number."""
-        return share_of(self._shares, partition_key)
-
     def enqueue(
         self,
         partition_key: str,
@@ -315,85 +307,3 @@ class FairQueue:
         next wait ends. Call it then, whoever serves a queue whose partitions have limits (the
         queues of a limits group: wake_together)."""
         return QueueGroup([self]).wake()
-
-    # -- the redq operations ----------------------------------------------------------------------
-    def cancel(self, task_id: str) -> bool:
-        """Remove a queued item; False when it is not queued (in flight, finished or unknown)."""
-        return bool(self.scripts.run("cancel", task_id))
-
-    def position(self, task_id: str) -> int | None:
-        """The item's 0-based place in dispatch order, or None when it is not queued."""
-        return rank_of(self.scripts.run("position", task_id))
-
-    def positions(self, task_ids: list[str]) -> list[int | None]:
-        """The places of many items in one call (None for one not queued)."""
-        return ranks_of(self.scripts.run("positions", *task_ids) if task_ids else [])
-
-    def promote(self, task_id: str) -> bool:
-        """Move a queued item ahead of every other; False when it is not queued."""
-        return bool(self.scripts.run("promote", task_id))
-
-    def has(self, task_id: str) -> bool:
-        """Whether the item is here: queued or in flight."""
-        return bool(self.redis.exists(self.keys.item_key(task_id)))
-
-    def length(self) -> int:
-        """How many items are queued (not counting those in flight), held back by their
-        partition's limits or not."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zcard(self.keys.queue)
-            pipe.get(self.keys.parked)
-            queued, parked = pipe.execute()
-        return int(queued) + int(parked or 0)
-
-    def pending(self) -> int:
-        """How many items are in flight (leased and not yet acked)."""
-        return int(self.redis.zcard(self.keys.inflight))
-
-    def expiry(self, task_id: str) -> float | None:
-        """When the item's lease expires (Redis TIME, seconds), or None when it is not in flight."""
-        score = self.redis.zscore(self.keys.inflight, task_id)
-        return None if score is None else score / 1_000_000
-
-    def queued_weight(self) -> int:
-        """The sum of the weights of the items queued, kept as a running sum (O(1))."""
-        return int(self.redis.get(self.keys.queued_weight) or 0)
-
-    def stats(self) -> dict[str, int]:
-        """Counters since the queue was created (a drop keeps them): enqueued, dequeued, ...
-        Dequeue and ack, the hot path, count nothing: what they did follows from the other
-        counters and the queue's two lengths, read together (see stats_of)."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.stats)
-            pipe.zcard(self.keys.queue)
-            pipe.get(self.keys.parked)
-            pipe.zcard(self.keys.inflight)
-            raw, queued, parked, in_flight = pipe.execute()
-        return stats_of(raw, int(queued) + int(parked or 0), in_flight)
-
-    def drop(self, confirm: str) -> Dropped:
-        """Delete every key of this queue but its counters; confirm must repeat the queue's name.
-        Returns the ids it held, so that whoever waits for them can be told."""
-        if confirm != self.name:
-            raise DropRefusedError(f"drop({confirm!r}) refused: confirm with the queue's name")
-        queued, in_flight = self.scripts.run("drop")
-        return Dropped([as_text(x) for x in queued], [as_text(x) for x in in_flight])
-
-    # -- introspection, for operators (each reads up to a window of the queue: inspection.py) --
-    def fairness_lag(self, window: int = LAG_WINDOW) -> float:
-        """How far ahead the most-served partition with items queued is of the least-served
-        one, in weight units: max over partitions of (virtual start of its next item - the
-        queue's virtual time) x its share, over the first `window` items in fair order (a
-        partition whose next item lies beyond the window counts from the window's end)."""
-        return read_fairness_lag(self.redis, self.keys, self.share, window)
-
-    def head(self) -> tuple[str, str] | None:
-        """The first item in line that may start, which the next dequeue would lease (expired
-        leases aside): (its task id, its partition), or None when none is queued (or it was
-        leased between the two reads)."""
-        return read_head(self.redis, self.keys)
-
-    def top_partitions(self, n: int = 10) -> list[tuple[str, int]]:
-        """The n partitions with most items queued, most first (reads one counter per
-        partition with items queued)."""
-        return read_top_partitions(self.redis, self.keys, n)
