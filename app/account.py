@@ -51,6 +51,9 @@ class Profile(BaseModel):
         1.0, ge=0.001, le=1000, allow_inf_nan=False, description="its weight in the fair queues"
     )
     admin: bool = Field(False, description="may use the admin API")
+    run_scripts: bool = Field(
+        False, description="may upload its own code and run it as script jobs (docs/scripts.md)"
+    )
 
 
 class Limits(BaseModel):
