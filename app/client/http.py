@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import time
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import BinaryIO, NamedTuple
 from urllib.parse import quote
 
@@ -32,6 +34,8 @@ from app.models import (
 from app.usage_models import AccountView, BillingRecord, UsageReport
 
 STREAM_READ_TIMEOUT_S = 60.0  # well above the server's keep-alive (15 s), so a silence is a fault
+# The server hashes and checks a whole archive (up to MAX_CODE_BYTES) before it answers.
+UPLOAD_READ_TIMEOUT_S = 300.0
 BILLS = TypeAdapter(list[BillingRecord])
 JOB_TYPES = TypeAdapter(list[JobTypeView])
 
@@ -60,6 +64,20 @@ class Downloaded(NamedTuple):
 
     size: int
     sha256: str
+
+
+class CodeUploaded(BaseModel):
+    """POST /code's answer: the stored code's id (what a script job's input names) and size."""
+
+    code_id: str
+    bytes: int
+
+
+class Uploaded(NamedTuple):
+    """What an upload of a project's archive stored: its code id and its size in bytes."""
+
+    code_id: str
+    bytes: int
 
 
 class Cancelled(NamedTuple):
@@ -147,6 +165,31 @@ class Client(AdminCalls):
                 raise self._unreachable(exc) from None
             raise RequestError(f"the download of {name!r} broke: {reason(exc)}") from None
         return Downloaded(size, digest.hexdigest())
+
+    def upload_code(self, archive: Path) -> Uploaded:
+        """POST /code: the project's `.tar.gz` (app/client/pack.py) as the raw body, streamed
+        from the file with its length, so that the server can refuse one too big at once."""
+        try:
+            source = archive.open("rb")
+        except OSError as exc:
+            raise RequestError(f"cannot read {archive}: {exc.strerror or exc}") from None
+        timeout = httpx.Timeout(self.timeout_s, read=max(self.timeout_s, UPLOAD_READ_TIMEOUT_S))
+        with source:
+            headers = {
+                "Content-Type": "application/gzip",
+                # With a length httpx sends no chunked encoding, and the server knows the size.
+                "Content-Length": str(os.fstat(source.fileno()).st_size),
+            }
+            try:
+                reply = self._http.post("/code", content=source, headers=headers, timeout=timeout)
+            except httpx.TransportError as exc:
+                if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                    raise self._unreachable(exc) from None
+                raise RequestError(f"the upload to {self.url} broke: {reason(exc)}") from None
+        if not reply.is_success:
+            raise self._failure(reply)
+        stored = self._parse(CodeUploaded, reply)
+        return Uploaded(stored.code_id, stored.bytes)
 
     def cancel(self, task_id: str) -> Cancelled:
         """DELETE /tasks/{id}: revoke a queued job, or ask a running one to stop."""
