@@ -1,0 +1,175 @@
+"""A script project's environment: read its rules, build it with uv, keep it in the host's cache.
+
+`ScriptEnvs.environment(folder)` is the one way in. The rules of what a project may say, and
+which kind builds on the base environment, are in `app.scripting.env_rules`; the cache's locks
+and eviction in `app.scripting.env_cache`. Every build command goes through `wrap` (the sandbox,
+when there is one) and sees only the operator's TLS, proxy and uv settings of the worker's
+variables. Errors: `RefusedError` (the project, before anything runs) and
+`EnvBuildError` (a build that failed or ran past its time, with its output).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.scripting.env_cache import EnvCache
+from app.scripting.env_rules import (
+    Interpreter,
+    Project,
+    base_fingerprint,
+    cache_key,
+    is_venv,
+    operator_environ,
+    read_project,
+    site_packages,
+)
+
+Wrap = Callable[[list[str]], list[str]]
+
+
+def unwrapped(command: list[str]) -> list[str]:
+    """The build's commands as they are (the sandbox, when there is one, wraps them)."""
+    return command
+
+
+class EnvBuildError(Exception):
+    """An environment's build failed or ran past its time; `output` is what it printed."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A script's environment, ready: its prefix and interpreter, and what it cost."""
+
+    path: Path
+    python: Path
+    cached: bool
+    seconds: float
+    output: str  # the build's output (for the job's log); "" when nothing was built
+
+
+class ScriptEnvs:
+    """Builds and caches the environments of script projects on this host."""
+
+    def __init__(
+        self,
+        cache: EnvCache,
+        *,
+        base_env: Path | None = None,
+        timeout_s: float = 900.0,
+        wrap: Wrap = unwrapped,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.cache, self.timeout_s, self.wrap = cache, timeout_s, wrap
+        self.environ = dict(os.environ if environ is None else environ)
+        self.uv = shutil.which("uv", path=self.environ.get("PATH")) or "uv"
+        self.uv_version = self._run_quick([self.uv, "--version"])
+        self.interpreter = self._interpreter(base_env)
+
+    @contextmanager
+    def environment(self, folder: Path) -> Iterator[Environment]:
+        """The environment of the project in `folder`, held in the cache while the block runs.
+
+        `RefusedError` for what a project may not say, `EnvBuildError` for a build that fails.
+        """
+        project = read_project(folder, self.environ)
+        base = self.interpreter.base_env
+        if project.kind == "base" and base is not None:
+            yield Environment(base, self.interpreter.python, True, 0.0, "")
+            return
+        key = cache_key(project, self.interpreter, self.uv_version, self.environ)
+        with self.cache.use(key, lambda target: self._build(project, target)) as entry:
+            python = entry.path / "bin" / "python"
+            yield Environment(entry.path, python, entry.cached, entry.seconds, entry.output)
+
+    def _build(self, project: Project, target: Path) -> str:
+        """Run the project's build commands into `target`; their output, or `EnvBuildError`."""
+        deadline = time.monotonic() + self.timeout_s
+        python = str(self.interpreter.python)
+        venv = [self.uv, "venv", "--relocatable", "--python", python, str(target)]
+        base = self.interpreter.base_env
+        if project.kind == "requirements" and base is not None and not is_venv(base):
+            venv.append("--system-site-packages")
+        outputs = [self._run(venv, project.folder, {}, deadline)]
+        if project.kind == "requirements":
+            if base is not None and is_venv(base):
+                # A venv's packages are not "system" ones to a venv made over it: a path file.
+                sites = "\n".join(str(p) for p in site_packages(base))
+                (site_packages(target)[0] / "_fairgpu_base.pth").write_text(sites + "\n")
+            install = [self.uv, "pip", "install", "--python", str(target / "bin" / "python")]
+            install += ["-r", str(project.folder / "requirements.txt")]
+            outputs.append(self._run(install, project.folder, {}, deadline))
+        elif project.kind == "lock":
+            sync = [self.uv, "sync", "--frozen", "--no-install-project", "--python", python]
+            environment = {"UV_PROJECT_ENVIRONMENT": str(target)}
+            outputs.append(self._run(sync, project.folder, environment, deadline))
+        return "".join(outputs)
+
+    def _run(self, command: list[str], cwd: Path, extra: dict[str, str], deadline: float) -> str:
+        """One build command in its own process group, killed whole at the deadline."""
+        env = operator_environ(self.environ) | {"PATH": "/usr/bin:/bin"} | extra
+        env.setdefault("UV_CACHE_DIR", str(self.cache.root / "uv-cache"))
+        with subprocess.Popen(
+            self.wrap(command),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        ) as process:
+            try:
+                output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                output, _ = process.communicate()
+                message = f"environment build ran past {self.timeout_s:g} s"
+                raise EnvBuildError(message, output) from None
+        if process.returncode != 0:
+            raise EnvBuildError(f"environment build failed: {command[1:3]}", output)
+        return output
+
+    def _run_quick(self, command: list[str]) -> str:
+        """A short query of uv or an interpreter, outside any sandbox; its stdout, stripped."""
+        env = operator_environ(self.environ) | {
+            name: self.environ[name] for name in ("PATH", "HOME") if name in self.environ
+        }
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        if done.returncode != 0:
+            raise EnvBuildError(f"{command[0]} failed", done.stdout + done.stderr)
+        return done.stdout.strip()
+
+    def _interpreter(self, base_env: Path | None) -> Interpreter:
+        """The base's interpreter, or a bare one: never the service's own environment."""
+        if base_env is not None:
+            base_env = base_env.resolve()
+            if base_env == Path(sys.prefix).resolve() and sys.prefix != sys.base_prefix:
+                raise ValueError("SCRIPT_BASE_ENV is the service's own environment: refused")
+            python = next(
+                (
+                    p
+                    for p in (base_env / "bin" / "python3", base_env / "bin" / "python")
+                    if p.exists()
+                ),
+                base_env / "bin" / "python3",
+            )
+            fingerprint = base_fingerprint(base_env)
+        else:
+            # --system: uv skips virtual environments (the service's among them).
+            found = self._run_quick([self.uv, "python", "find", "--system"])
+            python, fingerprint = Path(found), ""
+        version = self._run_quick([str(python), "-I", "-c", "import sys; print(sys.version)"])
+        return Interpreter(python, version, base_env, fingerprint)
