@@ -95,8 +95,10 @@ class EnvCache:
         found = []
         for path in (self.root / "envs").iterdir():
             use, size = self._key_file(path.name, "use"), self._key_file(path.name, "bytes")
-            last = use.stat().st_mtime if use.exists() else 0.0
-            found.append((path.name, last, int(size.read_text()) if size.exists() else 0))
+            try:
+                found.append((path.name, use.stat().st_mtime, int(size.read_text())))
+            except FileNotFoundError:
+                continue  # being removed by another's eviction, or not measured yet
         return found
 
     def _remove_unused(self, key: str) -> bool:

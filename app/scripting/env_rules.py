@@ -168,7 +168,8 @@ def allowed_indexes(environ: Mapping[str, str]) -> frozenset[str]:
     """The index URLs and link folders the operator's uv settings name (uv's default if none)."""
     found = set()
     for variable in OPERATOR_INDEX_VARIABLES:
-        for entry in environ.get(variable, "").split():
+        # Indexes are separated by spaces; UV_FIND_LINKS's locations by commas.
+        for entry in environ.get(variable, "").replace(",", " ").split():
             found.add(entry.split("=", 1)[-1] if "=" in entry.split("://")[0] else entry)
     if not ({"UV_DEFAULT_INDEX", "UV_INDEX_URL"} & environ.keys()):
         found.add(DEFAULT_INDEX)

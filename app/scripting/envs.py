@@ -135,9 +135,9 @@ class ScriptEnvs:
                 output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
-                output, _ = process.communicate()
-                message = f"environment build ran past {self.timeout_s:g} s"
-                raise EnvBuildError(message, output) from None
+                raise EnvBuildError(
+                    f"environment build ran past {self.timeout_s:g} s", _rest(process)
+                ) from None
         if process.returncode != 0:
             raise EnvBuildError(f"environment build failed: {command[1:3]}", output)
         return output
@@ -166,6 +166,8 @@ class ScriptEnvs:
                 ),
                 base_env / "bin" / "python3",
             )
+            if not python.exists():
+                raise ValueError(f"SCRIPT_BASE_ENV has no bin/python3: {base_env}")
             fingerprint = base_fingerprint(base_env)
         else:
             # --system: uv skips virtual environments (the service's among them).
@@ -173,3 +175,17 @@ class ScriptEnvs:
             python, fingerprint = Path(found), ""
         version = self._run_quick([str(python), "-I", "-c", "import sys; print(sys.version)"])
         return Interpreter(python, version, base_env, fingerprint)
+
+
+#: How long the output of a killed build is waited for: a process that left the build's group
+#: could hold its pipe open for ever.
+KILLED_OUTPUT_WAIT_S = 5.0
+
+
+def _rest(process: subprocess.Popen[str]) -> str:
+    """What a killed build printed, if its pipe closes soon."""
+    try:
+        output, _ = process.communicate(timeout=KILLED_OUTPUT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return "(the build's output was lost: a process it started held it open)"
+    return output

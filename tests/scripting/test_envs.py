@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from app.scripting.env_cache import EnvCache
-from app.scripting.env_rules import RefusedError, check_lock, check_requirements, read_project
+from app.scripting.env_rules import (
+    RefusedError,
+    allowed_indexes,
+    check_lock,
+    check_requirements,
+    read_project,
+)
 from app.scripting.envs import EnvBuildError, ScriptEnvs
 
 PYPROJECT = """[project]
@@ -239,6 +245,29 @@ def test_a_lock_from_elsewhere_is_refused(source: str) -> None:
     lock = f'version = 1\n[[package]]\nname = "x"\nversion = "1"\nsource = {source}\n'
     with pytest.raises(RefusedError, match="x comes from"):
         check_lock(lock, frozenset({"https://pypi.org/simple"}))
+
+
+def test_the_operators_indexes_are_what_a_lock_may_name() -> None:
+    environ = {"UV_INDEX": "team=https://a.example/simple/ https://b.example/simple"}
+    environ["UV_FIND_LINKS"] = "/srv/wheels,/srv/more"
+    assert allowed_indexes(environ) == {
+        "https://a.example/simple",
+        "https://b.example/simple",
+        "/srv/wheels",
+        "/srv/more",
+        "https://pypi.org/simple",  # uv's default, while the operator sets no default
+    }
+    assert allowed_indexes({"UV_DEFAULT_INDEX": "https://mirror.example/simple"}) == {
+        "https://mirror.example/simple"
+    }
+
+
+def test_what_a_build_reads_is_its_key(envs: ScriptEnvs, tmp_path: Path) -> None:
+    one = project(tmp_path / "one", requirements_txt="tinypkg\n")
+    same = project(tmp_path / "same", requirements_txt="tinypkg\n")
+    other = project(tmp_path / "other", requirements_txt="tinypkg==1.0\n")
+    with envs.environment(one) as a, envs.environment(same) as b, envs.environment(other) as c:
+        assert a.path == b.path != c.path and b.cached and not c.cached
 
 
 def test_lru_eviction_keeps_an_environment_in_use(tmp_path: Path) -> None:
