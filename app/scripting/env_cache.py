@@ -6,7 +6,8 @@ Layout under the cache's root::
     keys/<key>.build   held exclusively while <key> is built: one build at a time per key
     keys/<key>.use     held shared by each user of <key>; its mtime is <key>'s last use
     keys/<key>.bytes   the environment's size, measured once after its build
-    tmp/               builds in progress, and environments being removed
+    tmp/               builds in progress (each with its own download cache, removed after),
+                       and environments being removed
 
 Eviction takes `.use` exclusively without waiting: an environment someone holds is skipped.
 All locks are `fcntl` locks on files, so they hold across the worker's processes and end with
@@ -25,6 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+#: Where in its workspace a build leaves the environment.
+BUILT = "env"
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,11 @@ class EnvCache:
 
     @contextmanager
     def use(self, key: str, build: Callable[[Path], str]) -> Iterator[CacheEntry]:
-        """The environment of `key`, built by `build(folder)` (its output) if not there yet.
+        """The environment of `key`, built by `build(workspace)` (its output) if not there yet.
 
-        It stays in the cache while the block runs; a failed build leaves nothing behind.
+        A build leaves the environment in `workspace / BUILT`; anything else it leaves in its
+        workspace goes with it. The environment stays in the cache while the block runs; a
+        failed build leaves nothing behind.
         """
         started = time.monotonic()
         with _locked(self._key_file(key, "use"), fcntl.LOCK_SH) as use_file:
@@ -62,18 +68,17 @@ class EnvCache:
             yield CacheEntry(path, not built, time.monotonic() - started, output)
 
     def _build_once(self, key: str, path: Path, build: Callable[[Path], str]) -> tuple[str, bool]:
-        """Build into a temporary folder and rename it into place, unless another did first."""
+        """Build in a temporary workspace and rename it into place, unless another did first."""
         with _locked(self._key_file(key, "build"), fcntl.LOCK_EX):
             if path.is_dir():
                 return "", False  # built by another while this one waited: a hit after all
-            folder = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.root / "tmp"))
+            workspace = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.root / "tmp"))
             try:
-                output = build(folder)
-                size = tree_bytes(folder)
-                folder.rename(path)
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
+                output = build(workspace)
+                size = tree_bytes(workspace / BUILT)
+                (workspace / BUILT).rename(path)
+            finally:
+                shutil.rmtree(workspace, ignore_errors=True)
             self._key_file(key, "bytes").write_text(str(size))
             return output, True
 

@@ -236,5 +236,13 @@ def operator_environ(environ: Mapping[str, str]) -> dict[str, str]:
 #: uv variables the build sets itself (where it installs, which interpreter): the operator's
 #: values of these would point the build elsewhere.
 BUILD_OWNED_UV = frozenset(
-    {"UV_PROJECT_ENVIRONMENT", "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_PROJECT", "UV_WORKING_DIR"}
+    {
+        "UV_PROJECT_ENVIRONMENT",
+        "UV_PYTHON",
+        "UV_SYSTEM_PYTHON",
+        "UV_PROJECT",
+        "UV_WORKING_DIR",
+        "UV_CACHE_DIR",
+        "UV_NO_CACHE",
+    }
 )

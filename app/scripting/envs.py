@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.scripting.env_cache import EnvCache
+from app.scripting.env_cache import BUILT, EnvCache
 from app.scripting.env_rules import (
     Interpreter,
     Project,
@@ -90,19 +90,24 @@ class ScriptEnvs:
             yield Environment(base, self.interpreter.python, True, 0.0, "")
             return
         key = cache_key(project, self.interpreter, self.uv_version, self.environ)
-        with self.cache.use(key, lambda target: self._build(project, target)) as entry:
+        with self.cache.use(key, lambda workspace: self._build(project, workspace)) as entry:
             python = entry.path / "bin" / "python"
             yield Environment(entry.path, python, entry.cached, entry.seconds, entry.output)
 
-    def _build(self, project: Project, target: Path) -> str:
-        """Run the project's build commands into `target`; their output, or `EnvBuildError`."""
+    def _build(self, project: Project, workspace: Path) -> str:
+        """Run the project's build commands in `workspace`; their output, or `EnvBuildError`."""
         deadline = time.monotonic() + self.timeout_s
+        target = workspace / BUILT
+        # A download cache of the build's own, gone with its workspace: a build (an sdist's
+        # backend runs code) can never leave a poisoned package for another account's build,
+        # and the byte budget counts all there is. The environment cache is the cache.
+        private = {"UV_CACHE_DIR": str(workspace / "uv-cache")}
         python = str(self.interpreter.python)
         venv = [self.uv, "venv", "--relocatable", "--python", python, str(target)]
         base = self.interpreter.base_env
         if project.kind == "requirements" and base is not None and not is_venv(base):
             venv.append("--system-site-packages")
-        outputs = [self._run(venv, project.folder, {}, deadline)]
+        outputs = [self._run(venv, project.folder, private, deadline)]
         if project.kind == "requirements":
             if base is not None and is_venv(base):
                 # A venv's packages are not "system" ones to a venv made over it: a path file.
@@ -110,17 +115,16 @@ class ScriptEnvs:
                 (site_packages(target)[0] / "_fairgpu_base.pth").write_text(sites + "\n")
             install = [self.uv, "pip", "install", "--python", str(target / "bin" / "python")]
             install += ["-r", str(project.folder / "requirements.txt")]
-            outputs.append(self._run(install, project.folder, {}, deadline))
+            outputs.append(self._run(install, project.folder, private, deadline))
         elif project.kind == "lock":
             sync = [self.uv, "sync", "--frozen", "--no-install-project", "--python", python]
-            environment = {"UV_PROJECT_ENVIRONMENT": str(target)}
+            environment = private | {"UV_PROJECT_ENVIRONMENT": str(target)}
             outputs.append(self._run(sync, project.folder, environment, deadline))
         return "".join(outputs)
 
     def _run(self, command: list[str], cwd: Path, extra: dict[str, str], deadline: float) -> str:
         """One build command in its own process group, killed whole at the deadline."""
         env = operator_environ(self.environ) | {"PATH": "/usr/bin:/bin"} | extra
-        env.setdefault("UV_CACHE_DIR", str(self.cache.root / "uv-cache"))
         with subprocess.Popen(
             self.wrap(command),
             cwd=cwd,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.scripting.env_cache import EnvCache
+from app.scripting.env_cache import BUILT, EnvCache
 from app.scripting.env_rules import (
     RefusedError,
     allowed_indexes,
@@ -114,6 +114,9 @@ def test_a_lock_is_installed_as_locked_and_reused(
         assert "tinypkg" in first.output
     with envs.environment(folder) as second:
         assert second.cached and second.path == first.path and second.output == ""
+    root = tmp_path / "cache"
+    assert sorted(os.listdir(root)) == ["envs", "keys", "tmp"]  # the downloads went with the build
+    assert os.listdir(root / "tmp") == []
 
 
 def test_requirements_are_installed_with_uv_pip(envs: ScriptEnvs, tmp_path: Path) -> None:
@@ -154,7 +157,8 @@ def test_a_failing_build_raises_with_its_output(envs: ScriptEnvs, tmp_path: Path
     with pytest.raises(EnvBuildError) as raised, envs.environment(folder):
         pass
     assert "no-such-package-anywhere" in raised.value.output
-    assert list((tmp_path / "cache" / "envs").iterdir()) == []  # nothing half built is kept
+    for name in ("envs", "tmp"):  # nothing half built is kept
+        assert list((tmp_path / "cache" / name).iterdir()) == []
 
 
 def test_a_build_past_its_time_is_killed(tmp_path: Path, environ: dict[str, str]) -> None:
@@ -273,8 +277,9 @@ def test_what_a_build_reads_is_its_key(envs: ScriptEnvs, tmp_path: Path) -> None
 def test_lru_eviction_keeps_an_environment_in_use(tmp_path: Path) -> None:
     cache = EnvCache(tmp_path / "cache", budget_bytes=2500)
 
-    def build(folder: Path) -> str:
-        (folder / "data").write_bytes(b"x" * 1000)
+    def build(workspace: Path) -> str:
+        (workspace / BUILT).mkdir()
+        (workspace / BUILT / "data").write_bytes(b"x" * 1000)
         return "built"
 
     with cache.use("old-in-use", build):
@@ -295,10 +300,11 @@ def test_concurrent_builds_of_one_key_build_once(tmp_path: Path) -> None:
     builds, started, release = [], threading.Event(), threading.Event()
     results: list[bool] = []
 
-    def build(folder: Path) -> str:
-        builds.append(folder)
+    def build(workspace: Path) -> str:
+        builds.append(workspace)
         started.set()
         release.wait(timeout=30)
+        (workspace / BUILT).mkdir()
         return "built"
 
     def use() -> None:
