@@ -22,7 +22,7 @@ import json
 import platform
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -89,7 +89,7 @@ class Project:
     texts: tuple[tuple[str, str], ...]  # (file name, content), what the key hashes
 
 
-def read_project(folder: Path, environ: Mapping[str, str]) -> Project:
+def read_project(folder: Path, indexes: frozenset[str]) -> Project:
     """The project's kind and texts, or `RefusedError` naming what it may not say."""
     if (folder / "uv.toml").exists():
         raise RefusedError("uv.toml: a project's own uv settings are refused (the operator's rule)")
@@ -103,7 +103,7 @@ def read_project(folder: Path, environ: Mapping[str, str]) -> Project:
             raise RefusedError("uv.lock needs its pyproject.toml beside it")
         texts = (("pyproject.toml", pyproject.read_text()), ("uv.lock", lock.read_text()))
         check_pyproject(texts[0][1])
-        check_lock(texts[1][1], allowed_indexes(environ))
+        check_lock(texts[1][1], indexes)
         return Project(folder, "lock", texts)
     if requirements.is_file():
         text = requirements.read_text()
@@ -164,16 +164,43 @@ def logical_lines(text: str) -> list[str]:
     return [" ".join(line.split()) for line in lines if line]
 
 
-def allowed_indexes(environ: Mapping[str, str]) -> frozenset[str]:
-    """The index URLs and link folders the operator's uv settings name (uv's default if none)."""
-    found = set()
+def allowed_indexes(
+    environ: Mapping[str, str], config_files: Sequence[Path] = ()
+) -> frozenset[str]:
+    """The index URLs and link folders the operator's uv settings name (uv's default if none).
+
+    Read from uv's variables and the operator's uv.toml files (`operator_config_files`).
+    """
+    found, has_default = set(), bool({"UV_DEFAULT_INDEX", "UV_INDEX_URL"} & environ.keys())
     for variable in OPERATOR_INDEX_VARIABLES:
         # Indexes are separated by spaces; UV_FIND_LINKS's locations by commas.
         for entry in environ.get(variable, "").replace(",", " ").split():
             found.add(entry.split("=", 1)[-1] if "=" in entry.split("://")[0] else entry)
-    if not ({"UV_DEFAULT_INDEX", "UV_INDEX_URL"} & environ.keys()):
+    for path in config_files:
+        config = tomllib.loads(path.read_text())
+        for table in (config, config.get("pip", {})):
+            found.update(_listed(table.get("index-url")) + _listed(table.get("extra-index-url")))
+            found.update(_listed(table.get("find-links")))
+            found.update(index["url"] for index in table.get("index", []) if "url" in index)
+            has_default |= "index-url" in table
+            has_default |= any(index.get("default") for index in table.get("index", []))
+    if not has_default:
         found.add(DEFAULT_INDEX)
     return frozenset(url.rstrip("/") for url in found)
+
+
+def operator_config_files(environ: Mapping[str, str]) -> list[Path]:
+    """The operator's uv.toml files on the worker: UV_CONFIG_FILE, or the system's."""
+    if "UV_CONFIG_FILE" in environ:
+        return [Path(environ["UV_CONFIG_FILE"])]
+    return [p for p in (Path("/etc/xdg/uv/uv.toml"), Path("/etc/uv/uv.toml")) if p.is_file()]
+
+
+def _listed(value: object) -> list[str]:
+    """A uv setting that is one URL or a list of them, as a list."""
+    if isinstance(value, str):
+        return [value]
+    return [str(item) for item in value] if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
@@ -193,7 +220,7 @@ def base_fingerprint(base_env: Path) -> str:
 
 
 def cache_key(
-    project: Project, interpreter: Interpreter, uv_version: str, environ: Mapping[str, str]
+    project: Project, interpreter: Interpreter, uv_version: str, indexes: frozenset[str]
 ) -> str:
     """SHA-256 over everything a build reads: texts, interpreter, base, platform, uv, indexes."""
     parts = {
@@ -206,7 +233,7 @@ def cache_key(
         "base_fingerprint": interpreter.base_fingerprint,
         "platform": [platform.platform(), platform.machine()],
         "uv": uv_version,
-        "indexes": {name: environ.get(name, "") for name in OPERATOR_INDEX_VARIABLES},
+        "indexes": sorted(indexes),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

@@ -25,9 +25,11 @@ from app.scripting.env_cache import BUILT, EnvCache
 from app.scripting.env_rules import (
     Interpreter,
     Project,
+    allowed_indexes,
     base_fingerprint,
     cache_key,
     is_venv,
+    operator_config_files,
     operator_environ,
     read_project,
     site_packages,
@@ -77,6 +79,7 @@ class ScriptEnvs:
         self.uv = shutil.which("uv", path=self.environ.get("PATH")) or "uv"
         self.uv_version = self._run_quick([self.uv, "--version"])
         self.interpreter = self._interpreter(base_env)
+        self.indexes = allowed_indexes(self.environ, operator_config_files(self.environ))
 
     @contextmanager
     def environment(self, folder: Path) -> Iterator[Environment]:
@@ -84,12 +87,12 @@ class ScriptEnvs:
 
         `RefusedError` for what a project may not say, `EnvBuildError` for a build that fails.
         """
-        project = read_project(folder, self.environ)
+        project = read_project(folder, self.indexes)
         base = self.interpreter.base_env
         if project.kind == "base" and base is not None:
             yield Environment(base, self.interpreter.python, True, 0.0, "")
             return
-        key = cache_key(project, self.interpreter, self.uv_version, self.environ)
+        key = cache_key(project, self.interpreter, self.uv_version, self.indexes)
         with self.cache.use(key, lambda workspace: self._build(project, workspace)) as entry:
             python = entry.path / "bin" / "python"
             yield Environment(entry.path, python, entry.cached, entry.seconds, entry.output)

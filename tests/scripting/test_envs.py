@@ -227,12 +227,12 @@ def test_a_pyprojects_own_index_or_sources_are_refused(tmp_path: Path, setting: 
     text = PYPROJECT.format(dependencies="") + setting
     folder = project(tmp_path / "p", pyproject_toml=text, uv_lock="version = 1\n")
     with pytest.raises(RefusedError, match=r"tool\.uv"):
-        read_project(folder, {})
+        read_project(folder, frozenset())
 
 
 def test_a_projects_uv_toml_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RefusedError, match=r"uv\.toml"):
-        read_project(project(tmp_path / "p", uv_toml="index-url = 'x'\n"), {})
+        read_project(project(tmp_path / "p", uv_toml="index-url = 'x'\n"), frozenset())
 
 
 @pytest.mark.parametrize(
@@ -264,6 +264,15 @@ def test_the_operators_indexes_are_what_a_lock_may_name() -> None:
     assert allowed_indexes({"UV_DEFAULT_INDEX": "https://mirror.example/simple"}) == {
         "https://mirror.example/simple"
     }
+
+
+def test_the_operators_uv_toml_names_indexes_too(tmp_path: Path) -> None:
+    config = tmp_path / "uv.toml"
+    config.write_text(
+        'find-links = ["/srv/wheels"]\n[[index]]\nurl = "https://mirror.example/simple/"\n'
+        "default = true\n"
+    )
+    assert allowed_indexes({}, [config]) == {"/srv/wheels", "https://mirror.example/simple"}
 
 
 def test_what_a_build_reads_is_its_key(envs: ScriptEnvs, tmp_path: Path) -> None:
