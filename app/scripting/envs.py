@@ -35,11 +35,23 @@ from app.scripting.env_rules import (
     site_packages,
 )
 
-Wrap = Callable[[list[str]], list[str]]
+
+@dataclass(frozen=True)
+class BuildPlaces:
+    """What a build command touches: what a sandbox around it must let it read and write."""
+
+    project: Path  # read only; the command's working folder
+    workspace: Path  # the only place it writes: the environment and its download cache
+    interpreter: Path  # its prefix, read only (a venv base: also its pyvenv.cfg home)
+    uv: Path  # uv's executable, read only
 
 
-def unwrapped(command: list[str]) -> list[str]:
-    """The build's commands as they are (the sandbox, when there is one, wraps them)."""
+#: Turns a build command into the command that runs it (in the sandbox, when there is one).
+Wrap = Callable[[list[str], BuildPlaces], list[str]]
+
+
+def unwrapped(command: list[str], places: BuildPlaces) -> list[str]:
+    """The build's commands as they are."""
     return command
 
 
@@ -110,7 +122,10 @@ class ScriptEnvs:
         base = self.interpreter.base_env
         if project.kind == "requirements" and base is not None and not is_venv(base):
             venv.append("--system-site-packages")
-        outputs = [self._run(venv, project.folder, private, deadline)]
+        places = BuildPlaces(
+            project.folder, workspace, self.interpreter.python.parent.parent, Path(self.uv)
+        )
+        outputs = [self._run(venv, places, private, deadline)]
         if project.kind == "requirements":
             if base is not None and is_venv(base):
                 # A venv's packages are not "system" ones to a venv made over it: a path file.
@@ -118,19 +133,21 @@ class ScriptEnvs:
                 (site_packages(target)[0] / "_fairgpu_base.pth").write_text(sites + "\n")
             install = [self.uv, "pip", "install", "--python", str(target / "bin" / "python")]
             install += ["-r", str(project.folder / "requirements.txt")]
-            outputs.append(self._run(install, project.folder, private, deadline))
+            outputs.append(self._run(install, places, private, deadline))
         elif project.kind == "lock":
             sync = [self.uv, "sync", "--frozen", "--no-install-project", "--python", python]
             environment = private | {"UV_PROJECT_ENVIRONMENT": str(target)}
-            outputs.append(self._run(sync, project.folder, environment, deadline))
+            outputs.append(self._run(sync, places, environment, deadline))
         return "".join(outputs)
 
-    def _run(self, command: list[str], cwd: Path, extra: dict[str, str], deadline: float) -> str:
+    def _run(
+        self, command: list[str], places: BuildPlaces, extra: dict[str, str], deadline: float
+    ) -> str:
         """One build command in its own process group, killed whole at the deadline."""
         env = operator_environ(self.environ) | {"PATH": "/usr/bin:/bin"} | extra
         with subprocess.Popen(
-            self.wrap(command),
-            cwd=cwd,
+            self.wrap(command, places),
+            cwd=places.project,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -24,7 +24,7 @@ from app.scripting.env_rules import (
     check_requirements,
     read_project,
 )
-from app.scripting.envs import EnvBuildError, ScriptEnvs
+from app.scripting.envs import BuildPlaces, EnvBuildError, ScriptEnvs
 
 PYPROJECT = """[project]
 name = "demo"
@@ -162,7 +162,7 @@ def test_a_failing_build_raises_with_its_output(envs: ScriptEnvs, tmp_path: Path
 
 
 def test_a_build_past_its_time_is_killed(tmp_path: Path, environ: dict[str, str]) -> None:
-    def slow(command: list[str]) -> list[str]:
+    def slow(command: list[str], places: BuildPlaces) -> list[str]:
         return ["sh", "-c", 'sleep 30 & wait; exec "$@"', "sh", *command]
 
     cache = EnvCache(tmp_path / "cache", 10**9)
@@ -176,7 +176,8 @@ def test_the_build_sees_only_the_operators_variables(
 ) -> None:
     seen = tmp_path / "seen"
 
-    def spy(command: list[str]) -> list[str]:
+    def spy(command: list[str], places: BuildPlaces) -> list[str]:
+        assert places.workspace.parent == tmp_path / "c" / "tmp"
         return ["sh", "-c", f'env > {seen}; exec "$@"', "sh", *command]
 
     envs = ScriptEnvs(EnvCache(tmp_path / "c", 10**9), wrap=spy, environ=environ)
