@@ -279,6 +279,21 @@ def members(pid: int) -> list[int]:
     return found
 
 
+def signal_all(pid: int, signum: int) -> int:
+    """Send `signum` to every process in the sandbox started as `pid`: a stop's SIGTERM reaches
+    the script's whole tree (bubblewrap passes no signal on). How many it was sent to. A
+    process forked meanwhile may miss it; a stop's SIGKILL goes to bubblewrap itself, whose
+    death ends the whole namespace."""
+    sent = 0
+    for member in members(pid):
+        try:
+            os.kill(member, signum)
+        except ProcessLookupError:  # ended meanwhile
+            continue
+        sent += 1
+    return sent
+
+
 def _child_namespace(pid: int) -> str | None:
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()

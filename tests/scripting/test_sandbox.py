@@ -79,7 +79,9 @@ def sh(script: str) -> list[str]:
 def test_script_cannot_see_the_services_files_nor_home_root_run(base: Path) -> None:
     secret = base / "service" / "settings.env"
     assert secret.read_text()  # readable on the host: only the sandbox keeps it out
-    places = [str(secret), str(base / "service"), str(CHECKOUT), "/root", "/home", "/run"]
+    other_job = base / "other-job"  # another run's folder, beside this one's
+    other_job.mkdir()
+    places = [str(secret), str(other_job), str(CHECKOUT), "/root", "/home", "/run"]
     done = run(
         box(base, ["/bin/sh", "-c", 'for p; do test -e "$p" && echo "SEEN $p"; done', "-", *places])
     )
@@ -184,9 +186,8 @@ def test_its_processes_die_with_it(base: Path) -> None:
     process = made.start(subprocess.PIPE, subprocess.DEVNULL)
     assert process.stdout is not None
     assert process.stdout.readline() == b"up\n"
-    inside = sandbox.members(process.pid)
+    inside = _members(process.pid, 4)  # bubblewrap's PID 1, sh and both sleeps
     namespace = os.readlink(f"/proc/{inside[0]}/ns/pid")
-    assert len(inside) >= 4  # bubblewrap's PID 1, sh and both sleeps
     os.killpg(process.pid, signal.SIGKILL)  # the worker's last resort: bubblewrap itself
     process.wait(timeout=RUN_TIMEOUT_S)
     process.stdout.close()
@@ -194,6 +195,29 @@ def test_its_processes_die_with_it(base: Path) -> None:
     while any(_in(pid, namespace) for pid in inside):
         assert time.monotonic() < deadline, "a sandboxed process outlived its sandbox"
         time.sleep(0.01)
+
+
+def test_a_stop_reaches_the_whole_tree_and_the_script_may_checkpoint(base: Path) -> None:
+    checkpoint = base / "checkpoint"
+    script = f"trap 'echo saved > {checkpoint}/state; exit 7' TERM; echo up; sleep 300 & wait"
+    process = box(base, sh(script)).start(subprocess.PIPE, subprocess.DEVNULL)
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"up\n"
+    assert len(_members(process.pid, 3)) >= 3  # PID 1, sh, sleep
+    assert sandbox.signal_all(process.pid, signal.SIGTERM) >= 3
+    assert process.wait(timeout=RUN_TIMEOUT_S) == 7  # the script's own exit code
+    process.stdout.close()
+    assert (checkpoint / "state").read_text() == "saved\n"
+
+
+def _members(pid: int, count: int) -> list[int]:
+    """The sandbox's processes once there are `count` of them (a script's `&` returns before
+    its child exists)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while len(found := sandbox.members(pid)) < count:
+        assert time.monotonic() < deadline, f"only {found} in the sandbox"
+        time.sleep(0.01)
+    return found
 
 
 def _in(pid: int, namespace: str) -> bool:
