@@ -10,6 +10,7 @@ import base64
 import hashlib
 import os
 import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -149,7 +150,8 @@ def test_neither_without_a_base_is_a_bare_interpreter_not_the_services(
 ) -> None:
     with envs.environment(project(tmp_path / "p", train_py="print(1)\n")) as env:
         assert "No module named" in imports(env.python, "pytest")
-        assert not str(env.python).startswith(str(Path.cwd()))
+        home = (env.path / "pyvenv.cfg").read_text().split("home = ")[1].split("\n")[0]
+        assert Path(home) != Path(sys.prefix) / "bin"  # the service's environment is not its base
 
 
 def test_a_failing_build_raises_with_its_output(envs: ScriptEnvs, tmp_path: Path) -> None:
@@ -329,3 +331,11 @@ def test_concurrent_builds_of_one_key_build_once(tmp_path: Path) -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert len(builds) == 1 and sorted(results) == [False, True]
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests run in no virtual environment")
+def test_the_services_own_environment_is_never_the_base(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    with pytest.raises(ValueError, match="service's own"):
+        ScriptEnvs(EnvCache(tmp_path / "c", 10**9), base_env=Path(sys.prefix), environ=environ)
