@@ -3,10 +3,12 @@ the server's POST /code accepts (regular files and folders under relative names,
 written to a temporary file as it is read and never held in memory.
 
 What is left out:
-- what the folder's `.gitignore` files leave out, the nested ones too, by Git's rules (a deeper
-  file's patterns win; a folder left out is not entered, so nothing under it comes back); every
-  `.git` (a folder, or the file of a worktree or submodule). Only the `.gitignore` files inside
-  the folder count: not `.git/info/exclude`, nor the user's global excludes.
+- what the folder's `.gitignore` files leave out, the nested ones too, by Git's rules (the last
+  pattern that matches a path decides, a deeper file's after the outer ones'; a folder left out
+  is not entered, so nothing under it comes back; tests/client/test_pack.py holds the result to
+  `git ls-files` itself); every `.git` (a folder, or the file of a worktree or submodule).
+  Only the `.gitignore` files inside the folder count: not `.git/info/exclude`, nor the user's
+  global excludes.
 - `.env` and `.env.*` files, named in the notes, unless `include_env` (then they are packed even
   where a `.gitignore` leaves them out, since that is where secrets files usually are).
 - symbolic links, each named in the notes: the server takes regular files only, and following
@@ -23,6 +25,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import stat
 import tarfile
 import tempfile
@@ -110,7 +113,7 @@ def pack(
     if not root.is_dir():
         raise PackError(f"{root} is not a folder")
     plan = _Plan()
-    _walk(root, "", [], plan, include_env)
+    _walk(root, "", _Rules(), plan, include_env)
     if plan.ignored:
         plan.notes.append(f"{plan.ignored} paths left out by .gitignore")
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept past this function on success
@@ -130,13 +133,60 @@ def pack(
     return Packed(path, sink.digest.hexdigest(), sink.count, files, plan.notes)
 
 
-def _walk(
-    folder: Path, prefix: str, specs: list[tuple[str, GitIgnoreSpec]], plan: _Plan, env: bool
-) -> None:
+@dataclass(frozen=True)
+class _Rule:
+    """One `.gitignore` pattern, relative to the project: whether it leaves out (or, `!`,
+    keeps) what it matches, and pathspec's regular expression of it, made to match a whole path
+    (a folder's with its trailing slash) rather than anything under a folder it names, which
+    the walk has judged already; `inside` for `X/**`, which matches all that is in X and not X."""
+
+    leaves_out: bool
+    regex: re.Pattern[str]
+    inside: bool
+
+    def matches(self, name: str, is_dir: bool) -> bool:
+        target = name + "/" if is_dir else name
+        found = self.regex.search(target)
+        if found is None:
+            return False
+        return not (self.inside and found.end() == len(target))
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """The `.gitignore` patterns in force in a folder, outermost file first, each rewritten to be
+    relative to the project: the last one that matches a path decides, as in Git."""
+
+    rules: tuple[_Rule, ...] = ()
+
+    def ignores(self, name: str, is_dir: bool) -> bool:
+        """Whether Git would leave out `name` (relative to the project), whose folders above
+        have been judged already (a folder left out is never entered)."""
+        for rule in reversed(self.rules):
+            if rule.matches(name, is_dir):
+                return rule.leaves_out
+        return False
+
+
+def _rule(line: str) -> _Rule | None:
+    """A rewritten `.gitignore` line as a rule; None for one that matches nothing, or that is
+    not a pattern at all (Git passes over those too)."""
+    try:
+        [pattern] = GitIgnoreSpec.from_lines([line]).patterns  # pathspec's own reading of it
+    except ValueError:
+        return None
+    if pattern.include is None or pattern.regex is None:
+        return None
+    inside = line.rstrip(" ").endswith("/**")
+    source = pattern.regex.pattern
+    whole = pattern.regex if inside else re.compile(f"(?:{source})\\Z", pattern.regex.flags)
+    return _Rule(pattern.include, whole, inside)
+
+
+def _walk(folder: Path, prefix: str, rules: _Rules, plan: _Plan, env: bool) -> None:
     """Plan the folder `folder`, whose name in the archive is `prefix` ("" for the root, else
-    ending in "/"), under the `.gitignore` specs of the folders above it (each with its own
-    prefix), outermost first."""
-    specs = _with_rules(folder, prefix, specs)
+    ending in "/"), under the `.gitignore` rules of the folders above it."""
+    rules = _with_rules(folder, prefix, rules)
     try:
         children = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
@@ -154,44 +204,50 @@ def _walk(
                 plan.add_file(name, child)
             else:
                 plan.notes.append(f"{name}: an env file, left out (include it if the job needs it)")
-        elif _ignored(specs, name + "/" if is_dir else name):
+        elif rules.ignores(name, is_dir):
             plan.ignored += 1
         elif is_dir:
             plan.entries.append((name + "/", Path(child.path)))
-            _walk(Path(child.path), name + "/", specs, plan, env)
+            _walk(Path(child.path), name + "/", rules, plan, env)
         elif child.is_file(follow_symlinks=False):
             plan.add_file(name, child)
         else:
             plan.notes.append(f"{name}: not a regular file (a socket, pipe or device), left out")
 
 
-def _with_rules(
-    folder: Path, prefix: str, specs: list[tuple[str, GitIgnoreSpec]]
-) -> list[tuple[str, GitIgnoreSpec]]:
-    """The specs in force in `folder`: those above it, and its own `.gitignore`'s if it has one
+def _with_rules(folder: Path, prefix: str, rules: _Rules) -> _Rules:
+    """The rules in force in `folder`: those above it, and its own `.gitignore`'s if it has one
     (a link named `.gitignore` is not read, as it is not packed)."""
-    rules = folder / ".gitignore"
-    if not rules.is_file() or rules.is_symlink():
-        return specs
+    path = folder / ".gitignore"
+    if not path.is_file() or path.is_symlink():
+        return rules
     try:
-        lines = rules.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as exc:
         raise PackError(f"cannot read {prefix}.gitignore: {exc.strerror}") from None
-    return [*specs, (prefix, GitIgnoreSpec.from_lines(lines))]
+    rerooted = (_rerooted(line, prefix) for line in text.splitlines())
+    own = (_rule(line) for line in rerooted if line is not None)
+    return _Rules((*rules.rules, *(rule for rule in own if rule is not None)))
+
+
+def _rerooted(line: str, prefix: str) -> str | None:
+    """A `.gitignore` line of the folder `prefix`, relative to the project instead; None for a
+    blank line or a comment. By Git's rule a pattern with a slash before its end is anchored to
+    its file's folder, and one without matches at any depth below it."""
+    if not line.strip() or line.startswith("#"):
+        return None
+    if not prefix:
+        return line
+    negated = line.startswith("!")
+    body = line[1:] if negated else line
+    anchored = "/" in body.rstrip(" ").rstrip("/")
+    base = "".join(f"\\{c}" if c in "\\*?[" else c for c in prefix)  # the folder's name, literally
+    rooted = base + body.removeprefix("/") if anchored else f"{base}**/{body}"
+    return f"!{rooted}" if negated else rooted
 
 
 def _is_env(name: str) -> bool:
     return name == ".env" or name.startswith(".env.")
-
-
-def _ignored(specs: list[tuple[str, GitIgnoreSpec]], name: str) -> bool:
-    """Whether Git would leave `name` out: the deepest `.gitignore` with a pattern that matches
-    it decides (a `!` pattern keeps it), as Git's precedence has it."""
-    for prefix, spec in reversed(specs):
-        verdict = spec.check_file(name[len(prefix) :]).include
-        if verdict is not None:
-            return verdict
-    return False
 
 
 def _write(sink: _Sink, entries: list[tuple[str, Path]]) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -67,6 +69,61 @@ def test_what_gitignore_files_leave_out_is_left_out_nested_ones_and_negations_to
     assert packed.files == 8
     # x.log, build/, deep/build/, sub/y.tmp, sub/data/, sub/only-here
     assert "6 paths left out by .gitignore" in packed.notes
+
+
+def git_keeps(project: Path) -> set[str]:
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--others", "--exclude-standard"],
+        cwd=project, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return set(listed.stdout.split("\0")) - {""}
+
+
+GIT_CASES = {
+    "folders, anchors, ** and negations": (
+        {
+            ".gitignore": "*.o\n/dist\nlogs/**\n!logs/keep/\n!logs/keep/**\n"
+            "doc/**/*.tmp\n\\#hash\n",
+            "src/.gitignore": "gen*\n!gen_keep.c\nsub/\n",
+            "src/lib/.gitignore": "!*.o\n",
+        },
+        "a.o dist/x src/dist/y logs/a logs/keep/b logs/keep/c/d doc/x.tmp doc/a/b/y.tmp "
+        "doc/z.md #hash src/gen1.c src/gen_keep.c src/sub/q src/lib/sub/r src/lib/m.o "
+        "src/lib/gen2 src/main.c",
+    ),
+    "a folder kept by a deeper file does not keep the outer file's patterns off its files": (
+        {".gitignore": "*.log\n", "sub/.gitignore": "!logs/\n"},
+        "sub/logs/a.log sub/logs/b.txt sub/c.log d.txt",
+    ),
+    "a whitelist": (
+        {".gitignore": "*\n!*/\n!*.py\n!.gitignore\n"},
+        "a.py b.txt pkg/c.py pkg/d.bin pkg/deep/e.py",
+    ),
+    "a parent left out cannot be brought back": (
+        {".gitignore": "build/\n!build/keep\n"},
+        "build/keep build/other main.py",
+    ),
+    "lines that are no pattern": (
+        {".gitignore": "\\\n[\n   \n/\n*.tmp   \n"},
+        "a.tmp b.py",
+    ),
+    "folders whose names are glob characters": (
+        {"we[ird]/.gitignore": "*.tmp\n/top\n", "a*b/.gitignore": "x\n"},
+        "we[ird]/a.tmp we[ird]/top we[ird]/s/top we[ird]/k.py a*b/x a*b/y wd/a.tmp",
+    ),
+}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("case", list(GIT_CASES))
+def test_what_is_packed_is_what_git_would_keep(project: Path, out: Path, case: str) -> None:
+    rules, files = GIT_CASES[case]
+    for name, text in rules.items():
+        write(project, name, text)
+    for name in files.split():
+        write(project, name)
+    assert names(pack(project, into=out)) == git_keeps(project)
 
 
 def test_every_git_folder_or_file_is_left_out(project: Path, out: Path) -> None:
