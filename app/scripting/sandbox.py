@@ -105,7 +105,8 @@ class Sandbox:
         return (self.work_dir, self.artifacts_dir, self.checkpoint_dir)
 
     def argv(self) -> list[str]:
-        """The whole command line: limits, the drop to `user` when root, then bubblewrap."""
+        """The whole command line: the drop to `user` when root, the limits, then bubblewrap
+        (only the drop's `setpriv` runs as root with the run's environment)."""
         for path in (self.env_dir, *self.readonly, *self.writable()):
             _check_bindable(path)
         if self.user.uid == 0:
@@ -113,7 +114,7 @@ class Sandbox:
         if any(name.startswith("LD_") for name in self.environment):
             # The environment is that of the tools that start the sandbox too, root's included.
             raise ValueError("LD_ names are refused in a sandbox's environment")
-        return [*self._limits(), *self._drop(), _tool("bwrap"), *self._bwrap_options()]
+        return [*self._drop(), *self._limits(), _tool("bwrap"), *self._bwrap_options()]
 
     def _limits(self) -> list[str]:
         limits = self.limits
