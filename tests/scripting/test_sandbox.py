@@ -170,6 +170,16 @@ def test_script_runs_unprivileged(base: Path) -> None:
         assert (base / "work").stat().st_uid == sandbox.NOBODY.uid  # handed over to it
 
 
+def test_hand_over_changes_links_never_what_they_point_at(base: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker hands its folders over")
+    target = base / "service" / "settings.env"
+    (base / "work" / "link").symlink_to(target)
+    box(base, ["/bin/true"])  # hands the folders over
+    assert (base / "work" / "link").lstat().st_uid == sandbox.NOBODY.uid
+    assert target.stat().st_uid == 0
+
+
 def test_limits_bound_file_size_and_tmp(base: Path) -> None:
     limits = Limits(processes=64, memory_bytes=2**31, file_bytes=2**20, tmp_bytes=2**20)
     script = (
