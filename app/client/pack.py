@@ -17,8 +17,10 @@ What is left out:
 
 The archive is deterministic, so the same files give the same SHA-256 (the server stores code
 by it): names sorted, times, owners and the gzip header fixed, modes 0644, or 0755 for a file
-its owner may run and for folders. A project that packs to more than `max_bytes` is refused
-while packing, before anything is sent, with its biggest files named."""
+its owner may run and for folders. A project past the server's bounds is refused before anything
+is sent: with more files and folders than `max_members` or more bytes of files than
+`max_unpacked_bytes` before a byte is written, naming its fullest folders or biggest files; one
+that packs to more than `max_bytes` as soon as the archive passes it, naming its biggest files."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import re
 import stat
 import tarfile
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,9 +39,12 @@ from pathspec import GitIgnoreSpec
 
 from app.client.words import size
 
-MAX_PACK_BYTES = 100 * 1024 * 1024  # the server's MAX_CODE_BYTES default
-BIGGEST_SHOWN = 5  # files named when a project is too big
-CHUNK = 1 << 20
+# The server's defaults (MAX_CODE_BYTES, MAX_CODE_UNPACKED_BYTES, MAX_CODE_MEMBERS): past them
+# it would refuse the upload, so the client refuses first and says what to leave out.
+MAX_PACK_BYTES = 100 << 20
+MAX_UNPACKED_BYTES = 1 << 30
+MAX_MEMBERS = 20_000
+SHOWN = 5  # files, or folders, named when a project is too big
 
 
 class PackError(Exception):
@@ -104,6 +110,8 @@ def pack(
     *,
     include_env: bool = False,
     max_bytes: int = MAX_PACK_BYTES,
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
     into: Path | None = None,
 ) -> Packed:
     """Pack the folder `root` into a temporary `.tar.gz` (in `into`, else the system's temporary
@@ -114,6 +122,7 @@ def pack(
         raise PackError(f"{root} is not a folder")
     plan = _Plan()
     _walk(root, "", _Rules(), plan, include_env)
+    _check_bounds(plan, max_unpacked_bytes, max_members)
     if plan.ignored:
         plan.notes.append(f"{plan.ignored} paths left out by .gitignore")
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept past this function on success
@@ -126,7 +135,7 @@ def pack(
             files = _write(sink, plan.entries)
     except _TooBigError:
         path.unlink(missing_ok=True)
-        raise PackError(_too_big(plan, max_bytes)) from None
+        raise PackError(_too_big(plan, f"packs to more than {size(max_bytes)}")) from None
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -277,12 +286,27 @@ def _write(sink: _Sink, entries: list[tuple[str, Path]]) -> int:
     return files
 
 
-def _too_big(plan: _Plan, max_bytes: int) -> str:
+def _check_bounds(plan: _Plan, max_unpacked_bytes: int, max_members: int) -> None:
+    """Refuse, before anything is written, a project past the server's bounds on its files."""
+    if len(plan.entries) > max_members:
+        per_top = Counter(name.split("/", 1)[0] for name, _ in plan.entries)
+        fullest = sorted(per_top.items(), key=lambda item: (-item[1], item[0]))[:SHOWN]
+        named = ", ".join(f"{name} ({count:,})" for name, count in fullest)
+        raise PackError(
+            f"the project has {len(plan.entries):,} files and folders, more than the "
+            f"{max_members:,} the server takes; the fullest: {named}. "
+            "Add what the job does not need to .gitignore"
+        )
+    if sum(s for s, _ in plan.sizes) > max_unpacked_bytes:
+        raise PackError(_too_big(plan, f"holds more than {size(max_unpacked_bytes)} of files"))
+
+
+def _too_big(plan: _Plan, what: str) -> str:
     total = sum(s for s, _ in plan.sizes)
-    biggest = sorted(plan.sizes, key=lambda item: (-item[0], item[1]))[:BIGGEST_SHOWN]
+    biggest = sorted(plan.sizes, key=lambda item: (-item[0], item[1]))[:SHOWN]
     named = ", ".join(f"{name} ({size(s)})" for s, name in biggest)
     return (
-        f"the project packs to more than {size(max_bytes)}, the most the server takes "
+        f"the project {what}, the most the server takes "
         f"({len(plan.sizes)} files, {size(total)} before compression); the biggest: {named}. "
         "Add what the job does not need to .gitignore"
     )

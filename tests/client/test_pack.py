@@ -170,6 +170,37 @@ def test_a_project_too_big_is_refused_while_packing_with_its_biggest_files_named
     assert names(packed) == {".gitignore", "train.py"}
 
 
+def test_a_project_past_the_servers_unpacked_bound_is_refused_before_packing(
+    project: Path, out: Path
+) -> None:
+    write(project, "zeros.bin", bytes(200_000))  # packs small, unpacks big
+    write(project, "train.py", "print('hi')\n")
+    with pytest.raises(PackError) as refused:
+        pack(project, max_unpacked_bytes=100_000, into=out)
+    assert str(refused.value).startswith(
+        "the project holds more than 97.7 KiB of files, the most the server takes "
+        "(2 files, 195.3 KiB before compression); the biggest: zeros.bin (195.3 KiB), train.py"
+    )
+    assert list(out.iterdir()) == []
+
+
+def test_a_project_past_the_servers_member_bound_names_its_fullest_folders(
+    project: Path, out: Path
+) -> None:
+    for i in range(6):
+        write(project, f"node_modules/m{i}.js")
+    write(project, "cache/a")
+    write(project, "train.py")
+    with pytest.raises(PackError) as refused:
+        pack(project, max_members=9, into=out)  # 8 files and 2 folders
+    assert str(refused.value) == (
+        "the project has 10 files and folders, more than the 9 the server takes; the fullest: "
+        "node_modules (7), cache (2), train.py (1). Add what the job does not need to .gitignore"
+    )
+    assert list(out.iterdir()) == []
+    assert pack(project, max_members=10, into=out).files == 8
+
+
 def test_the_same_files_give_the_same_archive_whatever_their_times_owners_and_modes(
     project: Path, out: Path
 ) -> None:
