@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.client.pack import Packed, PackError, pack
+from app.client.pack import MAX_MEMBERS, MAX_UNPACKED_BYTES, Packed, PackError, pack
+from app.code.archive import Bounds, unpack
 
 
 def write(root: Path, name: str, text: str | bytes = "x") -> Path:
@@ -259,6 +260,24 @@ def test_the_archive_unpacks_under_the_strictest_filter_as_the_project_was(
         twin = unpacked / path.relative_to(project)
         assert twin.is_dir() if path.is_dir() else twin.read_bytes() == path.read_bytes()
     assert packed.files == 4
+
+
+def test_the_server_takes_the_archive_and_unpacks_it_as_the_project_was(
+    project: Path, out: Path, tmp_path: Path
+) -> None:
+    write(project, "train.py", "print('train')\n")
+    write(project, "data/é ñ.txt", "unicode\n")
+    write(project, "a/" * 40 + "deep.txt", "long name\n")
+    write(project, "run.sh", "#!/bin/sh\n").chmod(0o700)
+    (project / "empty").mkdir()
+    packed = pack(project, into=out)
+    bounds = Bounds(max_members=MAX_MEMBERS, max_unpacked_bytes=MAX_UNPACKED_BYTES)
+    members = unpack(packed.path, tmp_path / "unpacked", bounds)
+    assert sum(not m.folder for m in members) == packed.files == 4
+    assert [m.name for m in members if m.executable and not m.folder] == ["run.sh"]
+    for path in project.rglob("*"):
+        twin = tmp_path / "unpacked" / path.relative_to(project)
+        assert twin.is_dir() if path.is_dir() else twin.read_bytes() == path.read_bytes()
 
 
 def test_packing_what_is_not_a_folder_is_refused(tmp_path: Path) -> None:
