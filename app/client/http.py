@@ -73,6 +73,12 @@ class CodeUploaded(BaseModel):
     bytes: int
 
 
+class CodeInfo(CodeUploaded):
+    """GET /code/{code_id}'s answer to the code's owner: also when it was first uploaded."""
+
+    uploaded_at: float
+
+
 class Uploaded(NamedTuple):
     """What an upload of a project's archive stored: its code id and its size in bytes."""
 
@@ -190,6 +196,17 @@ class Client(AdminCalls):
             raise self._failure(reply)
         stored = self._parse(CodeUploaded, reply)
         return Uploaded(stored.code_id, stored.bytes)
+
+    def code_info(self, code_id: str) -> CodeInfo | None:
+        """GET /code/{code_id}: the account's stored code of that id (an archive's SHA-256), or
+        None when the server does not have it for this account, so it must be uploaded."""
+        try:
+            reply = self._request("GET", f"/code/{segment(code_id)}")
+        except RequestError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._parse(CodeInfo, reply)
 
     def cancel(self, task_id: str) -> Cancelled:
         """DELETE /tasks/{id}: revoke a queued job, or ask a running one to stop."""

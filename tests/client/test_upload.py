@@ -37,6 +37,13 @@ def loopback() -> Iterator[tuple[str, Seen]]:
             length = int(self.headers.get("Content-Length", "0"))
             body = self.rfile.read(length)
             seen.requests.append((self.command, self.path, dict(self.headers.items()), body))
+            self.answer()
+
+        def do_GET(self) -> None:
+            seen.requests.append((self.command, self.path, dict(self.headers.items()), b""))
+            self.answer()
+
+        def answer(self) -> None:
             self.send_response(seen.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(seen.body)))
@@ -130,3 +137,21 @@ def test_a_server_that_is_not_there_is_named(archive: Path) -> None:
     with Client("http://127.0.0.1:9") as client, pytest.raises(RequestError) as failed:
         client.upload_code(archive)
     assert str(failed.value).startswith("cannot reach http://127.0.0.1:9")
+
+
+def test_whether_the_server_has_the_code_already_asks_by_its_sha256(
+    server: tuple[str, Seen], archive: Path
+) -> None:
+    url, seen = server
+    digest = "ab" * 32
+    seen.body = json.dumps({"code_id": digest, "bytes": 12, "uploaded_at": 1.5}).encode()
+    with Client(url, "key-1") as client:
+        info = client.code_info(digest)
+        assert info is not None
+        assert (info.code_id, info.bytes, info.uploaded_at) == (digest, 12, 1.5)
+        seen.status, seen.body = 404, b'{"detail": "code not found"}'
+        assert client.code_info(digest) is None  # not stored, or not this account's
+        seen.status, seen.body = 401, b'{"detail": "invalid API key"}'
+        with pytest.raises(RequestError, match=r"^401 invalid API key"):
+            client.code_info(digest)
+    assert [(m, p) for m, p, _, _ in seen.requests] == [("GET", f"/code/{digest}")] * 3
