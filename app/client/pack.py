@@ -34,6 +34,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from pathspec import GitIgnoreSpec
 
@@ -90,7 +91,7 @@ class _TooBigError(Exception):
 class _Sink:
     """The archive's file, counted and hashed as gzip writes it; past `limit` bytes it stops."""
 
-    def __init__(self, raw: tempfile._TemporaryFileWrapper[bytes], limit: int) -> None:
+    def __init__(self, raw: IO[bytes], limit: int) -> None:
         self.raw, self.limit = raw, limit
         self.count, self.digest = 0, hashlib.sha256()
 
