@@ -220,6 +220,21 @@ class Settings(BaseSettings):
     max_checkpoint_bytes: int = Field(
         1 << 30, gt=0, description="the checkpoint a run may leave; more ends it as FAILURE"
     )
+    max_code_bytes: int = Field(
+        100 << 20, gt=0, description="largest archive POST /code takes, packed (docs/scripts.md)"
+    )
+    max_code_unpacked_bytes: int = Field(
+        1 << 30, gt=0, description="bytes an uploaded archive's files may hold, unpacked"
+    )
+    max_code_members: int = Field(
+        20_000, gt=0, description="files and folders an uploaded archive may hold"
+    )
+    max_code_bytes_per_account: int = Field(
+        1 << 30, gt=0, description="packed bytes of code one account may have stored"
+    )
+    code_ttl_s: float = Field(
+        30 * 86400, gt=0, description="uploaded code unused this long is removed"
+    )
     webhook_secret: SecretStr | None = Field(
         None, description="whsec_<base64>: signs webhooks (Standard Webhooks); unset: no webhooks"
     )

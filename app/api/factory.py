@@ -21,6 +21,7 @@ from app.api.routes import (
     accounts,
     admin,
     bills,
+    code,
     dashboard,
     health,
     job_types,
@@ -59,7 +60,8 @@ def create_app(settings: Settings, *, submit_fast_path: bool = True) -> FastAPI:
         lifespan=lifespan,
         default_response_class=OrjsonResponse,
     )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    wider = {code.PATH: settings.max_code_bytes}  # an upload's own bound, in its route too
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, wider=wider)
     app.add_middleware(ErrorRate)  # outside BodyLimit, to count its 413s too
     if submit_fast_path:
         app.add_middleware(SubmitFastPath, api=app, max_bytes=settings.max_body_bytes)
@@ -74,6 +76,7 @@ def create_app(settings: Settings, *, submit_fast_path: bool = True) -> FastAPI:
             app.include_router(accounts.own)  # GET /account, where it always stood
         app.include_router(module.router)
     app.include_router(outputs.build(settings))
+    app.include_router(code.router)
     app.openapi = lambda: schema.public(app)  # type: ignore[method-assign]
     return app
 

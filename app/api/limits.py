@@ -5,6 +5,7 @@ that end in an error against their key's rate too)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
@@ -39,19 +40,24 @@ class BodyLimit:
     disconnect, and whatever it still tries to send is dropped.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, wider: Mapping[str, int] = {}) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        # The refusal is the same every time: written once, here.
-        self._refusal = json.dumps({"detail": f"request body over {max_bytes} bytes"}).encode()
+        self.wider = dict(wider)  # the paths that take larger bodies (POST /code), and how large
+        # Each refusal is the same every time: written once, here.
+        self._refusals = {
+            limit: json.dumps({"detail": f"request body over {limit} bytes"}).encode()
+            for limit in (max_bytes, *self.wider.values())
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        most = self.wider.get(scope["path"], self.max_bytes) if self.wider else self.max_bytes
         length = _content_length(scope["headers"])
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await self._refuse(send)
+        if length is not None and (not length.isdigit() or int(length) > most):
+            await self._refuse(send, most)
             return
         seen = 0
         refused = False
@@ -60,9 +66,9 @@ class BodyLimit:
             nonlocal seen, refused
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes and not refused:
+            if seen > most and not refused:
                 refused = True
-                await self._refuse(send)
+                await self._refuse(send, most)
             return {"type": "http.disconnect"} if refused else message
 
         async def guarded(message: Message) -> None:
@@ -71,8 +77,8 @@ class BodyLimit:
 
         await self.app(scope, limited, guarded)
 
-    async def _refuse(self, send: Send) -> None:
-        body = self._refusal
+    async def _refuse(self, send: Send, most: int) -> None:
+        body = self._refusals[most]
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),

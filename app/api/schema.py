@@ -22,7 +22,7 @@ def whole(app: FastAPI) -> dict[str, Any]:
             title=app.title, version=app.version, summary=app.summary, routes=app.routes
         )
         for path, operations in schema["paths"].items():
-            if "{task_id}" in path:
+            if "{task_id}" in path or "{code_id}" in path:  # a code id's 404 is as a task id's
                 for operation in operations.values():
                     if _automatic(operation["responses"].get("422")):
                         operation["responses"].pop("422")

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis
 
+from app.api.routes import code
 from app.auth import Account
 from tests.api.conftest import Api
 from tests.api.helpers import (
@@ -194,6 +195,9 @@ async def test_the_same_request_with_the_valid_key_is_not_refused(
 
     if "{name}" in path:  # the job left no artifact: past the key, the artifact's own 404
         assert response.json() == {"detail": "artifact not found"}
+        return
+    if path.startswith("/code"):  # the account has no code and may not upload: past the key
+        assert response.json()["detail"] in {code.NO_CODE, code.NOT_ALLOWED}
         return
     assert response.status_code < 300, response.text[:300]
 

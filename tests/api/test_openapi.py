@@ -72,6 +72,16 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
         "429": ERROR,
         "503": ERROR,
     },
+    ("post", "/code"): {
+        "401": ERROR,
+        "403": ERROR,
+        "413": ERROR,
+        "415": ERROR,
+        "422": ERROR,
+        "429": ERROR,
+        "503": ERROR,
+    },
+    ("get", "/code/{code_id}"): {"401": ERROR, "404": ERROR, "429": ERROR, "503": ERROR},
     # Admin endpoints answer 404, not 401, to a key that is not an admin's (or to none).
     ("get", "/admin/queues"): {"404": ERROR, "429": ERROR, "503": ERROR},
     ("post", "/admin/tasks/{task_id}/promote"): {
@@ -123,6 +133,7 @@ SUCCESSES = {
     ("delete", "/tasks/{task_id}"): {"200", "202"},  # 202: a running job was asked to stop
     ("post", "/admin/accounts"): {"201"},
     ("post", "/admin/accounts/{user_id}/keys"): {"201"},
+    ("post", "/code"): {"200", "201"},  # 200: the account had that code already
 }
 UNKEYED = {"/health", "/metrics"}
 

@@ -106,6 +106,12 @@ def submit_refused_only_beyond_the_schema(
             assert error["type"] in BEYOND_THE_SCHEMA, f"a valid body refused: {error}"
 
 
+@schemathesis.serializer("application/gzip")
+def _gzip(ctx: Any, value: Any) -> bytes:
+    """POST /code's raw body (a .tar.gz, as the schema says: any bytes), sent as generated."""
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 class LiveApp:
     """The ASGI app Schemathesis calls: it forwards to the app the current test opened."""
 

@@ -354,7 +354,7 @@ async def test_the_account_says_whose_key_it_is(
     assert response.status_code == 200, response.text
     body = response.json()
     assert set(body) == {
-        "user_id", "description", "share", "admin", "max_queued", "max_running",
+        "user_id", "description", "share", "admin", "run_scripts", "max_queued", "max_running",
         "max_held_gpu_seconds", "month",
     }  # fmt: skip
     assert (body["max_running"], body["max_held_gpu_seconds"]) == (None, None)  # no limits
