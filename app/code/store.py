@@ -27,7 +27,9 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from app.artifacts import ArtifactStore
+from app.artifacts import ArtifactStore, open_artifacts
+from app.connections import async_client
+from app.settings import Settings
 
 #: Where, under the artifacts' folder or prefix, code is kept (no job id: no sweep of theirs
 #: reaches it).
@@ -210,3 +212,18 @@ class CodeStore:
         if digest.hexdigest() != code_id:
             target.unlink(missing_ok=True)
             raise CorruptCodeError(f"{code_id}: the stored archive's bytes have changed")
+
+
+def expire_code(settings: Settings) -> int:
+    """Drop the code unused for CODE_TTL_S, for the service's periodic sweep (blocks: it runs
+    where no event loop does); how many accounts' holds went."""
+
+    async def expire() -> int:
+        client = async_client(settings)
+        try:
+            store = CodeStore(open_artifacts(settings).within(AREA), client)
+            return await store.expire(settings.code_ttl_s)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(expire())

@@ -24,6 +24,7 @@ from celery import Celery, Task
 from app import connections
 from app.artifacts import CHECKPOINTS, open_artifacts
 from app.auth import AccountBook
+from app.code.store import expire_code
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
@@ -165,10 +166,20 @@ class Service:
         # keep them as long as the longest run besides.
         longest_run = max(settings.max_short_s, settings.max_long_s) + settings.timeout_grace_s
         self.sweep_checkpoints(settings.job_ttl_s + longest_run)
+        self.sweep_code()
         try:
             return open_artifacts(settings).sweep(settings.job_ttl_s + longest_run)
         except Exception:
             log.warning("the artifact sweep failed", exc_info=True)
+            return 0
+
+    def sweep_code(self) -> int:
+        """Drop uploaded code unused for CODE_TTL_S (docs/scripts.md, "Retention"); how many
+        accounts' holds went. A failure is logged, as the artifacts' sweep's is."""
+        try:
+            return expire_code(self.settings)
+        except Exception:
+            log.warning("the code sweep failed", exc_info=True)
             return 0
 
     def forget_checkpoint(self, job_id: str) -> None:
