@@ -40,10 +40,12 @@ class BodyLimit:
     disconnect, and whatever it still tries to send is dropped.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, wider: Mapping[str, int] = {}) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, wider: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.wider = dict(wider)  # the paths that take larger bodies (POST /code), and how large
+        self.wider = dict(wider or {})  # paths that take larger bodies (POST /code): how large
         # Each refusal is the same every time: written once, here.
         self._refusals = {
             limit: json.dumps({"detail": f"request body over {limit} bytes"}).encode()
