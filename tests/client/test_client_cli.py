@@ -383,6 +383,7 @@ def test_account_shows_who_the_key_is(url: str) -> None:
         "description": "Second demo account, to try ownership by hand",
         "share": 1,
         "admin": False,
+        "run_scripts": False,
         "max_queued": 1000,
         "max_running": None,
         "max_held_gpu_seconds": None,
