@@ -23,9 +23,13 @@ from app.scripting import sandbox
 from app.scripting.sandbox import Limits, Sandbox
 
 UNAVAILABLE = sandbox.available()
-pytestmark = pytest.mark.skipif(
-    UNAVAILABLE is not None, reason=f"the sandbox cannot run here: {UNAVAILABLE}"
-)
+# integration: each test starts real sandboxed processes (bubblewrap), as the real-process tiers do
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        UNAVAILABLE is not None, reason=f"the sandbox cannot run here: {UNAVAILABLE}"
+    ),
+]
 
 #: No run here should take more than milliseconds; this only bounds a broken one.
 RUN_TIMEOUT_S = 30.0
