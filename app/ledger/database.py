@@ -3,12 +3,15 @@ every process that opens it: the first one migrates, the others find nothing to 
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random
@@ -40,8 +43,26 @@ def upgrade(url: str) -> None:
     """Migrate the database at url to the newest schema (once per process). Two processes that
     raced to make a fresh SQLite database's tables: the loser tries again and finds them."""
     if url not in _migrated:
-        command.upgrade(alembic_config(url), "head")
+        with _migrating(url):
+            command.upgrade(alembic_config(url), "head")
         _migrated.add(url)
+
+
+@contextmanager
+def _migrating(url: str) -> Iterator[None]:
+    """For a SQLite file, hold a lock beside it while migrating: its DDL is not transactional
+    (pysqlite), so two processes that both read one revision would both run the next, and the
+    second's version update would find no row. PostgreSQL's turns are env.py's advisory lock."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        yield
+        return
+    with open(f"{parsed.database}.migrating", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def make_engine(url: str) -> Engine:

@@ -1,8 +1,8 @@
 """Alembic's environment: the database named in the configuration, the tables of schema.py.
 
 Every process migrates at start, and a fresh stack starts several at once: on PostgreSQL they
-take turns under an advisory lock; SQLite waits for the one writer (and database.upgrade tries
-again should two have raced to create the same tables)."""
+take turns under an advisory lock; on a SQLite file, under a lock beside it (database.py
+_migrating: its DDL is not transactional)."""
 
 from __future__ import annotations
 
