@@ -166,7 +166,8 @@ class Service:
         # keep them as long as the longest run besides.
         longest_run = max(settings.max_short_s, settings.max_long_s) + settings.timeout_grace_s
         self.sweep_checkpoints(settings.job_ttl_s + longest_run)
-        self.sweep_code()
+        # (uploaded code's sweep, sweep_code, joins here once a job's code counts as in use:
+        # docs/scripts.md, "Retention")
         try:
             return open_artifacts(settings).sweep(settings.job_ttl_s + longest_run)
         except Exception:
@@ -175,7 +176,8 @@ class Service:
 
     def sweep_code(self) -> int:
         """Drop uploaded code unused for CODE_TTL_S (docs/scripts.md, "Retention"); how many
-        accounts' holds went. A failure is logged, as the artifacts' sweep's is."""
+        accounts' holds went. A failure is logged, as the artifacts' sweep's is. Not scheduled
+        yet: a queued script job must first keep its code in use."""
         try:
             return expire_code(self.settings)
         except Exception:

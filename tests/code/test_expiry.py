@@ -1,5 +1,5 @@
-"""The service's periodic sweep drops code unused for CODE_TTL_S, and its archive with its last
-owner; code used since stays."""
+"""The service's code sweep (not scheduled until a job's code counts as in use) drops code
+unused for CODE_TTL_S, and its archive with its last owner; code used since stays."""
 
 from __future__ import annotations
 
