@@ -245,7 +245,9 @@ class JobChild:
                 if replied and watch.began_at is not None:
                     ended = stop.overran(ended, call.budget_s, self._tolerance)
                 return ended, replied
-            self._below = reaper.descendants(self._process.pid)  # for a crash: its orphans
+            below = reaper.descendants(self._process.pid)  # for a crash: its orphans
+            if reaper.alive(self._process.pid):  # a child that died meanwhile shows none: keep
+                self._below = below  # the last look, taken while it lived
             now = time.monotonic()
             self._ask(call, stop, asks, watch, now)
             setup_overrun = watch.began_at is None and now >= setup_deadline
