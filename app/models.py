@@ -20,10 +20,20 @@ StoppedBy = Literal["owner", "operator"]
 WaitingFor = Literal["account_limit", "gpu", "turn"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
 #: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
-#: out of GPU memory, its type's setup() failed (the job never began: not billed), or the service
-#: itself failed while it ended the job (internal).
+#: out of GPU memory, its type's setup() failed (the job never began: not billed), the service
+#: itself failed while it ended the job (internal), a script job's environment could not be built
+#: (environment) or its script exited with a code other than 0 (exit_code).
 ErrorKind = Literal[
-    "exception", "timeout", "cancelled", "crashed", "lost", "oom", "setup", "internal"
+    "exception",
+    "timeout",
+    "cancelled",
+    "crashed",
+    "lost",
+    "oom",
+    "setup",
+    "internal",
+    "environment",
+    "exit_code",
 ]
 #: Why a worker replaced its warm job child before the next job (app/worker/hygiene.py): the
 #: child died, its device failed the check after a job, a job left GPU memory held or the heap
@@ -102,6 +112,12 @@ class TypedEnqueueRequest(BaseModel):
     )
     kind: Kind | None = Field(None, description="the queue; by default the type's")
     webhook: WebhookUrl = None
+    preemptible: bool | None = Field(
+        None,
+        description="script jobs only: whether the scheduler may ask a run to yield its GPU "
+        "(SIGTERM; it resumes later from its checkpoint folder); a typed job's type decides, "
+        "and the field is a 422 there",
+    )
 
     @field_validator("duration_s", mode="before")
     @classmethod
@@ -167,6 +183,14 @@ class TaskLogs(BaseModel):
     lines: list[LogLine]
 
 
+class ScriptEnvironment(BaseModel):
+    """How a script job's environment was had: from the host's cache, or built (its seconds are
+    billed as the job's)."""
+
+    cached: bool
+    seconds: float = Field(description="the build's seconds; 0 for a cache hit")
+
+
 class JobResult(BaseModel):
     """What a finished job reports (success, or the timestamps of a failure)."""
 
@@ -188,6 +212,14 @@ class JobResult(BaseModel):
     )
     artifacts: list[Artifact] | None = Field(
         None, description="on SUCCESS: the files it left (GET /tasks/{task_id}/artifacts/{name})"
+    )
+    exit_code: int | None = Field(
+        None,
+        description="a script job's exit code once its script has ended (negative: the signal "
+        "that ended it); null for a typed job",
+    )
+    environment: ScriptEnvironment | None = Field(
+        None, description="a script job's environment: whether it was cached, its build's seconds"
     )
 
 

@@ -5,7 +5,13 @@
 See docs/jobs.md for how to write, register, test and deploy one.
 """
 
-from app.jobs.context import JobCancelledError, JobContext, JobPreemptedError
+from app.jobs.context import (
+    FAILURE_KINDS,
+    JobCancelledError,
+    JobContext,
+    JobFailedError,
+    JobPreemptedError,
+)
 from app.jobs.registry import (
     MAX_OUTPUT_BYTES,
     JobType,
@@ -16,9 +22,11 @@ from app.jobs.registry import (
 )
 
 __all__ = [
+    "FAILURE_KINDS",
     "MAX_OUTPUT_BYTES",
     "JobCancelledError",
     "JobContext",
+    "JobFailedError",
     "JobPreemptedError",
     "JobType",
     "Registry",

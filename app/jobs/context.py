@@ -26,6 +26,22 @@ class JobPreemptedError(Exception):
     resumes from its checkpoint_dir."""
 
 
+#: The error kinds a job type may end a run with (JobFailedError), beside an exception's own.
+FAILURE_KINDS = frozenset({"environment", "exit_code"})
+
+
+class JobFailedError(Exception):
+    """Raised by a job type whose run failed in a way it names: `kind` is the job's error_kind
+    (one of FAILURE_KINDS; a script job's environment that could not be built, or its script's
+    exit code other than 0), and the message its error."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"a failure kind is one of {sorted(FAILURE_KINDS)}, not {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+
+
 def _scratch_dir() -> Path:
     """An empty folder of its own for a context built by hand (a test of a job type): a worker
     always passes the run's folder, whose files become the job's artifacts."""
@@ -49,6 +65,10 @@ def _ignore_log(text: str) -> None:
 
 def _ignore_progress(fraction: float, message: str) -> None:
     """Where ctx.progress goes when nobody listens."""
+
+
+def _ignore_note(facts: dict[str, Any]) -> None:
+    """Where ctx.note goes when nobody listens."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,7 @@ class JobContext:
     checkpoint_dir: Path = field(default_factory=_scratch_checkpoints)
     preemptions: int = 0
     _yield: Callable[[], bool] = field(default=_never, repr=False, compare=False)
+    _note: Callable[[dict[str, Any]], None] = field(default=_ignore_note, repr=False, compare=False)
 
     @property
     def cancelled(self) -> bool:
@@ -113,3 +134,8 @@ class JobContext:
         if not math.isfinite(value) or not 0.0 <= value <= 1.0:
             raise ValueError(f"progress is a fraction in [0, 1], got {fraction!r}")
         self._progress(value, str(message)[:MAX_PROGRESS_MESSAGE])
+
+    def note(self, **facts: Any) -> None:
+        """Record facts of this run that its job's result shows however the run ends (a
+        script's `exit_code`, its `environment`); JSON values, the last one of a name wins."""
+        self._note(dict(facts))
