@@ -1,10 +1,11 @@
-"""Following a job to its end, as `watch` and `submit --watch` do: on a terminal, a live status
-line with a progress bar under it and the job's log lines printed above; in a log or a pipe, one
-line per change and per log line; or one JSON status per line for scripts."""
+"""Following a job to its end, as `watch`, `submit --watch` and `run` do: on a terminal, a live
+status line with a progress bar under it and the job's log lines printed above; in a log or a
+pipe, one line per change and per log line; or one JSON status per line for scripts."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import typer
@@ -27,10 +28,8 @@ def watch_to_end(client: Client, task_id: str, as_json: bool) -> None:
     try:
         if as_json:
             last = _follow_json(client, task_id)
-        elif out().is_terminal:
-            last = _follow_live(client, task_id)
         else:
-            last = _follow_lines(client, task_id)
+            last = Follower(task_id).follow(client.events(task_id))
     except KeyboardInterrupt:
         fail(f"stopped watching {task_id}; the job goes on (fairgpu cancel {task_id})", INTERRUPTED)
     if not as_json:
@@ -89,38 +88,51 @@ def _follow_json(client: Client, task_id: str) -> TaskStatus:
     return _ended(last)
 
 
-def _follow_live(client: Client, task_id: str) -> TaskStatus:
-    """A spinner and one status line, redrawn as events come and as the clock moves, with a
-    progress bar under it while the job runs; log lines are printed above them."""
-    spinner = Spinner("dots")
-    seen = _Seen(task_id)
+class Follower:
+    """Shows one job's events on this console until it ends: on a terminal (`live`), a spinner
+    and a status line redrawn as events come and as the clock moves, a progress bar under it
+    while the job runs, its log lines printed above; elsewhere (a log, a pipe), one line per
+    change of status or progress and one per log line. It keeps what it has shown, so a follow
+    stopped by Ctrl-C and taken up again (from the stream's place) shows nothing twice."""
 
-    def render() -> RenderableType:
-        last = seen.last
-        spinner.update(text=Text("connecting...") if last is None else live_line(last, time.time()))
-        if seen.progress is None or not seen.running:
-            return spinner
-        return Group(spinner, progress_bar(seen.progress))
+    def __init__(self, task_id: str, *, live: bool | None = None) -> None:
+        self.seen = _Seen(task_id)
+        self.view = _Lines()
+        self.live = out().is_terminal if live is None else live
 
-    with Live(console=out(), get_renderable=render, transient=True, refresh_per_second=4) as live:
-        for event in client.events(task_id):
+    def follow(self, events: Iterable[JobEvent]) -> TaskStatus:
+        """Show the events until the stream ends; the job's last status."""
+        if self.live:
+            self._live(events)
+        else:
+            self._lines(events)
+        return _ended(self.seen.last)
+
+    def _live(self, events: Iterable[JobEvent]) -> None:
+        spinner, seen = Spinner("dots"), self.seen
+
+        def render() -> RenderableType:
+            last = seen.last
+            text = Text("connecting...") if last is None else live_line(last, time.time())
+            spinner.update(text=text)
+            if seen.progress is None or not seen.running:
+                return spinner
+            return Group(spinner, progress_bar(seen.progress))
+
+        with Live(console=out(), get_renderable=render, transient=True, refresh_per_second=4) as on:
+            for event in events:
+                for line in seen.take(event):
+                    on.console.print(line, soft_wrap=True)
+
+    def _lines(self, events: Iterable[JobEvent]) -> None:
+        console, seen = out(), self.seen
+        for event in events:
+            first = seen.last is None
             for line in seen.take(event):
-                live.console.print(line, soft_wrap=True)
-    return _ended(seen.last)
-
-
-def _follow_lines(client: Client, task_id: str) -> TaskStatus:
-    """One line per change of status or progress, and one per log line, for output that is
-    not a terminal (a log, a pipe)."""
-    console, seen, view = out(), _Seen(task_id), _Lines()
-    for event in client.events(task_id):
-        first = seen.last is None
-        for line in seen.take(event):
-            console.print(line, soft_wrap=True)
-        change = view.change(event, time.time(), first=first, running=seen.running)
-        if change is not None:
-            console.print(change, soft_wrap=True)
-    return _ended(seen.last)
+                console.print(line, soft_wrap=True)
+            change = self.view.change(event, time.time(), first=first, running=seen.running)
+            if change is not None:
+                console.print(change, soft_wrap=True)
 
 
 @dataclass

@@ -8,6 +8,7 @@ import hashlib
 import os
 import time
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 from urllib.parse import quote
@@ -86,6 +87,13 @@ class Uploaded(NamedTuple):
     bytes: int
 
 
+@dataclass
+class StreamPlace:
+    """Where a reader is in a job's event stream: the id of the last event it read."""
+
+    last_id: str | None = None
+
+
 class Cancelled(NamedTuple):
     """What DELETE /tasks/{id} did: the job's status, and whether it was running and is now
     only asked to stop (202) rather than revoked at once (200)."""
@@ -120,18 +128,17 @@ class Client(AdminCalls):
         *,
         duration_s: float | None = None,
         kind: Kind | None = None,
+        preemptible: bool | None = None,
         idempotency_key: str | None = None,
     ) -> EnqueueResponse:
         """POST /enqueue-task: queue a job of a type (GET /job-types) with its input (None: {});
-        its time budget and queue are the type's unless given."""
+        its time budget and queue are the type's unless given (`preemptible`: script jobs only)."""
         body: dict[str, object] = {
             "type": job_type,
             "input": {} if job_input is None else job_input,
         }
-        if duration_s is not None:
-            body["duration_s"] = duration_s
-        if kind is not None:
-            body["kind"] = kind
+        given = {"duration_s": duration_s, "kind": kind, "preemptible": preemptible}
+        body |= {name: value for name, value in given.items() if value is not None}
         return self._enqueue(body, idempotency_key)
 
     def job_types(self) -> list[JobTypeView]:
@@ -284,13 +291,16 @@ class Client(AdminCalls):
             if isinstance(event, TaskStatus):
                 yield event
 
-    def events(self, task_id: str) -> Iterator[JobEvent]:
+    def events(self, task_id: str, place: StreamPlace | None = None) -> Iterator[JobEvent]:
         """The job's events as the server streams them: its statuses, the last one terminal, and
         between them its progress and log lines. A connection that drops mid-stream is opened
         again with Last-Event-ID, at most `reconnects` times in a row; a server that cannot be
-        reached at the start is an error at once."""
+        reached at the start is an error at once. With a `place`, the stream starts after the
+        event it names and moves it on as events are read, so a follow that was stopped (Ctrl-C)
+        is taken up again with nothing replayed."""
         path = f"/task-status/stream/{segment(task_id)}"
-        last_id: str | None = None
+        place = StreamPlace() if place is None else place
+        last_id = place.last_id
         failures = 0
         while True:
             headers = {"Last-Event-ID": last_id} if last_id is not None else {}
@@ -298,7 +308,7 @@ class Client(AdminCalls):
                 with contextlib.closing(self._stream_once(path, headers)) as events:
                     for event_id, event in events:
                         failures = 0  # only drops in a row count against the limit
-                        last_id = event_id or last_id
+                        last_id = place.last_id = event_id or last_id
                         if event is not None:
                             yield event
                         if isinstance(event, TaskStatus) and event.status.terminal:
