@@ -53,6 +53,7 @@ class RedisServer:
         binary: str | None = None,
         extra: tuple[str, ...] = (),
         log: Path | None = None,
+        password: str | None = None,
     ) -> None:
         self.directory = directory
         self.log = log or directory / "redis.log"  # the server's log file
@@ -62,12 +63,15 @@ class RedisServer:
         self.port = port or free_port()
         self.appendonly = appendonly
         self.fsync = fsync
+        #: requirepass: a client without it is refused every command (NOAUTH).
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """The redis:// URL of database 0."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The redis:// URL of database 0 (with the password, when there is one)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         """Start the server (again, after stop or kill, with the same port and files) and wait
@@ -75,6 +79,7 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
             self.binary or find_binary(),
+            *self._config_file(),
             "--port",
             str(self.port),
             "--bind",
@@ -98,8 +103,18 @@ class RedisServer:
         self._wait_ready()
         return self
 
+    def _config_file(self) -> list[str]:
+        """A config file holding the password, readable by its owner alone: on the command line
+        every user of the host would see it in `ps`."""
+        if not self.password:
+            return []
+        conf = self.directory / "redis.conf"
+        conf.touch(mode=0o600)
+        conf.write_text(f'requirepass "{self.password}"\n')
+        return [str(conf)]
+
     def _wait_ready(self) -> None:
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.5)
         what = f"redis-server on port {self.port}"
         try:
             processes.wait_until(lambda: self._answers(client), START_TIMEOUT_S, what, every=0.02)

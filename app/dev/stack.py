@@ -4,8 +4,10 @@ supervised (a process that dies is started again, see supervisor.py); so do the 
 which also kill its workers and so leave supervision off.
 
 What the environment leaves unset, the stack sets for its processes: ARTIFACTS_DIR is a folder in
-its workdir, and WEBHOOK_SECRET a key made for this run (the banner prints it). The processes'
-logs go to log_dir: the workdir unless given (`fairgpu dev` gives a folder that outlives it).
+its workdir, WEBHOOK_SECRET a key made for this run (the banner prints it), and
+SCRIPT_ENV_CACHE_DIR a cache of script jobs' environments of its own (scripts.py). The
+processes' logs go to log_dir: the workdir unless given (`fairgpu dev` gives a folder that
+outlives it).
 
 The API's port is checked before anything starts (port.py), and the stack is up only once the
 socket that answers on it is its own API's: a server that another program (another fairgpu, say)
@@ -36,7 +38,7 @@ from pydantic import SecretStr
 
 from app import connections
 from app.auth import Accounts
-from app.dev import port, processes, ready
+from app.dev import port, processes, ready, scripts
 from app.dev.redis_server import RedisServer
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.settings import Settings
@@ -99,6 +101,7 @@ class Stack:
         self.generated_secret: str | None = None
         #: Whether the SQL database is the stack's own SQLite file (DATABASE_URL was unset).
         self.own_database = False
+        self.env_cache: Path | None = None  # its own SCRIPT_ENV_CACHE_DIR, removed at stop
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self._queues: dict[str, str] = {}  # each worker's queues, to start it again alike
         self._lock = threading.RLock()  # the supervisor's ticks and the stack's own changes
@@ -135,6 +138,9 @@ class Stack:
             self.redis_url = self.redis_server.url
         self.redis_watch = RedisWatch(self.redis_url)
         update = {"redis_url": self.redis_url, **self._own_defaults()}
+        self.env_cache = scripts.own_env_cache(self.settings)  # made here: stop removes it
+        if self.env_cache is not None:
+            update[scripts.ENV_CACHE] = self.env_cache
         self.settings = self.settings.model_copy(update=update)
         self.env = {**os.environ, **as_environment(self.settings)}
         self.api = self._spawn("api", "app.api.serve", {})
@@ -329,6 +335,7 @@ class Stack:
             self._reclaimer.join(timeout=10)
         if self.redis_server is not None:
             self.redis_server.stop()
+        scripts.remove(self.env_cache)
         if self._tmp is not None:
             self._tmp.cleanup()
 
