@@ -11,6 +11,7 @@ in that merged model, for several N.
 from __future__ import annotations
 
 import copy
+import errno
 import fnmatch
 import importlib.util
 import json
@@ -40,6 +41,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 PROMETHEUS_FILE = ROOT / "deploy" / "prometheus.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+SECCOMP_FILE = ROOT / "deploy" / "seccomp" / "script-sandbox.json"
 
 PROFILES = {
     "cpu": {"redis", "postgres", "api", "worker-cpu", "beat", "webhooks"},
@@ -58,7 +60,17 @@ APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
 DATABASE_SERVICES = ("api", "worker-cpu", *GPU_WORKERS)
 
 # Paths inside the containers, which the files may name.
-IMAGE_PATHS = ("/app", "/tmp", "/data", "/home/fairgpu", "/home", "/etc/prometheus", "/prometheus")
+IMAGE_PATHS = (
+    "/app",
+    "/tmp",
+    "/data",
+    "/home/fairgpu",
+    "/home",
+    "/etc/prometheus",
+    "/prometheus",
+    "/opt/script-base",
+    "/var/cache/fairgpu/envs",
+)
 
 # A host name of the public internet: what a package index or an image registry would show as.
 # (A pattern, so that this file names no registry either.)
@@ -474,6 +486,217 @@ def test_accounts_are_mounted_read_only_where_users_file_points(services):
         assert (ROOT / default_source / Path(users_file).name).is_file(), name
 
 
+# --- script jobs: the sandbox, the environment cache and the base ----------------------------
+
+#: What bubblewrap calls to make its sandbox: the workers' profile must refuse none of it.
+BWRAP_SYSCALLS = (
+    "unshare",
+    "clone",
+    "clone3",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "sethostname",
+    "prctl",
+    "capset",
+)
+#: Kernel surfaces that no worker and no script needs, which the profile refuses.
+REFUSED_SYSCALLS = (
+    "init_module",
+    "finit_module",
+    "kexec_load",
+    "bpf",
+    "keyctl",
+    "userfaultfd",
+    "open_by_handle_at",
+    "io_uring_setup",
+    "fsconfig",
+    "perf_event_open",
+)
+#: The image's folder of the scripts' base environment (the Dockerfile's SCRIPT_BASE).
+SCRIPT_BASE_DIR = "/opt/script-base"
+
+
+def script_workers(services: dict[str, dict[str, Any]]) -> list[str]:
+    """Every worker of the file: each may be handed a script job."""
+    return ["worker-cpu", *gpu_workers(services)]
+
+
+def security_options(service: dict[str, Any]) -> dict[str, str]:
+    """`security_opt`, as {option: value} (Compose takes `name=value` and `name:value`)."""
+    options = {}
+    for item in service.get("security_opt", []):
+        name, _, value = re.split(r"([=:])", item, maxsplit=1)
+        options[name] = value
+    return options
+
+
+def runtime_env() -> dict[str, str]:
+    """The ENV of the Dockerfile's final stage: what every container starts with."""
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    env: dict[str, str] = {}
+    for stage, keyword, args in instructions:
+        if stage == final and keyword == "ENV":
+            env.update(item.split("=", 1) for item in shlex.split(args))
+    return env
+
+
+@pytest.fixture(scope="module")
+def seccomp() -> dict[str, Any]:
+    return json.loads(SECCOMP_FILE.read_text())
+
+
+def refused_calls(profile: dict[str, Any]) -> set[str]:
+    return {
+        n
+        for rule in profile["syscalls"]
+        if rule["action"] != "SCMP_ACT_ALLOW"
+        for n in rule["names"]
+    }
+
+
+def test_every_worker_gets_the_least_that_bubblewrap_needs(gpu_host):
+    for name in script_workers(gpu_host):
+        svc = gpu_host[name]
+        assert security_options(svc) == {
+            "no-new-privileges": "true",
+            "seccomp": "./deploy/seccomp/script-sandbox.json",
+            "apparmor": "unconfined",
+            "systempaths": "unconfined",
+        }, name
+        assert svc["cap_drop"] == ["ALL"], name
+        assert "cap_add" not in svc and not svc.get("privileged", False), name
+        assert (ROOT / security_options(svc)["seccomp"]).is_file(), name
+
+
+def test_services_that_run_no_script_keep_dockers_defaults(services):
+    for name, svc in services.items():
+        assert not svc.get("privileged", False), name
+        assert "cap_add" not in svc, name
+        if name not in script_workers(services):
+            assert "security_opt" not in svc, name
+
+
+def test_the_seccomp_profile_allows_what_bubblewrap_does_and_refuses_the_rest(seccomp):
+    assert seccomp["defaultAction"] == "SCMP_ACT_ALLOW"
+    refused = refused_calls(seccomp)
+    assert not set(BWRAP_SYSCALLS) & refused
+    assert set(REFUSED_SYSCALLS) <= refused
+    for rule in seccomp["syscalls"]:
+        # refused outright, whatever the arguments, with an error a program can report
+        assert set(rule) == {"names", "action", "errnoRet"}, rule
+        assert (rule["action"], rule["errnoRet"]) == ("SCMP_ACT_ERRNO", errno.EPERM)
+    # a 32-bit call (int 0x80, x32) is filtered as the 64-bit one is
+    arches = {a["architecture"]: set(a["subArchitectures"]) for a in seccomp["archMap"]}
+    assert arches["SCMP_ARCH_X86_64"] == {"SCMP_ARCH_X86", "SCMP_ARCH_X32"}
+
+
+def test_every_worker_keeps_environments_on_the_hosts_shared_volume(compose, gpu_host):
+    image_cache = runtime_env()["SCRIPT_ENV_CACHE_DIR"]
+    for name in script_workers(gpu_host):
+        svc = gpu_host[name]
+        env = environment(svc)
+        assert env["SCRIPT_ENV_CACHE_DIR"] == image_cache, name
+        mounts = [parse_volume(v) for v in svc["volumes"]]
+        (cache,) = [(source, mode) for source, target, mode in mounts if target == image_cache]
+        # one named volume for every worker of the host: a build is shared, and its lock too
+        assert cache == ("script-envs", "rw"), name
+        budget = re.fullmatch(r"\$\{SCRIPT_ENV_CACHE_BYTES:-(\d+)\}", env["SCRIPT_ENV_CACHE_BYTES"])
+        assert budget and int(budget.group(1)) > 0, name
+    assert "script-envs" in compose["volumes"]
+    assert {"script_env_cache_dir", "script_env_cache_bytes", "script_base_env"} <= set(
+        Settings.model_fields
+    )
+
+
+def test_the_image_makes_the_cache_folder_the_service_users():
+    cache = runtime_env()["SCRIPT_ENV_CACHE_DIR"]
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    runs = " ".join(a for s, kw, a in instructions if s == final and kw == "RUN")
+    assert f"mkdir -p {cache}" in runs
+    assert f"chown fairgpu:fairgpu {cache}" in runs
+
+
+def test_the_cache_and_the_base_lie_where_the_sandbox_may_bind_them():
+    from app.scripting.sandbox import FORBIDDEN
+
+    for folder in (Path(runtime_env()["SCRIPT_ENV_CACHE_DIR"]), Path(SCRIPT_BASE_DIR)):
+        # never inside the service's own folder, nor where the sandbox refuses to bind
+        assert not folder.is_relative_to("/app"), folder
+        assert not any(folder.is_relative_to(forbidden) for forbidden in FORBIDDEN), folder
+
+
+def test_the_runtime_image_has_uv_bubblewrap_setpriv_and_prlimit():
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    in_runtime = [(kw, args) for stage, kw, args in instructions if stage == final]
+    installs = [a for kw, a in in_runtime if kw == "RUN" and "apt-get install" in a]
+    assert len(installs) == 1
+    packages = installs[0].split("apt-get install", 1)[1].split("&&")[0].split()
+    # bubblewrap's bwrap; util-linux's setpriv (the drop from root) and prlimit (the limits)
+    assert {"bubblewrap", "util-linux"} <= set(packages)
+    assert "rm -rf /var/lib/apt/lists/*" in installs[0]
+    assert ("COPY", "--from=builder /usr/local/bin/uv /usr/local/bin/uv") in in_runtime
+    # environments are built on the image's interpreter, never one uv would download
+    assert runtime_env()["UV_PYTHON_DOWNLOADS"] == "never"
+
+
+def test_the_gpu_workers_base_is_the_images_with_torch_and_the_cpu_workers_have_none(
+    gpu_host, services
+):
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    assert (final, "COPY", f"--from=builder {SCRIPT_BASE_DIR} {SCRIPT_BASE_DIR}") in instructions
+    for name in gpu_workers(gpu_host):
+        svc = gpu_host[name]
+        assert environment(svc)["SCRIPT_BASE_ENV"] == SCRIPT_BASE_DIR, name
+        assert "torch" in str(svc["build"]["args"]["SCRIPT_BASE"]).split(), name
+    for name in set(APP_SERVICES) - set(GPU_WORKERS):
+        assert "SCRIPT_BASE_ENV" not in environment(services[name]), name
+        assert not (services[name].get("build", {}).get("args", {}) or {}).get("SCRIPT_BASE")
+
+
+FAKE_UV = """#!/bin/sh
+printf '%s\\n' "$*" >> "$UV_CALLS"
+if [ "$1" = export ]; then echo 'torch==2.9.0'; echo 'filelock==3.20.0'; fi
+"""
+
+
+@pytest.mark.parametrize("base", ["", "torch"])
+def test_the_base_is_installed_at_the_versions_the_lock_pins(tmp_path, base):
+    instructions = dockerfile_instructions()
+    builder = stage_of(instructions, "builder")
+    (script,) = [
+        a for s, kw, a in instructions if s == builder and kw == "RUN" and SCRIPT_BASE_DIR in a
+    ]
+    fake = tmp_path / "uv"
+    fake.write_text(FAKE_UV)
+    fake.chmod(0o755)
+    locked = tmp_path / "locked.txt"
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "UV_CALLS": str(tmp_path / "calls"),
+        "EXTRAS": "torch",
+        "SCRIPT_BASE": base,
+    }
+    body = script.replace("/tmp/locked.txt", str(locked))
+    subprocess.run(["sh", "-c", body], env=env, check=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == f"venv {SCRIPT_BASE_DIR} --python /usr/local/bin/python3"
+    if not base:
+        assert calls == calls[:1]  # an empty environment, nothing installed
+        return
+    export, install = calls[1:]
+    assert export.split()[:2] == ["export", "--frozen"]
+    assert "--no-emit-project" in export and "--extra torch" in export
+    assert install == f"pip install --python {SCRIPT_BASE_DIR} --constraint {locked} torch"
+    assert "torch==2.9.0" in locked.read_text()
+
+
 # --- webhooks --------------------------------------------------------------------------------
 
 
@@ -680,7 +903,7 @@ def test_prometheus_publishes_port_9090(services):
 # --- what the files must not contain ---------------------------------------------------------
 
 
-DEPLOYMENT_FILES = [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE, PROMETHEUS_FILE]
+DEPLOYMENT_FILES = [COMPOSE_FILE, DOCKERFILE, DOCKERIGNORE, PROMETHEUS_FILE, SECCOMP_FILE]
 
 
 @pytest.mark.parametrize("path", DEPLOYMENT_FILES, ids=lambda p: p.name)
