@@ -639,6 +639,77 @@ def test_fairgpu_pods_run_as_the_images_user(applied):
         assert context["runAsUser"] == int(uid.group(1)), name
 
 
+# --- script jobs: the sandbox and the environment cache --------------------------------------
+
+#: Binary quantity suffixes of a volume's size limit.
+QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(text: str) -> int:
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)", text)
+    assert match, text
+    return int(match.group(1)) * QUANTITY[match.group(2)]
+
+
+def test_every_worker_pod_lets_bubblewrap_nest_and_nothing_more(applied):
+    for name in WORKERS:
+        load = applied["Deployment", name]
+        spec = pod_spec(load)
+        # its own user namespace: its users are no users of the node, and /proc may be unmasked
+        assert spec["hostUsers"] is False, name
+        context = spec["securityContext"]
+        assert context["runAsNonRoot"] is True, name
+        assert context["seccompProfile"]["type"] in ("Unconfined", "Localhost"), name
+        assert context["appArmorProfile"] == {"type": "Unconfined"}, name
+        box = container(load)["securityContext"]
+        assert box["procMount"] == "Unmasked", name
+        assert box["allowPrivilegeEscalation"] is False, name
+        assert box["capabilities"] == {"drop": ["ALL"]}, name
+        assert not box.get("privileged", False), name
+
+
+def test_pods_that_run_no_script_keep_the_runtimes_defaults(applied):
+    for name, load in fairgpu_workloads(applied).items():
+        if name in WORKERS:
+            continue
+        spec = pod_spec(load)
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert "appArmorProfile" not in spec["securityContext"], name
+        assert "procMount" not in container(load).get("securityContext", {}), name
+
+
+def test_every_worker_keeps_environments_in_a_bounded_volume_of_its_pod(
+    applied, secrets, monkeypatch
+):
+    image_cache = re.search(r"SCRIPT_ENV_CACHE_DIR=(\S+)", DOCKERFILE.read_text())
+    assert image_cache is not None
+    for name in WORKERS:
+        load = applied["Deployment", name]
+        settings = settings_in(container_env(container(load), applied, secrets), monkeypatch)
+        assert str(settings.script_env_cache_dir) == image_cache.group(1), name
+        (mount,) = [
+            m
+            for m in container(load)["volumeMounts"]
+            if m["mountPath"] == str(settings.script_env_cache_dir)
+        ]
+        assert not mount.get("readOnly", False), name
+        (volume,) = [v for v in pod_spec(load)["volumes"] if v["name"] == mount["name"]]
+        # the cache evicts before the kubelet would evict the pod for its volume
+        limit = quantity_bytes(volume["emptyDir"]["sizeLimit"])
+        assert 0 < settings.script_env_cache_bytes < limit, name
+
+
+def test_the_gpu_worker_builds_on_the_images_torch_base_as_compose_does(
+    applied, secrets, compose_services, monkeypatch
+):
+    env = container_env(container(applied["Deployment", "worker-gpu"]), applied, secrets)
+    twin = compose_services[COMPOSE_TWINS["worker-gpu"]]["environment"]
+    assert env["SCRIPT_BASE_ENV"] == twin["SCRIPT_BASE_ENV"]
+    assert settings_in(env, monkeypatch).script_base_env == Path(twin["SCRIPT_BASE_ENV"])
+    cpu = container_env(container(applied["Deployment", "worker-cpu"]), applied, secrets)
+    assert "SCRIPT_BASE_ENV" not in cpu
+
+
 # --- Redis and its Sentinels -----------------------------------------------------------------
 
 
