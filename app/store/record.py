@@ -20,6 +20,7 @@ from app.models import (
     JobResult,
     Kind,
     Progress,
+    ScriptEnvironment,
     Status,
     TaskStatus,
     WaitingFor,
@@ -85,6 +86,24 @@ def _artifacts(text: str | None) -> list[Artifact] | None:
         return None
 
 
+def _facts(text: str | None) -> tuple[int | None, ScriptEnvironment | None]:
+    """A script's exit code and environment, from the facts its last run noted (JSON); what is
+    missing or malformed is None (a status should survive a bad note rather than answer 500)."""
+    try:
+        facts = json.loads(text) if text else None
+    except ValueError:
+        facts = None
+    if not isinstance(facts, dict):
+        return None, None
+    code = facts.get("exit_code")
+    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    try:
+        environment = ScriptEnvironment.model_validate(facts.get("environment"))
+    except ValidationError:
+        environment = None
+    return exit_code, environment
+
+
 def _kind(value: str) -> Kind:
     for kind in KINDS:
         if value == kind:
@@ -122,6 +141,7 @@ class JobRecord:
     ran_s: float = 0.0  # the seconds of its earlier runs, those its bill counts
     ran_runs: int | None = None  # how many earlier runs those are (absent: its preemptions)
     run_s: float | None = None  # the seconds of its last run, once ended and billed
+    facts: str | None = None  # JSON text, what its last run noted (ctx.note)
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -155,6 +175,7 @@ class JobRecord:
             ran_s=_number(fields, "ran_s") or 0.0,
             ran_runs=_whole(fields, "ran_runs"),
             run_s=_number(fields, "run_s"),
+            facts=fields.get("facts"),
         )
 
     @property
@@ -181,6 +202,7 @@ class JobRecord:
         pending = self.status is Status.PENDING
         result = None
         if self.status is Status.SUCCESS or self.started_at is not None:
+            exit_code, environment = _facts(self.facts)
             result = JobResult(
                 worker=self.worker,
                 gpu_id=self.gpu_id,
@@ -193,6 +215,8 @@ class JobRecord:
                 peak_gpu_memory_bytes=self.peak_gpu_memory_bytes,
                 peak_rss_bytes=self.peak_rss_bytes,
                 artifacts=_artifacts(self.artifacts) if self.status is Status.SUCCESS else None,
+                exit_code=exit_code,
+                environment=environment,
             )
         return TaskStatus(
             task_id=self.task_id,

@@ -69,7 +69,8 @@ class RunEnd:
     (status, and for one that did not succeed its error_kind: 'exception' for a FAILURE and
     'cancelled' for a REVOKED unless said); the seconds the run measured (what its charge was
     priced from); what it left (the error's text, its output as JSON text, the JSON list of
-    the artifacts stored for a SUCCESS, its peaks); and its charge (None bills nothing)."""
+    the artifacts stored for a SUCCESS, its peaks, the facts the job noted); and its charge
+    (None bills nothing)."""
 
     job_id: str
     owner: str
@@ -83,6 +84,8 @@ class RunEnd:
     peak_gpu_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
     artifacts: str | None = None
+    #: What the job noted of its run (ctx.note), one JSON object; the hash's `facts`.
+    facts: str | None = None
 
     def how(self) -> ErrorKind | None:
         """How the run ended where it did not succeed: its error_kind, or the status's."""
@@ -103,6 +106,7 @@ class RunEnd:
             "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes,
             "peak_rss_bytes": self.peak_rss_bytes,
             "artifacts": self.artifacts,
+            "facts": self.facts,
             # the run's seconds where it is billed: the status's runs and ran_s, as the bill
             "run_s": self.seconds if self.charge is not None else None,
         }
@@ -135,6 +139,7 @@ def internal_end(end: RunEnd) -> RunEnd:
         seconds=end.seconds,
         error=INTERNAL_ERROR,
         error_kind="internal",
+        facts=end.facts,  # what the run noted stands, whoever failed after it
     )
 
 

@@ -12,7 +12,8 @@ from typing import Literal
 from app.worker.end_reason import Why
 
 #: How a run ended; "preempted": a preemptible job's run yielded its GPU when asked (or was
-#: stopped for not yielding in time), and the job goes back in line to resume.
+#: stopped for not yielding in time), and the job goes back in line to resume; "environment" and
+#: "exit_code": the job's type ended the run with a JobFailedError of that kind.
 EndKind = Literal[
     "success",
     "exception",
@@ -23,6 +24,8 @@ EndKind = Literal[
     "setup",
     "internal",
     "preempted",
+    "environment",
+    "exit_code",
 ]
 
 ERROR_LINES = 20  # lines of a traceback or of the child's output quoted in an error
@@ -66,6 +69,8 @@ class Ended:
     #: timeout, a run past its budget, a dead child or a run stopped for not yielding; the run's
     #: RunAsks, whose stop a `cancelled` end was (RunAsks.named).
     why: Why | None = None
+    #: What the job noted of its run (ctx.note), one JSON object; None where it noted nothing.
+    facts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class Reply:
     peak_rss_bytes: int | None = None
     trace: str | None = None
     seconds: float | None = None
+    facts: str | None = None  # what the job noted of its run (ctx.note), as JSON
 
     def ended(self, seconds: float) -> Ended:
         """The end, timed by the job's own process where it measured (a worker paused or frozen
@@ -96,6 +102,7 @@ class Reply:
             self.peak_gpu_memory_bytes,
             self.peak_rss_bytes,
             trace=self.trace,
+            facts=self.facts,
         )
 
 

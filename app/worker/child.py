@@ -15,8 +15,9 @@ device probe fails raises DeviceBrokenError at the next run: the device is broke
 The child writes its fds 1 and 2 to two files of its own, which the worker tails while a job
 runs: their lines are the job's `stdout` and `stderr` log lines, and a crash's last words (a C
 library's too, and faulthandler's traceback) are quoted in the job's error. ctx.log and
-ctx.progress come over the pipe; all of it goes to the JobEvents given to run(). Each job gets
-a fresh, empty output folder in the child's temporary folder: its files are the artifacts.
+ctx.progress come over the pipe; all of it goes to the JobEvents given to run(), and what
+ctx.note notes, as it is noted, to the job's end. Each job gets a fresh, empty output folder in
+the child's temporary folder: its files are the artifacts.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ class JobChild:
             watch.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
-        return replace(ended, output_dir=folder)
+        # a reply carries the facts the job noted; a run killed first, those it sent till then
+        return replace(ended, output_dir=folder, facts=ended.facts or watch.facts)
 
     def close(self) -> None:
         """Stop the child (SIGTERM, then SIGKILL) and delete its files; idempotent."""

@@ -54,6 +54,7 @@ class RunEnds:
             status=Status.FAILURE,
             charge=charge,
             seconds=ended.seconds,
+            facts=ended.facts,
         )
         return "failed: internal", internal_end(end)
 
@@ -98,7 +99,7 @@ class RunEnds:
             error_kind=None if ended.end == "success" else ended.end,
             output=ended.output, tflops=_tflops(started.type, ended.output),
             peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
-            peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts,
+            peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts, facts=ended.facts,
         )  # fmt: skip
         return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
 
@@ -119,7 +120,7 @@ class RunEnds:
             job_id=job_id, owner=started.owner, status=Status.REVOKED,
             charge=charge if why.billed else None, seconds=ended.seconds,
             error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
-            peak_rss_bytes=ended.peak_rss_bytes,
+            peak_rss_bytes=ended.peak_rss_bytes, facts=ended.facts,
         )  # fmt: skip
         return ("cancelled" if why is Why.CANCEL else "stopped by an operator"), end
 

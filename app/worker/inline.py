@@ -1,8 +1,8 @@
 """InlineExecutor: runs jobs in the worker's own process, for tests and for debugging a job
 type under pdb. It has what a job needs (its context, setup once per type, typed input and
-output, cooperative cancel and preemption, ctx.log and ctx.progress, an output folder and a
-checkpoint folder) and none of what the warm child adds: a job that hangs, or ignores an ask to
-yield, is not stopped, one that crashes takes the worker with it, and its prints are not
+output, cooperative cancel and preemption, ctx.log, ctx.progress and ctx.note, an output folder
+and a checkpoint folder) and none of what the warm child adds: a job that hangs, or ignores an
+ask to yield, is not stopped, one that crashes takes the worker with it, and its prints are not
 captured. Workers use JobChild."""
 
 from __future__ import annotations

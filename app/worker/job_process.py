@@ -15,7 +15,6 @@ import importlib.util
 import json
 import multiprocessing
 import os
-import resource
 import shutil
 import signal
 import sys
@@ -24,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,14 @@ from app.jobs import (
     MAX_OUTPUT_BYTES,
     JobCancelledError,
     JobContext,
+    JobFailedError,
     JobPreemptedError,
     load_registry,
 )
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
-from app.worker import reaper, tracebacks
-from app.worker.calls import After, Call, EndKind, Reply
+from app.worker import memory, reaper, tracebacks
+from app.worker.calls import ERROR_CHARS, After, Call, EndKind, Reply
+from app.worker.facts import RunFacts
 from app.worker.probe import DeviceProbe, NoDeviceProbe
 from app.worker.watchdog import Watchdog
 
@@ -98,7 +100,8 @@ def child_main(
         processes.sweep()  # what an earlier job's lingering thread started
         began = _began(pipe, call.task_id, processes, jobs)
         lease.running = True
-        reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began)
+        facts = RunFacts(partial(_tell_facts, pipe, call.task_id))
+        reply = jobs.run(call, _context(call, device, (cancel, preempt), pipe), began, facts)
         lease.running = False
         processes.sweep()  # the run's processes end with it
         for stream in (sys.stdout, sys.stderr):
@@ -113,6 +116,11 @@ def _began(pipe: _Pipe, task_id: str, processes: reaper.Sweeper, jobs: Jobs) -> 
         pipe.send(("began", task_id, jobs.set_up))
 
     return began
+
+
+def _tell_facts(pipe: _Pipe, task_id: str, text: str) -> None:
+    """The run's facts as noted so far, to the worker at once: a run killed later keeps them."""
+    pipe.send(("note", task_id, text))
 
 
 class _Pipe:
@@ -232,11 +240,21 @@ class Jobs:
         #: whether the call in hand ran its type's setup() (its job began that much later)
         self.set_up = False
 
-    def run(self, call: Call, ctx: JobContext, began: Callable[[], None] = lambda: None) -> Reply:
+    def run(
+        self,
+        call: Call,
+        ctx: JobContext,
+        began: Callable[[], None] = lambda: None,
+        facts: RunFacts | None = None,
+    ) -> Reply:
         """Run the call's job and say how it ended. began() is called once the type is set up,
         when the job's own time starts; a job that never got there ends `setup` (its type's
-        setup() failed) or `exception` (its type or input is wrong) without calling it."""
+        setup() failed) or `exception` (its type or input is wrong) without calling it. What
+        the job notes (ctx.note) goes to `facts`, and with the reply however the run ends; a
+        JobFailedError ends it with its kind, its message the error."""
         self.set_up = False
+        facts = facts or RunFacts()
+        ctx = replace(ctx, _note=facts.note)
         try:
             job_type, runnable, inp = self._prepare(call, ctx)
         except Exception as exc:
@@ -247,7 +265,8 @@ class Jobs:
                 kind = "preempted"  # or the ask to yield
             cause = exc.__cause__ if isinstance(exc, _SetupError) else exc
             said = str(exc) if isinstance(exc, _SetupError) else tracebacks.describe(exc, None)
-            return Reply(kind, None, said, trace=tracebacks.trace(cause or exc))
+            traced = tracebacks.trace(cause or exc)
+            return Reply(kind, None, said, trace=traced, facts=facts.text())
         began()
         self.probe.reset_peak()
         clock = time.monotonic()
@@ -260,6 +279,8 @@ class Jobs:
             output = _dumped(job_type, runnable.run(ctx, inp))
         except JobCancelledError as exc:
             end, error = "cancelled", str(exc)
+        except JobFailedError as exc:  # a failure the type names: no traceback of ours to show
+            end, error = FAILED.get(exc.kind, "exception"), str(exc)[:ERROR_CHARS]
         except Exception as exc:
             if _yielded(exc, ctx):
                 end, error = "preempted", str(exc)
@@ -269,7 +290,8 @@ class Jobs:
         seconds = time.monotonic() - clock  # the job's own time, whatever its parent went through
         if ctx.cancelled:
             end, output = "cancelled", None  # any end after a cancel counts as the cancel
-        return Reply(end, output, error, self._peak(), _peak_rss(), trace, seconds)
+        peaks = (self._peak(), memory.peak_rss())
+        return Reply(end, output, error, *peaks, trace, seconds, facts.text())
 
     def after(self, leak_limit: int | None = None) -> After:
         """The process's state once a job has ended: the device checked (never initialised
@@ -284,7 +306,7 @@ class Jobs:
                 held = self.probe.release()
         except Exception as exc:  # a device that cannot even say what it holds is unusable
             problem, held = _first_line(exc), None
-        return After(problem, held, self.baseline, _current_rss())
+        return After(problem, held, self.baseline, memory.current_rss())
 
     def _prepare(self, call: Call, ctx: JobContext) -> tuple[JobType, Runnable, BaseModel]:
         job_type = self.registry.get(call.type)
@@ -330,6 +352,10 @@ class Jobs:
             return False
 
 
+#: The ends of a run that its type failed with JobFailedError, by the error's kind.
+FAILED: dict[str, EndKind] = {"environment": "environment", "exit_code": "exit_code"}
+
+
 def _yielded(exc: Exception, ctx: JobContext) -> bool:
     """Whether the job ended its run as asked to: JobPreemptedError after the ask. Raised with
     no ask (the job's own code raised it) it is an exception like any other."""
@@ -357,18 +383,3 @@ def _dumped(job_type: JobType, result: object) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
-def _peak_rss() -> int:
-    """The process's peak resident memory so far, in bytes."""
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return rss_kib * (1 if sys.platform == "darwin" else 1024)
-
-
-def _current_rss() -> int | None:
-    """The process's resident memory now, in bytes (Linux's /proc); None where unknown."""
-    try:
-        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return resident_pages * os.sysconf("SC_PAGE_SIZE")

@@ -1,5 +1,6 @@
 """What a running job says while it runs, as the worker hears it: log lines (ctx.log, and the
-job's stdout and stderr) and progress, handed to a JobEvents as they come.
+job's stdout and stderr) and progress, handed to a JobEvents as they come, and the facts it
+notes of its run (ctx.note), kept for its end.
 
 Both executors (the warm child, InlineExecutor) call a JobEvents; the runner's writes them to
 Redis (app/worker/reports.py). JobWatch is how the warm child's parent gathers them. This module
@@ -204,6 +205,9 @@ class JobWatch:
         self._finished = False
         #: when the child said the job began (its type set up): the job's clock starts there
         self.began_at: float | None = None
+        #: what the job has noted of its run so far (ctx.note), one JSON object: the end of a
+        #: run killed before its reply still has it
+        self.facts: str | None = None
 
     @property
     def recent(self) -> list[str]:
@@ -225,6 +229,8 @@ class JobWatch:
                 self._lines += lines_of("log", text, at)
             case ("progress", self._task_id, float(fraction), str(text)):
                 self._progress = (fraction, text)
+            case ("note", self._task_id, str(text)):
+                self.facts = text
 
     def flush(self) -> None:
         """Hand the lines so far (none is news too) and the latest progress to the events."""

@@ -12,7 +12,7 @@
 -- ARGV[5] the run's end, one JSON object (app/store/recorder.py RunEnd.to_lua):
 --           owner, status (SUCCESS|FAILURE|REVOKED),
 --           job: {field: text}, written on the job's hash as they are (error, error_kind,
---                output, tflops, peaks, artifacts: those that are not empty),
+--                output, tflops, peaks, artifacts, facts: those that are not empty),
 --           bill (absent: no bill): the charge (app/bill.py Charge), kept field by field in
 --                the ledger's outbox with its stamp (runs.lua stamp_bill)
 -- Reply: 1 when recorded, 0 when refused (stale token, or the job is not running).

@@ -80,7 +80,8 @@ local function start_run(keys, argv)
   end
   redis.call('HSET', JOB, 'status', 'STARTED', 'attempts', attempts + 1, 'started_at', t,
              'worker', argv[3], 'token', argv[2])
-  redis.call('HDEL', JOB, 'checkpoint_s', 'checkpoint_bill')  -- (an earlier run's, unbilled)
+  -- an earlier run's: its checkpoint (unbilled), and the facts it noted, which this run's replace
+  redis.call('HDEL', JOB, 'checkpoint_s', 'checkpoint_bill', 'facts')
   if argv[4] == '' then redis.call('HDEL', JOB, 'gpu_id') else redis.call('HSET', JOB, 'gpu_id', argv[4]) end
   local kind = redis.call('HGET', JOB, 'kind')
   bump(keys[3], METRIC_ATTEMPTS .. ':' .. kind)
