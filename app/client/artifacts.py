@@ -54,7 +54,7 @@ def artifacts(
     if as_json:
         typer.echo(json.dumps([{**a.model_dump(), "path": str(path)} for a, path in saved]))
     else:
-        _say_saved(state, saved, download, failed=bool(problems))
+        say_saved(state, saved, download, failed=bool(problems))
     for problem in problems:
         typer.echo(f"fairgpu: {one_line(problem)}", err=True)
     if problems:
@@ -80,7 +80,7 @@ def no_artifacts(state: TaskStatus) -> str:
     return f"No artifacts yet: the job is {state.status.value}; they are listed once it succeeds."
 
 
-def _say_saved(state: TaskStatus, saved: Saved, folder: Path, *, failed: bool) -> None:
+def say_saved(state: TaskStatus, saved: Saved, folder: Path, *, failed: bool) -> None:
     console = out()
     if not saved and not failed:
         console.print(no_artifacts(state))

@@ -1,5 +1,5 @@
 """The `fairgpu` command. `fairgpu dev` runs the whole stack on this machine (app/dev, imported
-only by that command); the client commands (submit, status, watch, ...) talk to a running one
+only by that command); the client commands (run, submit, status, watch, ...) talk to a running one
 over HTTP, and load neither Celery, Redis's client nor the API."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from app.client.errors import OneLineUsage
 from app.client.logs import logs
 from app.client.operators import register
 from app.client.options import RootKeyOption, RootUrlOption
+from app.client.run_command import run
 from app.client.transport import DEFAULT_URL
 from app.client.usage import usage
 
@@ -54,7 +55,9 @@ def dev(
 
 def _register(cli: typer.Typer) -> None:
     """Add the client commands, and the `admin` group, to the `fairgpu` command."""
-    # The order here is the order of `fairgpu --help`.
+    # The order here is the order of `fairgpu --help`: `run` first, the command learnt first.
+    # Its command's own options (`python train.py --lr 0.1`) are its, not run's, even without --.
+    cli.command(cls=OneLineUsage, context_settings={"allow_interspersed_args": False})(run)
     commands: list[Callable[..., None]] = [
         submit,
         status,

@@ -213,7 +213,7 @@ def _walk(folder: Path, prefix: str, rules: _Rules, plan: _Plan, env: bool) -> N
             if env:
                 plan.add_file(name, child)
             else:
-                plan.notes.append(f"{name}: an env file, left out (include it if the job needs it)")
+                plan.notes.append(f"{name}: an env file, left out (--include-env sends it)")
         elif rules.ignores(name, is_dir):
             plan.ignored += 1
         elif is_dir:
