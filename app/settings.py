@@ -235,6 +235,41 @@ class Settings(BaseSettings):
     code_ttl_s: float = Field(
         30 * 86400, gt=0, description="uploaded code unused this long is removed"
     )
+    script_sandbox: Literal["bwrap", "none"] = Field(
+        "bwrap",
+        description="how script jobs are confined: bubblewrap, or none (development only: the "
+        "script runs as the worker's own user, with its files in reach)",
+    )
+    script_network: bool = Field(
+        False, description="whether a script may open network connections (builds always may)"
+    )
+    script_base_env: Path | None = Field(
+        None,
+        description="the environment scripts build on (a venv or prefix with bin/python3); "
+        "unset: an empty one on a bare interpreter",
+    )
+    script_python: Path | None = Field(
+        None,
+        description="the bare interpreter script environments are made with when "
+        "SCRIPT_BASE_ENV is unset (default: uv's system interpreter, or /usr/bin/python3 where "
+        "uv's is in a place the sandbox never binds)",
+    )
+    script_env_cache_dir: Path | None = Field(
+        None,
+        description="where this host keeps built script environments (default: "
+        "fairgpu-envs in the system's temporary folder)",
+    )
+    script_env_cache_bytes: int = Field(
+        20 << 30, gt=0, description="bytes of built environments kept per host, LRU out"
+    )
+    env_build_timeout_s: float = Field(
+        900, gt=0, description="an environment build still running after this fails its job"
+    )
+    script_work_dir: Path | None = Field(
+        None,
+        description="where each script run's working folder is made (default: fairgpu-scripts "
+        "in the system's temporary folder)",
+    )
     webhook_secret: SecretStr | None = Field(
         None, description="whsec_<base64>: signs webhooks (Standard Webhooks); unset: no webhooks"
     )

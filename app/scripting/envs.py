@@ -85,12 +85,14 @@ class ScriptEnvs:
         timeout_s: float = 900.0,
         wrap: Wrap = unwrapped,
         environ: Mapping[str, str] | None = None,
+        uv: str | None = None,
+        python: Path | None = None,
     ) -> None:
         self.cache, self.timeout_s, self.wrap = cache, timeout_s, wrap
         self.environ = dict(os.environ if environ is None else environ)
-        self.uv = shutil.which("uv", path=self.environ.get("PATH")) or "uv"
+        self.uv = uv or shutil.which("uv", path=self.environ.get("PATH")) or "uv"
         self.uv_version = self._run_quick([self.uv, "--version"])
-        self.interpreter = self._interpreter(base_env)
+        self.interpreter = self._interpreter(base_env, python)
         self.indexes = allowed_indexes(self.environ, operator_config_files(self.environ))
 
     @contextmanager
@@ -176,8 +178,9 @@ class ScriptEnvs:
             raise EnvBuildError(f"{command[0]} failed", done.stdout + done.stderr)
         return done.stdout.strip()
 
-    def _interpreter(self, base_env: Path | None) -> Interpreter:
-        """The base's interpreter, or a bare one: never the service's own environment."""
+    def _interpreter(self, base_env: Path | None, bare: Path | None) -> Interpreter:
+        """The base's interpreter, or a bare one (`bare`, else uv's system interpreter): never
+        the service's own environment."""
         if base_env is not None:
             base_env = base_env.resolve()
             if base_env == Path(sys.prefix).resolve() and sys.prefix != sys.base_prefix:
@@ -193,6 +196,8 @@ class ScriptEnvs:
             if not python.exists():
                 raise ValueError(f"SCRIPT_BASE_ENV has no bin/python3: {base_env}")
             fingerprint = base_fingerprint(base_env)
+        elif bare is not None:
+            python, fingerprint = bare, ""
         else:
             # --system: uv skips virtual environments (the service's among them).
             found = self._run_quick([self.uv, "python", "find", "--system"])

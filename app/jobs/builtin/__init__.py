@@ -2,6 +2,7 @@
 
 from app.jobs.builtin.burn import burn
 from app.jobs.builtin.digits import DigitsTrain
+from app.jobs.builtin.script import Script
 from app.jobs.builtin.vad import Vad
 
-__all__ = ["DigitsTrain", "Vad", "burn"]
+__all__ = ["DigitsTrain", "Script", "Vad", "burn"]

@@ -1,0 +1,273 @@
+"""One script job's run: its code, its environment, its sandbox, its stops and its end.
+
+`ScriptRunner` is made once per job child (the `script` type's setup()) from the settings, and
+runs job after job: fetch the code (its SHA-256 checked) into a fresh folder and unpack it; get
+the project's environment (built in the sandbox, or found in the host's cache); start the
+command in the sandbox with the allowlisted environment; stream its output to the job's log and
+progress; on a stop's ask, SIGTERM to its whole tree (the worker kills what is left after the
+stop's grace); then read how it ended. docs/scripts.md, "How a script runs".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import app
+from app.code.archive import Bounds, unpack
+from app.jobs.context import JobCancelledError, JobContext, JobFailedError, JobPreemptedError
+from app.jobs.registry import MAX_OUTPUT_BYTES
+from app.scripting import sandbox
+from app.scripting.builds import (
+    SandboxedEnvs,
+    bare_python,
+    bindable,
+    build_readonly,
+    build_wrap,
+    sandbox_uv,
+)
+from app.scripting.env_cache import EnvCache
+from app.scripting.env_rules import RefusedError
+from app.scripting.envs import EnvBuildError, Environment, ScriptEnvs
+from app.scripting.launch import Launched, script_environment, start_sandboxed, start_unconfined
+from app.scripting.places import (
+    RunFolder,
+    default_root,
+    give_back,
+    own_root,
+    read_output,
+    traversable,
+)
+from app.scripting.sandbox import NOBODY, Sandbox
+from app.scripting.streams import Streams
+from app.settings import Settings
+
+#: How often a running script's stop and yield flags are read.
+POLL_S = 0.1
+#: How long the output of an ended script is waited for (a process it left may hold its pipes).
+STREAM_END_WAIT_S = 5.0
+
+
+#: Copies a code archive to a path, its SHA-256 checked (app.code.store.CodeStore.fetch).
+Fetch = Callable[[str, Path], None]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the run was asked: "stop" (a cancel or a timeout) or "yield" (a preemption)."""
+
+    what: str
+
+
+class ScriptRunner:
+    """Runs script jobs on this worker (one at a time per child)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        fetch: Fetch,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings, self.fetch = settings, fetch
+        self.sandboxed = settings.script_sandbox == "bwrap"
+        if self.sandboxed:
+            problem = sandbox.available(NOBODY)
+            if problem is not None:
+                raise RuntimeError(
+                    f"this worker cannot run script jobs: its sandbox cannot start ({problem}); "
+                    "install bubblewrap 0.5+ and allow unprivileged user namespaces, or set "
+                    "SCRIPT_SANDBOX=none to run scripts unconfined (development only)"
+                )
+        environ = dict(os.environ if environ is None else environ)
+        self.work_root = settings.script_work_dir or default_root("fairgpu-scripts")
+        own_root(self.work_root)
+        cache_root = settings.script_env_cache_dir or default_root("fairgpu-envs")
+        if settings.script_env_cache_dir is None:
+            own_root(cache_root)
+        cache_root.mkdir(parents=True, exist_ok=True)
+        traversable(cache_root / "envs")
+        self.envs = self._envs(EnvCache(cache_root, settings.script_env_cache_bytes), environ)
+        self.readonly = self._interpreter_places()
+        # The service's own package, where a bound folder (/usr) would show it to scripts.
+        package = Path(app.__file__).resolve().parent
+        self.hidden = (package,) if Path("/usr") in package.parents else ()
+
+    def _envs(self, cache: EnvCache, environ: dict[str, str]) -> ScriptEnvs:
+        base, timeout_s = self.settings.script_base_env, self.settings.env_build_timeout_s
+        if not self.sandboxed:
+            return ScriptEnvs(cache, base_env=base, timeout_s=timeout_s, environ=environ)
+        uv = sandbox_uv("uv", cache.root / "tools")
+        python = None if base else bare_python(uv, self.settings.script_python, environ)
+        wrap = build_wrap(NOBODY, build_readonly(environ))
+        return SandboxedEnvs(
+            cache,
+            base_env=base,
+            timeout_s=timeout_s,
+            wrap=wrap,
+            environ=environ,
+            uv=uv,
+            python=python,
+            user=NOBODY,
+        )
+
+    def _interpreter_places(self) -> tuple[Path, ...]:
+        """The prefixes the script's interpreter needs, read only: the base, the interpreter's
+        own (a venv's python links to another), those /usr does not hold already."""
+        interpreter = self.envs.interpreter
+        python = interpreter.python
+        found = [python.parent.parent, Path(os.path.realpath(python)).parent.parent]
+        if interpreter.base_env is not None:
+            found.append(interpreter.base_env)
+        usr = Path("/usr")
+        kept = [p for p in found if p != usr and usr not in p.parents and bindable(p)]
+        return tuple(dict.fromkeys(kept))
+
+    def run(
+        self, ctx: JobContext, code: str, command: Sequence[str], env: Mapping[str, str]
+    ) -> Any:
+        """Run the script; its output (the JSON it wrote, None when none). JobFailedError for a
+        refused or failed environment or an exit code other than 0; JobCancelledError and
+        JobPreemptedError for a script that ended after a stop's or a yield's ask."""
+        folder = RunFolder.make(self.work_root, ctx.task_id)
+        try:
+            self._unpack(code, folder)
+            with ExitStack() as stack:
+                environment = self._environment(ctx, folder, stack)
+                _check_asks(ctx)  # asked during the build: the script never starts
+                launched = self._start(ctx, folder, environment, command, env)
+                stack.callback(launched.close)
+                returncode, asked = _watch(ctx, launched)
+                exit_code = launched.exit_code(returncode)
+            ctx.note(exit_code=exit_code)
+            if asked is not None:
+                _raise_asked(ctx, asked, exit_code)
+            if exit_code != 0:
+                raise JobFailedError(f"script exited with code {exit_code}", "exit_code")
+            return read_output(folder.output, MAX_OUTPUT_BYTES)
+        finally:
+            give_back(ctx.output_dir, ctx.checkpoint_dir)
+            folder.remove()
+
+    def _unpack(self, code: str, folder: RunFolder) -> None:
+        self.fetch(code, folder.archive)
+        bounds = Bounds(self.settings.max_code_members, self.settings.max_code_unpacked_bytes)
+        unpack(folder.archive, folder.work, bounds)
+        folder.archive.unlink()
+        folder.output.unlink(missing_ok=True)  # the project's own file of that name is not output
+
+    def _environment(self, ctx: JobContext, folder: RunFolder, stack: ExitStack) -> Environment:
+        """The project's environment, held for the run; its build's output in the log."""
+        started = time.monotonic()
+        try:
+            environment = stack.enter_context(self.envs.environment(folder.work))
+        except RefusedError as error:
+            ctx.note(environment={"cached": False, "seconds": _since(started)})
+            ctx.log(f"fairgpu: the project's environment is refused: {error}")
+            raise JobFailedError(f"environment refused: {error}", "environment") from None
+        except EnvBuildError as error:
+            ctx.note(environment={"cached": False, "seconds": _since(started)})
+            ctx.log(error.output.rstrip("\n") or "(the build printed nothing)")
+            raise JobFailedError(str(error), "environment") from None
+        if environment.output:
+            ctx.log(environment.output.rstrip("\n"))
+        seconds = round(environment.seconds, 3)
+        ctx.note(environment={"cached": environment.cached, "seconds": seconds})
+        how = "found in this host's cache" if environment.cached else f"built in {seconds:g} s"
+        ctx.log(f"fairgpu: environment {how}")
+        return environment
+
+    def _start(
+        self,
+        ctx: JobContext,
+        folder: RunFolder,
+        environment: Environment,
+        command: Sequence[str],
+        env: Mapping[str, str],
+    ) -> Launched:
+        variables = script_environment(
+            job_id=ctx.task_id,
+            env_dir=environment.path,
+            work_dir=folder.work,
+            output=folder.output,
+            artifacts_dir=ctx.output_dir,
+            checkpoint_dir=ctx.checkpoint_dir,
+            gpu_id=ctx.gpu_id,
+            preemptible=bool(getattr(ctx, "preemptible", False)),
+            extra=env,
+        )
+        if not self.sandboxed:
+            return start_unconfined(command, variables, folder.work)
+        for given in (ctx.output_dir, ctx.checkpoint_dir):
+            traversable(given)  # the worker's 0700 temporary folders: o+x, never o+r
+        box = Sandbox(
+            command=list(command),
+            environment=variables,
+            env_dir=environment.path,
+            work_dir=folder.work,
+            artifacts_dir=ctx.output_dir,
+            checkpoint_dir=ctx.checkpoint_dir,
+            readonly=self.readonly,
+            hidden=self.hidden,
+            gpus=[] if ctx.gpu_id is None else [ctx.gpu_id],
+            network=self.settings.script_network,
+        )
+        box.hand_over()
+        return start_sandboxed(box, environment.python)
+
+
+def _watch(ctx: JobContext, launched: Launched) -> tuple[int, Asked | None]:
+    """Stream the script's output until it ends, passing on the first stop or yield asked; its
+    process's return code, and what it was asked."""
+    process = launched.process
+    assert process.stdout is not None
+    assert process.stderr is not None
+    streams = Streams(process.stdout, process.stderr, ctx.log, ctx.progress)
+    asked: Asked | None = None
+    signalled = False
+    while True:
+        try:
+            returncode = process.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if asked is None:
+            asked = _ask(ctx)
+            if asked is not None:
+                ctx.log(f"fairgpu: asked to {asked.what}: SIGTERM to the script's processes")
+        if asked is not None and not signalled:
+            signalled = launched.terminate()
+    streams.join(STREAM_END_WAIT_S)
+    # An ask that came only after the script ended was never passed on: the script finished.
+    return returncode, asked
+
+
+def _ask(ctx: JobContext) -> Asked | None:
+    if ctx.cancelled or time.time() >= ctx.deadline:
+        return Asked("stop")
+    if ctx.preempted:
+        return Asked("yield")
+    return None
+
+
+def _check_asks(ctx: JobContext) -> None:
+    asked = _ask(ctx)
+    if asked is not None:
+        _raise_asked(ctx, asked, None)
+
+
+def _raise_asked(ctx: JobContext, asked: Asked, exit_code: int | None) -> None:
+    ended = "before it started" if exit_code is None else f"with code {exit_code}"
+    if asked.what == "yield" and not ctx.cancelled:
+        raise JobPreemptedError(f"job {ctx.task_id}: the script yielded its GPU ({ended})")
+    raise JobCancelledError(f"job {ctx.task_id}: the script was stopped ({ended})")
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)
