@@ -125,7 +125,8 @@ def pack(
     _walk(root, "", _Rules(), plan, include_env)
     _check_bounds(plan, max_unpacked_bytes, max_members)
     if plan.ignored:
-        plan.notes.append(f"{plan.ignored} paths left out by .gitignore")
+        paths = "1 path" if plan.ignored == 1 else f"{plan.ignored} paths"
+        plan.notes.append(f"{paths} left out by .gitignore")
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept past this function on success
         prefix="fairgpu-code-", suffix=".tar.gz", dir=into, delete=False
     )

@@ -9,14 +9,17 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-#: The script job's own limits on its command (the server's input model holds the same).
+#: The script job's limits on its input, as its input model on the server holds them
+#: (app/jobs/builtin/script.py; tests/client/test_run_command.py checks they agree).
 MAX_COMMAND_ITEMS = 256
-MAX_COMMAND_ITEM_CHARS = 4096
+MAX_COMMAND_ITEM_CHARS = 8192
+MAX_ENV_ITEMS = 256
+MAX_ENV_VALUE_CHARS = 32768
 #: Names the script's environment keeps for itself (the server refuses them too, with a 422):
 #: the service's own variables, the GPU's, the loader's and the interpreter's.
 REFUSED_PREFIXES = ("FAIRGPU_", "CUDA_", "LD_", "PYTHON")
 REFUSED_NAMES = frozenset({"PATH"})
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(d|h|min|m|s)")
 
@@ -62,7 +65,7 @@ def check_gpus(count: int) -> None:
 def refused_name(name: str) -> str | None:
     """Why the script may not be given a variable of this name, or None when it may."""
     if not NAME.match(name):
-        return "a variable's name is letters, digits and _, not starting with a digit"
+        return "a variable's name is letters, digits and _ (at most 128), not starting with a digit"
     if name in REFUSED_NAMES or name.startswith(REFUSED_PREFIXES):
         kept = ", ".join(f"{p}…" for p in REFUSED_PREFIXES)
         return f"the service sets it (PATH and names starting {kept} are its own)"
@@ -85,7 +88,14 @@ def parse_env(given: Iterable[str], here: Mapping[str, str] | None = None) -> di
                     f"--env {name}: no value, and {name} is not set here (give {name}=VALUE)"
                 )
             value = here[name]
+        if len(value) > MAX_ENV_VALUE_CHARS:
+            raise ArgumentError(
+                f"--env {name}: its value has {len(value):,} characters, more than the "
+                f"{MAX_ENV_VALUE_CHARS:,} a job takes"
+            )
         found[name] = value
+    if len(found) > MAX_ENV_ITEMS:
+        raise ArgumentError(f"{len(found)} variables, more than the {MAX_ENV_ITEMS} a job takes")
     return found
 
 

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from app.client import run_args
 from app.client.cli import cli
 from app.client.errors import INTERRUPTED, USAGE
 from app.client.http import Cancelled, JobEvent, StreamPlace
@@ -124,13 +125,38 @@ def test_other_names_are_taken(name: str) -> None:
     assert refused_name(name) is None
 
 
+def test_the_limits_here_are_the_script_types_own() -> None:
+    from app.jobs.builtin import script  # the server's side: imported by this test alone
+
+    assert run_args.MAX_COMMAND_ITEMS == script.MAX_COMMAND_ITEMS
+    assert run_args.MAX_COMMAND_ITEM_CHARS == script.MAX_ARGUMENT_CHARS
+    assert run_args.MAX_ENV_ITEMS == script.MAX_ENV_ITEMS
+    assert run_args.MAX_ENV_VALUE_CHARS == script.MAX_ENV_VALUE_CHARS
+    assert run_args.REFUSED_PREFIXES == script.REFUSED_PREFIXES
+    assert run_args.REFUSED_NAMES == script.REFUSED_NAMES
+    for name in ["A" * 128, "A" * 129, "_1", "1_", "PATH", "PYTHONX", "Path", "ld_x"]:
+        here = run_args.refused_name(name) is None
+        there = script.ENV_NAME.fullmatch(name) is not None
+        there = there and not (
+            name in script.REFUSED_NAMES or name.startswith(script.REFUSED_PREFIXES)
+        )
+        assert here == there, name
+
+
+def test_too_many_variables_or_too_long_a_value_is_refused() -> None:
+    with pytest.raises(ArgumentError, match="more than the 256"):
+        parse_env([f"V{n}=x" for n in range(257)], {})
+    with pytest.raises(ArgumentError, match="--env BIG: its value has 32,769 characters"):
+        parse_env(["BIG=" + "x" * 32769], {})
+
+
 def test_the_command_has_words_and_not_too_many() -> None:
     assert check_command(["python", "train.py"]) == ["python", "train.py"]
     for bad, why in [
         ([], "give the command"),
         (["python", ""], "empty word"),
         (["x"] * (MAX_COMMAND_ITEMS + 1), "more than"),
-        (["x" * 5000], "characters"),
+        (["x" * 8193], "characters"),
     ]:
         with pytest.raises(ArgumentError, match=why):
             check_command(bad)
