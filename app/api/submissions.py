@@ -1,6 +1,8 @@
 """What a submitted job is: the body of POST /enqueue-task read against the registered job types
 and the queues' limits, and its webhook against the deployment's rules (app/webhooks/), or a 422
-that names what is wrong. Nothing here touches Redis, so a refused submit changes nothing."""
+that names what is wrong. Nothing here touches Redis, so a refused submit changes nothing. What
+depends on the account (a script job's run_scripts and its code) is checked at submit
+(routes/jobs.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from app.webhooks.signing import signer
 
 #: The type of a job submitted with the original body {"kind", "duration_s"}.
 BURN = "burn"
+#: The built-in type that runs an account's uploaded code (docs/scripts.md): its input names the
+#: code (`code`), and only it takes the body's `preemptible`.
+SCRIPT = "script"
 NO_INPUT = "{}"
 log = logging.getLogger(__name__)
 
@@ -36,18 +41,24 @@ class Submission:
     kind: Kind
     duration_s: float
     webhook: str | None = None
-    preemptible: bool = False  # its type's runs may be asked to yield (not part of the request)
+    #: Whether its runs may be asked to yield: its type's, or a script job's body's.
+    preemptible: bool = False
+    #: The uploaded code a script job runs (its input's `code`); None for any other type.
+    code: str | None = None
 
     def fingerprint(self) -> str:
         """What identifies the request for an Idempotency-Key. A burn job without input keeps
         the original body's fingerprint, so both spellings of it (and keys remembered from
-        before types) match; any other job adds its type and a digest of its input. A webhook
-        adds a digest of its URL."""
+        before types) match; any other job adds its type and a digest of its input, and a
+        script job whether it is preemptible (the body's say, not its type's). A webhook adds a
+        digest of its URL."""
         if self.type == BURN and self.input_json == NO_INPUT:
             job = f"{self.kind}:{self.duration_s!r}"
         else:
             digest = hashlib.sha256(self.input_json.encode()).hexdigest()
             job = f"{self.type}:{self.kind}:{self.duration_s!r}:{digest}"
+            if self.type == SCRIPT and self.preemptible:
+                job = f"{job}:preemptible"
         if self.webhook is None:
             return job
         return f"{job}:webhook:{hashlib.sha256(self.webhook.encode()).hexdigest()}"
@@ -64,9 +75,18 @@ def submission(
     input_json = _checked_input(job_type, body.input)
     kind = body.kind or job_type.queue
     duration_s = _duration(job_type, kind, body.duration_s, settings.max_duration_s(kind))
-    return Submission(
-        job_type.name, input_json, kind, duration_s, body.webhook, job_type.preemptible
-    )
+    preemptible, code = job_type.preemptible, None
+    if job_type.name == SCRIPT:
+        preemptible = preemptible if body.preemptible is None else body.preemptible
+        code = str(body.input["code"])  # the type's model requires it
+    elif body.preemptible is not None:
+        raise _invalid(
+            ("preemptible",),
+            "preemptible_not_allowed",
+            f"only a script job says whether it is preemptible; type {job_type.name}'s runs "
+            f"{'may' if job_type.preemptible else 'may not'} be asked to yield, as its type says",
+        )
+    return Submission(job_type.name, input_json, kind, duration_s, body.webhook, preemptible, code)
 
 
 def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Submission:

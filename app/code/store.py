@@ -1,15 +1,11 @@
 """Where uploaded code is kept: each archive once, by its SHA-256, in the artifacts' store
 (ARTIFACTS_DIR/code/<sha256>/code.tar.gz, or code/ under ARTIFACTS_URL's prefix), and which
-accounts own it, in Redis. An account sees only the code it uploaded itself: the same bytes
-uploaded by another are, to it, an unknown id.
+accounts own it, in Redis (the keys: app/store/keys.py, "Uploaded code"). An account sees only
+the code it uploaded itself: the same bytes uploaded by another are, to it, an unknown id.
 
-    fairgpu:code:<user>           hash    <sha256> -> "<bytes> <uploaded_at>", and `_total`:
-                                          the bytes of all of them (MAX_CODE_BYTES_PER_ACCOUNT)
-    fairgpu:code-owners:<sha256>  set     the accounts that own it; none left: it is removed
-    fairgpu:code-used             zset    "<sha256>:<user>" by its last use (an upload counts);
-                                          expire() removes those unused for CODE_TTL_S
-    fairgpu:code-gone:<sha256>    string  set while its archive is being removed: an upload of
-                                          the same bytes waits until it is gone, then stores it anew
+An account's hold on its code has a last use (an upload, a script job's submit, which also
+records the job: claim). The service's sweep (app/code/sweep.py) drops a hold unused for
+CODE_TTL_S unless a job that named it has not ended, and an archive with its last owner.
 
 The archive's SHA-256 is checked again whenever it is fetched back (fetch). The blob store
 blocks: its calls go to a thread.
@@ -27,16 +23,14 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from app.artifacts import ArtifactStore, open_artifacts
-from app.connections import async_client
-from app.settings import Settings
+from app.artifacts import ArtifactStore
+from app.store.keys import CODE_USED, code_gone_key, code_jobs_key, code_key, code_owners_key
 
 #: Where, under the artifacts' folder or prefix, code is kept (no job id: no sweep of theirs
 #: reaches it).
 AREA = "code"
 BLOB = "code.tar.gz"
 TOTAL = "_total"
-USED = "fairgpu:code-used"
 #: How long an archive being removed holds off an upload of the same bytes, at most.
 GONE_TTL_S = 300
 GONE_POLL_S = 0.05
@@ -44,19 +38,19 @@ CHUNK_BYTES = 1 << 20
 CODE_ID = re.compile(r"[0-9a-f]{64}")
 
 
-def code_key(user: str) -> str:
-    return f"fairgpu:code:{user}"
+def hold_keys(user: str, code_id: str) -> list[str]:
+    """The keys of an account's hold on code, as _REGISTER and DROP take them."""
+    return [
+        code_key(user),
+        code_owners_key(code_id),
+        CODE_USED,
+        code_gone_key(code_id),
+        code_jobs_key(code_id, user),
+    ]
 
 
-def owners_key(code_id: str) -> str:
-    return f"fairgpu:code-owners:{code_id}"
-
-
-def gone_key(code_id: str) -> str:
-    return f"fairgpu:code-gone:{code_id}"
-
-
-# KEYS: the account's hash, the owners, USED, the gone mark. ARGV: id, user, bytes, now, most.
+# KEYS: the account's hash, the owners, CODE_USED, the gone mark (hold_keys' first four).
+# ARGV: id, user, bytes, now, most.
 # 1: newly the account's; 0: it had it already (its use renewed); -1: being removed, wait;
 # -2: over the account's bound.
 _REGISTER = """
@@ -75,9 +69,11 @@ redis.call('ZADD', KEYS[3], ARGV[4], used)
 return 1
 """
 
-# KEYS: as _REGISTER's. ARGV: id, user, cutoff (only a use before it is dropped; none: any),
-# the gone mark's TTL. 0: kept; 1: dropped, others own it; 2: dropped, its archive to remove.
-_DROP = """
+# KEYS: hold_keys. ARGV: id, user, cutoff (only a use before it is dropped; none: any), the
+# gone mark's TTL. 0: kept (used since, or a job that named it is not known to have ended);
+# 1: dropped, others own it; 2: dropped, its archive to remove.
+DROP = """
+if redis.call('ZCARD', KEYS[5]) > 0 then return 0 end
 local used = ARGV[1] .. ':' .. ARGV[2]
 local at = redis.call('ZSCORE', KEYS[3], used)
 if ARGV[3] ~= '' and at and tonumber(at) >= tonumber(ARGV[3]) then return 0 end
@@ -92,6 +88,15 @@ redis.call('SREM', KEYS[2], ARGV[2])
 if redis.call('SCARD', KEYS[2]) > 0 then return 1 end
 redis.call('SET', KEYS[4], '1', 'EX', ARGV[4])
 return 2
+"""
+
+# KEYS: the account's hash, CODE_USED, the hold's jobs. ARGV: id, user, job id, now. 1: the
+# account owns it, and the job is recorded and its use renewed; 0: it does not (nothing written).
+_CLAIM = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1] .. ':' .. ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+return 1
 """
 
 
@@ -133,16 +138,14 @@ class CodeStore:
         self.blobs = blobs
         self.redis = redis
         self._register = redis.register_script(_REGISTER)
-        self._drop = redis.register_script(_DROP)
-
-    def _keys(self, user: str, code_id: str) -> list[str]:
-        return [code_key(user), owners_key(code_id), USED, gone_key(code_id)]
+        self._drop = redis.register_script(DROP)
+        self._claim = redis.register_script(_CLAIM)
 
     async def add(self, user: str, code_id: str, archive: Path, most_per_account: int) -> bool:
         """Make the archive (whose SHA-256 is code_id) the account's, storing it unless stored
         already; whether it is new to the account. OverAccountBoundError past its bound."""
         size = archive.stat().st_size
-        keys = self._keys(user, code_id)
+        keys = hold_keys(user, code_id)[:4]
         while True:  # the gone mark lasts GONE_TTL_S at most
             args: list[str | float] = [code_id, user, size, time.time(), most_per_account]
             answer = int(await self._register(keys=keys, args=args))
@@ -175,26 +178,26 @@ class CodeStore:
         return CodeInfo(code_id, int(size), float(uploaded_at))
 
     async def drop(self, user: str, code_id: str, older_than: float | None = None) -> bool:
-        """Take the code from the account (only if unused since `older_than`, when given),
-        removing its archive when no account owns it any more; whether it was taken."""
+        """Take the code from the account (only if unused since `older_than`, when given, and
+        never while a job that named it may not have ended), removing its archive when no
+        account owns it any more; whether it was taken."""
         cutoff: str | float = "" if older_than is None else older_than
         args: list[str | float] = [code_id, user, cutoff, GONE_TTL_S]
-        answer = int(await self._drop(keys=self._keys(user, code_id), args=args))
+        answer = int(await self._drop(keys=hold_keys(user, code_id), args=args))
         if answer == 2:
             await asyncio.to_thread(self.blobs.delete, code_id)
-            await self.redis.delete(gone_key(code_id))
+            await self.redis.delete(code_gone_key(code_id))
         return answer > 0
 
-    async def expire(self, ttl_s: float, now: float | None = None) -> int:
-        """Drop every account's code unused for ttl_s (CODE_TTL_S); how many were dropped.
-        (Script jobs will keep theirs: see docs/scripts.md, "Retention".)"""
-        cutoff = (time.time() if now is None else now) - ttl_s
-        stale = cast(list[bytes], await self.redis.zrangebyscore(USED, "-inf", f"({cutoff}"))
-        dropped = 0
-        for member in stale:
-            code_id, user = member.decode().split(":", 1)
-            dropped += await self.drop(user, code_id, older_than=cutoff)
-        return dropped
+    async def claim(self, user: str, code_id: str, job_id: str) -> bool:
+        """A script job of the account's names this code: whether the account owns it; if it
+        does, the job is recorded as needing it (before the job is written, so that no sweep
+        finds it unneeded meanwhile) and its use renewed. One atomic call."""
+        if not is_code_id(code_id):
+            return False
+        keys = [code_key(user), CODE_USED, code_jobs_key(code_id, user)]
+        args: list[str | float] = [code_id, user, job_id, time.time()]
+        return int(await self._claim(keys=keys, args=args)) == 1
 
     def fetch(self, code_id: str, target: Path) -> None:
         """Copy the archive to `target`, checking its SHA-256 on the way (blocks):
@@ -212,18 +215,3 @@ class CodeStore:
         if digest.hexdigest() != code_id:
             target.unlink(missing_ok=True)
             raise CorruptCodeError(f"{code_id}: the stored archive's bytes have changed")
-
-
-def expire_code(settings: Settings) -> int:
-    """Drop the code unused for CODE_TTL_S, for the service's periodic sweep (blocks: it runs
-    where no event loop does); how many accounts' holds went."""
-
-    async def expire() -> int:
-        client = async_client(settings)
-        try:
-            store = CodeStore(open_artifacts(settings).within(AREA), client)
-            return await store.expire(settings.code_ttl_s)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(expire())

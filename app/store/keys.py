@@ -51,6 +51,24 @@
                                       after the ask)
     fairgpu:preempt:for:<id>  string  the job whose run was asked to yield to owed job <id>
 
+Uploaded code (app/code/store.py; each archive is kept once, by its SHA-256, beside the
+artifacts):
+
+    fairgpu:code:<user>       hash    <sha256> -> "<bytes> <uploaded_at>", and `_total`: the
+                                      bytes of all of them (MAX_CODE_BYTES_PER_ACCOUNT)
+    fairgpu:code-owners:<sha256>
+                              set     the accounts that own it; none left: it is removed
+    fairgpu:code-used         zset    "<sha256>:<user>" by its last use (an upload, a script
+                                      job's submit); the sweep drops those unused for
+                                      CODE_TTL_S that no job needs
+    fairgpu:code-jobs:<sha256>:<user>
+                              zset    the account's script jobs that named it, by submit time:
+                                      while one is not ended, the code stays; the sweep takes
+                                      out those that ended (or never were written)
+    fairgpu:code-gone:<sha256>
+                              string  set while its archive is being removed: an upload of the
+                                      same bytes waits until it is gone, then stores it anew
+
 Job hashes, inputs and event streams expire job_ttl_s after their last change.
 """
 
@@ -77,6 +95,8 @@ LEDGER = "fairgpu:ledger"
 YIELDS = "fairgpu:yields"
 PREEMPT_HEADS = "fairgpu:preempt:heads"
 PREEMPT_LOCK = "fairgpu:preempt:lock"
+#: Every account's hold on uploaded code, by its last use.
+CODE_USED = "fairgpu:code-used"
 
 
 def ask_key(job_id: str) -> str:
@@ -142,3 +162,23 @@ def owned_key(user_id: str) -> str:
 def billed_key(job_id: str) -> str:
     """The marker that says a job has been billed."""
     return f"fairgpu:billed:{job_id}"
+
+
+def code_key(user_id: str) -> str:
+    """The hash of one account's uploaded code, and its total bytes."""
+    return f"fairgpu:code:{user_id}"
+
+
+def code_owners_key(code_id: str) -> str:
+    """The set of the accounts that own one archive."""
+    return f"fairgpu:code-owners:{code_id}"
+
+
+def code_gone_key(code_id: str) -> str:
+    """The mark of an archive being removed."""
+    return f"fairgpu:code-gone:{code_id}"
+
+
+def code_jobs_key(code_id: str, user_id: str) -> str:
+    """The script jobs of one account that named one archive, by submit time."""
+    return f"fairgpu:code-jobs:{code_id}:{user_id}"

@@ -24,7 +24,8 @@ from celery import Celery, Task
 from app import connections
 from app.artifacts import CHECKPOINTS, open_artifacts
 from app.auth import AccountBook
-from app.code.store import expire_code
+from app.code.store import AREA as CODE_AREA
+from app.code.sweep import CodeSweep
 from app.models import KINDS, RECLAIM_QUEUE, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
@@ -166,8 +167,7 @@ class Service:
         # keep them as long as the longest run besides.
         longest_run = max(settings.max_short_s, settings.max_long_s) + settings.timeout_grace_s
         self.sweep_checkpoints(settings.job_ttl_s + longest_run)
-        # (uploaded code's sweep, sweep_code, joins here once a job's code counts as in use:
-        # docs/scripts.md, "Retention")
+        self.sweep_code()
         try:
             return open_artifacts(settings).sweep(settings.job_ttl_s + longest_run)
         except Exception:
@@ -175,11 +175,13 @@ class Service:
             return 0
 
     def sweep_code(self) -> int:
-        """Drop uploaded code unused for CODE_TTL_S (docs/scripts.md, "Retention"); how many
-        accounts' holds went. A failure is logged, as the artifacts' sweep's is. Not scheduled
-        yet: a queued script job must first keep its code in use."""
+        """Drop uploaded code unused for CODE_TTL_S that no queued, running or preempted job
+        needs (app/code/sweep.py); how many accounts' holds went. It runs with the artifacts'
+        sweep, on this process's sync Redis client: no event loop of its own. A failure is
+        logged, as the artifacts' sweep's is."""
         try:
-            return expire_code(self.settings)
+            blobs = open_artifacts(self.settings).within(CODE_AREA)
+            return CodeSweep(blobs, self.recorder.redis).expire(self.settings.code_ttl_s)
         except Exception:
             log.warning("the code sweep failed", exc_info=True)
             return 0

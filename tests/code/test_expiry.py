@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 
 from app.artifacts import LocalArtifacts
 from app.auth import Accounts
-from app.code.store import AREA, BLOB, USED, CodeStore, code_key
+from app.code.store import AREA, BLOB, CodeStore
+from app.store.keys import CODE_USED, code_key
 from app.settings import Settings
 from app.wiring.service import build
 from tests.api.helpers import USERS_FILE
@@ -37,7 +38,7 @@ def test_the_sweep_drops_code_unused_for_its_ttl(
         await client.aclose()
 
     asyncio.run(upload())
-    r.zadd(USED, {f"{old_id}:alice": 1.0})  # its last use, long ago
+    r.zadd(CODE_USED, {f"{old_id}:alice": 1.0})  # its last use, long ago
     service = build(settings, Accounts.load(settings.users_file))
     try:
         assert service.sweep_code() == 1

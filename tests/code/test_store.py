@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from app.artifacts import ArtifactStore, LocalArtifacts, S3Artifacts
 from app.code.store import AREA, BLOB, CodeStore, CorruptCodeError, OverAccountBoundError
+from app.code.sweep import CodeSweep
+from app.store.keys import CODE_USED
 from tests.code.archives import project
 from tests.s3_server import new_bucket
 
@@ -76,17 +79,18 @@ async def test_an_account_s_code_is_bounded(store: CodeStore, tmp_path: Path) ->
 
 
 async def test_unused_code_expires_and_its_archive_with_its_last_owner(
-    store: CodeStore, tmp_path: Path
+    store: CodeStore, tmp_path: Path, r: redis.Redis
 ) -> None:
     path, code_id = archive_of(tmp_path, "old")
     await store.add("alice", code_id, path, MOST)
     await store.add("bob", code_id, path, MOST)
-    assert await store.expire(ttl_s=60) == 0  # both just used it
-    await store.redis.zadd("fairgpu:code-used", {f"{code_id}:alice": 1.0})  # long ago
-    assert await store.expire(ttl_s=60) == 1
+    sweep = CodeSweep(store.blobs, r)
+    assert sweep.expire(ttl_s=60) == 0  # both just used it
+    await store.redis.zadd(CODE_USED, {f"{code_id}:alice": 1.0})  # long ago
+    assert sweep.expire(ttl_s=60) == 1
     assert await store.info("alice", code_id) is None
     assert store.blobs.names(code_id) == [BLOB]  # bob's still
-    assert await store.expire(ttl_s=60, now=10**12) == 1
+    assert sweep.expire(ttl_s=60, now=10**12) == 1
     assert store.blobs.names(code_id) == []
     assert await store.add("alice", code_id, path, MOST) is True  # stored anew
     assert store.blobs.names(code_id) == [BLOB]

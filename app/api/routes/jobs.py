@@ -9,11 +9,13 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response, Security, status
+from fastapi.exceptions import RequestValidationError
 from redis.exceptions import ResponseError
 
 from app.api.budgets import budget, payment_required
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep, api_key_header
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job
+from app.api.routes.code import code_store
 from app.api.routing import Caller, KeyedRoute, counts_own_rate, too_many_requests
 from app.api.runtime import Runtime
 from app.api.submissions import Submission, checked_submission
@@ -46,6 +48,10 @@ IdempotencyKeyHeader = Annotated[
     ),
 ]
 QUEUE_FULL_RETRY_S = 30
+NO_SCRIPTS = (
+    "this account may not run script jobs: its record does not say run_scripts: true "
+    "(an admin sets it)"
+)
 NOT_REPLICATED_RETRY_S = 1
 
 
@@ -70,14 +76,19 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
             "model": ErrorBody,
             "description": "the account's monthly budget cannot cover what the job may cost",
         },
+        403: {
+            "model": ErrorBody,
+            "description": "a script job from an account whose record does not say run_scripts",
+        },
         413: {"model": ErrorBody, "description": "body over 64 KiB"},
         422: {
             "model": ErrorBody,
             "description": "an invalid job (an unknown or unavailable type, an input that its "
             "type refuses, a duration over the limit, a webhook this deployment does not send "
-            "to), a job whose GPU-seconds pass the account's max_held_gpu_seconds (it could "
-            "never start), a body not sent as application/json, or an Idempotency-Key used "
-            "before with another body",
+            "to, `preemptible` on a job that is not a script job, a script job's `input.code` "
+            "that names no code of the account's), a job whose GPU-seconds pass the account's "
+            "max_held_gpu_seconds (it could never start), a body not sent as application/json, "
+            "or an Idempotency-Key used before with another body",
         },
     },
     # The key's scheme, for the schema; the route class has checked the key already. The
@@ -127,8 +138,11 @@ async def submit(
     """
     within_held_limit(caller.account, job.duration_s)
     owner = caller.account.user_id
+    job_id = str(uuid.uuid4())
+    if job.code is not None:
+        await claim_code(runtime, caller.account, job.code, job_id)
     new = NewJob(
-        str(uuid.uuid4()),
+        job_id,
         job.kind,
         job.duration_s,
         job_type=job.type,
@@ -184,6 +198,19 @@ def within_held_limit(account: Account, duration_s: float) -> None:
             detail=f"this job's {weight / WEIGHT_PER_S:g} GPU-seconds pass the account's "
             f"max_held_gpu_seconds ({limit:g})",
         )
+
+
+async def claim_code(runtime: Runtime, account: Account, code_id: str, job_id: str) -> None:
+    """A script job's checks: a 403 unless the account may run scripts, a 422 naming
+    `input.code` unless it owns that code. The job is then recorded as needing the code, which
+    keeps it from the sweep (app/code/sweep.py) until the job ends; a submit refused after this
+    leaves a claim that the sweep takes out."""
+    if not account.run_scripts:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=NO_SCRIPTS)
+    if not await code_store(runtime).claim(account.user_id, code_id, job_id):
+        message = "no code of this account's has this id (POST /code uploads it)"
+        error = {"type": "code_not_found", "loc": ("body", "input", "code"), "msg": message}
+        raise RequestValidationError([error])
 
 
 async def _admit_and_enqueue(
