@@ -108,7 +108,10 @@ class Launched:
             return returncode
 
     def close(self) -> None:
-        """Release the status pipe, and end what an unconfined script left in its group."""
+        """Release the pipes, and end what an unconfined script left in its group."""
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
         if self.status is not None:
             os.close(self.status)
             self.status = None
