@@ -37,6 +37,8 @@ else:
     code = child.wait()
 os.write(status, str(code).encode())
 """
+#: Processes of the sandbox's own in its PID namespace: bubblewrap's init and the shim.
+SANDBOX_OWN_PROCESSES = 2
 #: The last resort of PATH, after the environment's own bin.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -79,15 +81,16 @@ class Launched:
     status: int | None = None  # the read end of the shim's status pipe
 
     def terminate(self) -> bool:
-        """SIGTERM to every process of the script; False when none could be found yet (the
-        sandbox is still starting: ask again)."""
+        """SIGTERM to every process of the script; False when the script could not be found
+        yet (the sandbox is still starting: ask again)."""
         if not self.sandboxed:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 return True  # ended meanwhile
             return True
-        return sandbox.signal_all(self.process.pid, signal.SIGTERM) > 0
+        # Until the script itself is there (beside bubblewrap's init and the shim), ask again.
+        return sandbox.signal_all(self.process.pid, signal.SIGTERM) > SANDBOX_OWN_PROCESSES
 
     def exit_code(self, returncode: int) -> int:
         """The script's exit code, as Python's subprocess reports it (negative: the signal that

@@ -78,15 +78,38 @@ class RunFolder:
 
     @classmethod
     def make(cls, root: Path, task_id: str) -> RunFolder:
-        """A fresh folder for one run under `root` (made 0711 if missing)."""
+        """A fresh folder for one run under `root` (made 0711 if missing), named after this
+        process, so that the folders of a process that died (killed with its run) are found."""
         own_root(root)
-        top = Path(tempfile.mkdtemp(prefix=f"{task_id[:32]}-", dir=root))
+        top = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{task_id[:32]}-", dir=root))
         os.chmod(top, TRAVERSE_ONLY)
         return cls(top)
 
     def remove(self) -> None:
         """Remove the folder and all the run left there (links are removed, never followed)."""
         shutil.rmtree(self.top, ignore_errors=True)
+
+
+def sweep_dead(root: Path) -> list[Path]:
+    """Remove the run folders under `root` whose process is gone (a job child killed with its
+    run never removes its own); those removed."""
+    removed = []
+    for entry in root.iterdir() if root.is_dir() else ():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
 
 
 def give_back(*folders: Path) -> None:

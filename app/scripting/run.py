@@ -42,6 +42,7 @@ from app.scripting.places import (
     give_back,
     own_root,
     read_output,
+    sweep_dead,
     traversable,
 )
 from app.scripting.sandbox import NOBODY, Sandbox
@@ -88,6 +89,7 @@ class ScriptRunner:
         environ = dict(os.environ if environ is None else environ)
         self.work_root = settings.script_work_dir or default_root("fairgpu-scripts")
         own_root(self.work_root)
+        sweep_dead(self.work_root)
         cache_root = settings.script_env_cache_dir or default_root("fairgpu-envs")
         if settings.script_env_cache_dir is None:
             own_root(cache_root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 from app.jobs import MAX_OUTPUT_BYTES, load_registry
 from app.jobs.builtin.script import MAX_SCRIPT_S, ScriptOut
 from app.scripting.launch import script_environment
-from app.scripting.places import OutputError, read_output
+from app.scripting.places import OutputError, read_output, sweep_dead
 from app.scripting.streams import MAX_LINE_BYTES, parse_progress, pump
 
 CODE = "ab" * 32
@@ -179,3 +180,12 @@ def test_an_output_file_that_is_no_json_or_too_big_or_no_file_is_refused(tmp_pat
     os.mkfifo(path)  # a fifo is never waited on
     with pytest.raises(OutputError, match="not a regular file"):
         read_output(path, MAX_OUTPUT_BYTES)
+
+
+def test_the_run_folders_of_dead_processes_are_swept(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])  # a pid that is gone once it is reaped
+    dead.wait()
+    for pid in (dead.pid, os.getpid()):
+        (tmp_path / f"{pid}-job-1-abc" / "work").mkdir(parents=True)
+    assert sweep_dead(tmp_path) == [tmp_path / f"{dead.pid}-job-1-abc"]
+    assert [p.name for p in tmp_path.iterdir()] == [f"{os.getpid()}-job-1-abc"]
