@@ -39,6 +39,8 @@ os.write(status, str(code).encode())
 """
 #: Processes of the sandbox's own in its PID namespace: bubblewrap's init and the shim.
 SANDBOX_OWN_PROCESSES = 2
+#: The user name a script is told (its uid has none inside the sandbox).
+SCRIPT_USER = "script"
 #: The last resort of PATH, after the environment's own bin.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -61,6 +63,8 @@ def script_environment(
         **extra,
         "PATH": f"{env_dir / 'bin'}:{SYSTEM_PATH}",
         "HOME": str(work_dir),
+        # The sandbox has no /etc/passwd: getpass.getuser() (torch's caches ask it) reads USER.
+        "USER": SCRIPT_USER,
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",  # noqa: S108 (the sandbox's own /tmp)
         "CUDA_VISIBLE_DEVICES": "" if gpu_id is None else str(gpu_id),

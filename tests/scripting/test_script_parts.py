@@ -124,6 +124,7 @@ def test_the_script_environment_is_the_allowlist() -> None:
         "LR": "0.1",
         "PATH": "/cache/envs/k/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/w/work",
+        "USER": "script",
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "CUDA_VISIBLE_DEVICES": "3",
