@@ -65,13 +65,13 @@ RUN groupadd --system --gid 10001 fairgpu \
 
 # Script jobs' sandbox: bubblewrap, and util-linux's setpriv and prlimit (Debian's, not setuid:
 # bubblewrap runs on unprivileged user namespaces, which the worker's container must allow; see
-# docs/operations.md, "Script jobs"). The environment cache's folder belongs to the service
-# user, so a named volume mounted there starts writable to it.
+# docs/operations.md, "Script jobs"). The environment cache's and the artifacts' folders belong
+# to the service user, so a named volume mounted there starts writable to it.
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends bubblewrap util-linux \
     && rm -rf /var/lib/apt/lists/* \
-    && mkdir -p /var/cache/fairgpu/envs \
-    && chown fairgpu:fairgpu /var/cache/fairgpu/envs
+    && mkdir -p /var/cache/fairgpu/envs /var/lib/fairgpu/artifacts \
+    && chown fairgpu:fairgpu /var/cache/fairgpu/envs /var/lib/fairgpu/artifacts
 
 ENV PATH="/app/.venv/bin:${PATH}" \
     PYTHONUNBUFFERED=1 \

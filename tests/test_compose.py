@@ -612,13 +612,30 @@ def test_every_worker_keeps_environments_on_the_hosts_shared_volume(compose, gpu
     )
 
 
+def test_the_api_and_every_worker_share_one_store_of_artifacts_and_code(compose, gpu_host):
+    # A worker runs the code the API stored (POST /code) and leaves files the API serves.
+    sharing = ("api", "beat", *script_workers(gpu_host))
+    folders = {environment(gpu_host[name])["ARTIFACTS_DIR"] for name in sharing}
+    assert len(folders) == 1
+    (folder,) = folders
+    for name in sharing:
+        mounts = [parse_volume(v) for v in gpu_host[name]["volumes"]]
+        assert ("artifacts", folder, "rw") in mounts, name
+    assert "artifacts" in compose["volumes"]
+    instructions = dockerfile_instructions()
+    final = instructions[-1][0]
+    runs = " ".join(a for s, kw, a in instructions if s == final and kw == "RUN")
+    assert re.search(rf"mkdir -p [^&]*{re.escape(folder)}", runs)
+    assert re.search(rf"chown fairgpu:fairgpu [^&]*{re.escape(folder)}", runs)
+
+
 def test_the_image_makes_the_cache_folder_the_service_users():
     cache = runtime_env()["SCRIPT_ENV_CACHE_DIR"]
     instructions = dockerfile_instructions()
     final = instructions[-1][0]
     runs = " ".join(a for s, kw, a in instructions if s == final and kw == "RUN")
-    assert f"mkdir -p {cache}" in runs
-    assert f"chown fairgpu:fairgpu {cache}" in runs
+    assert re.search(rf"mkdir -p [^&]*{re.escape(cache)}", runs)
+    assert re.search(rf"chown fairgpu:fairgpu [^&]*{re.escape(cache)}", runs)
 
 
 def test_the_cache_and_the_base_lie_where_the_sandbox_may_bind_them():
