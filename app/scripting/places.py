@@ -31,14 +31,19 @@ def default_root(name: str) -> Path:
     return Path(tempfile.gettempdir()) / name
 
 
-def own_root(path: Path, mode: int = TRAVERSE_ONLY) -> Path:
-    """`path` made (parents too) or found, checked to be a real folder of this uid's (another
-    user's folder at a shared temporary path could be swapped under us), with `mode`."""
+def prepare_root(path: Path, *, shared: bool = False) -> Path:
+    """`path` made (parents too) or found, and made passable by the sandbox's user: 0711 when it
+    is this uid's, every folder above it that is this uid's `o+x`. A `shared` path (in the
+    system's temporary folder, where any user may make it first) must be a real folder of this
+    uid's: another's could be swapped under us."""
     path.mkdir(parents=True, exist_ok=True)
     found = os.lstat(path)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
-        raise RuntimeError(f"{path} is not a folder of this user's: choose another place")
-    os.chmod(path, mode)
+    if not stat.S_ISDIR(found.st_mode):
+        raise RuntimeError(f"{path} is not a folder")
+    if found.st_uid == os.geteuid():
+        os.chmod(path, TRAVERSE_ONLY)
+    elif shared:
+        raise RuntimeError(f"{path} is another user's folder: choose another place")
     traversable(path)
     return path
 
@@ -80,7 +85,7 @@ class RunFolder:
     def make(cls, root: Path, task_id: str) -> RunFolder:
         """A fresh folder for one run under `root` (made 0711 if missing), named after this
         process, so that the folders of a process that died (killed with its run) are found."""
-        own_root(root)
+        prepare_root(root)  # made again if a cleaner of temporary files took it
         top = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{task_id[:32]}-", dir=root))
         os.chmod(top, TRAVERSE_ONLY)
         return cls(top)

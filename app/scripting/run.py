@@ -40,7 +40,7 @@ from app.scripting.places import (
     RunFolder,
     default_root,
     give_back,
-    own_root,
+    prepare_root,
     read_output,
     sweep_dead,
     traversable,
@@ -88,14 +88,14 @@ class ScriptRunner:
                 )
         environ = dict(os.environ if environ is None else environ)
         self.work_root = settings.script_work_dir or default_root("fairgpu-scripts")
-        own_root(self.work_root)
+        prepare_root(self.work_root, shared=settings.script_work_dir is None)
         sweep_dead(self.work_root)
         cache_root = settings.script_env_cache_dir or default_root("fairgpu-envs")
-        if settings.script_env_cache_dir is None:
-            own_root(cache_root)
-        cache_root.mkdir(parents=True, exist_ok=True)
-        traversable(cache_root / "envs")
-        self.envs = self._envs(EnvCache(cache_root, settings.script_env_cache_bytes), environ)
+        prepare_root(cache_root, shared=settings.script_env_cache_dir is None)
+        cache = EnvCache(cache_root, settings.script_env_cache_bytes)
+        for folder in ("envs", "tmp"):  # made by the cache with the worker's umask
+            prepare_root(cache_root / folder)
+        self.envs = self._envs(cache, environ)
         self.readonly = self._interpreter_places()
         # The service's own package, where a bound folder (/usr) would show it to scripts.
         package = Path(app.__file__).resolve().parent
