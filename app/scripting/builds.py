@@ -43,8 +43,9 @@ class BuildSandbox(Sandbox):
         return (self.artifacts_dir,)
 
 
-def build_wrap(user: User, extra_readonly: tuple[Path, ...]) -> Wrap:
-    """A `Wrap` that runs each build command in a BuildSandbox as `user`."""
+def build_wrap(user: User, extra_readonly: list[Path]) -> Wrap:
+    """A `Wrap` that runs each build command in a BuildSandbox as `user`; `extra_readonly` is
+    read at each command (the interpreter's places are known only once the envs are made)."""
 
     def wrap(command: list[str], places: BuildPlaces) -> list[str]:
         box = BuildSandbox(
@@ -82,7 +83,7 @@ class SandboxedEnvs(ScriptEnvs):
                 readable_by_all(workspace / BUILT)
 
 
-def build_readonly(environ: dict[str, str]) -> tuple[Path, ...]:
+def build_readonly(environ: dict[str, str]) -> list[Path]:
     """What a build must read beside the project and its tools: the operator's uv.toml, local
     package folders the operator's uv settings name, and TLS roots named by variables; those
     the sandbox may not bind are left out (the build then says what it misses)."""
@@ -96,7 +97,7 @@ def build_readonly(environ: dict[str, str]) -> tuple[Path, ...]:
     for variable in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
         if environ.get(variable, "").startswith("/"):
             found.append(Path(environ[variable]))
-    return _distinct(tuple(path for path in found if path.exists() and bindable(path)))
+    return list(_distinct(tuple(path for path in found if path.exists() and bindable(path))))
 
 
 def bindable(path: Path) -> bool:
@@ -117,7 +118,9 @@ def reachable_by_others(path: Path) -> bool:
 def sandbox_uv(uv: str, tools: Path) -> str:
     """A uv the sandbox's user can run: `uv` itself when it may be bound and reached, else a
     copy in `tools` (made once per uv binary: its name carries the binary's hash)."""
-    found = shutil.which(uv) or uv
+    found = shutil.which(uv)
+    if found is None:
+        raise RuntimeError(f"{uv} is not installed: script jobs build their environments with it")
     real = Path(os.path.realpath(found))
     if bindable(real) and reachable_by_others(real):
         return str(real)

@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,19 @@ def sweep_dead(root: Path) -> list[Path]:
     for entry in root.iterdir() if root.is_dir() else ():
         pid = entry.name.split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def sweep_older(folder: Path, seconds: float) -> list[Path]:
+    """Remove what under `folder` has not changed hands or modes for `seconds` (a build's
+    workspace left by a child killed mid-build: a live build is never older than its time
+    limit, and its workspace's ctime is its start's); those removed."""
+    removed = []
+    cutoff = time.time() - seconds
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if os.lstat(entry).st_ctime < cutoff:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed

@@ -43,6 +43,7 @@ from app.scripting.places import (
     prepare_root,
     read_output,
     sweep_dead,
+    sweep_older,
     traversable,
 )
 from app.scripting.sandbox import NOBODY, Sandbox
@@ -51,6 +52,8 @@ from app.settings import Settings
 
 #: How often a running script's stop and yield flags are read.
 POLL_S = 0.1
+#: A build's workspace older than its time limit and this is one a killed child left.
+BUILD_SWEEP_MARGIN_S = 600.0
 #: How long the output of an ended script is waited for (a process it left may hold its pipes).
 STREAM_END_WAIT_S = 5.0
 
@@ -95,8 +98,9 @@ class ScriptRunner:
         cache = EnvCache(cache_root, settings.script_env_cache_bytes)
         for folder in ("envs", "tmp"):  # made by the cache with the worker's umask
             prepare_root(cache_root / folder)
+        sweep_older(cache_root / "tmp", settings.env_build_timeout_s + BUILD_SWEEP_MARGIN_S)
         self.envs = self._envs(cache, environ)
-        self.readonly = self._interpreter_places()
+        self.readonly = interpreter_places(self.envs)
         # The service's own package, where a bound folder (/usr) would show it to scripts.
         package = Path(app.__file__).resolve().parent
         self.hidden = (package,) if Path("/usr") in package.parents else ()
@@ -107,29 +111,19 @@ class ScriptRunner:
             return ScriptEnvs(cache, base_env=base, timeout_s=timeout_s, environ=environ)
         uv = sandbox_uv("uv", cache.root / "tools")
         python = None if base else bare_python(uv, self.settings.script_python, environ)
-        wrap = build_wrap(NOBODY, build_readonly(environ))
-        return SandboxedEnvs(
+        readonly = build_readonly(environ)
+        envs = SandboxedEnvs(
             cache,
             base_env=base,
             timeout_s=timeout_s,
-            wrap=wrap,
+            wrap=build_wrap(NOBODY, readonly),
             environ=environ,
             uv=uv,
             python=python,
             user=NOBODY,
         )
-
-    def _interpreter_places(self) -> tuple[Path, ...]:
-        """The prefixes the script's interpreter needs, read only: the base, the interpreter's
-        own (a venv's python links to another), those /usr does not hold already."""
-        interpreter = self.envs.interpreter
-        python = interpreter.python
-        found = [python.parent.parent, Path(os.path.realpath(python)).parent.parent]
-        if interpreter.base_env is not None:
-            found.append(interpreter.base_env)
-        usr = Path("/usr")
-        kept = [p for p in found if p != usr and usr not in p.parents and bindable(p)]
-        return tuple(dict.fromkeys(kept))
+        readonly += interpreter_places(envs)  # a venv base's interpreter, linked from elsewhere
+        return envs
 
     def run(
         self, ctx: JobContext, code: str, command: Sequence[str], env: Mapping[str, str]
@@ -222,6 +216,19 @@ class ScriptRunner:
         )
         box.hand_over()
         return start_sandboxed(box, environment.python)
+
+
+def interpreter_places(envs: ScriptEnvs) -> list[Path]:
+    """The prefixes an environment's interpreter needs, read only: the base, the interpreter's
+    own (a venv's python links to another), those /usr does not hold already."""
+    interpreter = envs.interpreter
+    python = interpreter.python
+    found = [python.parent.parent, Path(os.path.realpath(python)).parent.parent]
+    if interpreter.base_env is not None:
+        found.append(interpreter.base_env)
+    usr = Path("/usr")
+    kept = [p for p in found if p != usr and usr not in p.parents and bindable(p)]
+    return list(dict.fromkeys(kept))
 
 
 def _watch(ctx: JobContext, launched: Launched) -> tuple[int, Asked | None]:

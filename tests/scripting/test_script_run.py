@@ -31,6 +31,7 @@ from app.scripting.places import OutputError
 from app.scripting.run import ScriptRunner
 from app.scripting.worker import runner_from_settings
 from app.settings import Settings
+from tests.scripting.test_envs import wheel
 
 UNAVAILABLE = sandbox.available()
 pytestmark = [
@@ -292,3 +293,76 @@ def test_a_worker_without_a_usable_sandbox_refuses_script_jobs(
     monkeypatch.setenv("PATH", str(top))  # no bubblewrap on it
     with pytest.raises(RuntimeError, match=r"bwrap is not installed.*SCRIPT_SANDBOX=none"):
         runner_from_settings(settings)
+
+
+@pytest.fixture
+def offline(top: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The operator's index: a folder of wheels the sandbox's user may read, uv offline."""
+    wheels = top / "wheels"
+    wheels.mkdir()
+    wheels.chmod(0o755)
+    wheel(wheels, "tinypkg", "1.0")
+    for name, value in {
+        "UV_OFFLINE": "1",
+        "UV_NO_INDEX": "1",
+        "UV_FIND_LINKS": str(wheels),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return wheels
+
+
+USES_TINYPKG = "import tinypkg; print('tinypkg', tinypkg.VERSION)\n"
+
+
+def test_requirements_are_built_in_the_sandbox_then_reused(
+    settings: Settings, top: Path, offline: Path
+) -> None:
+    runner = runner_from_settings(settings)  # after the operator's uv settings are in place
+    code = upload(settings, top, train_py=USES_TINYPKG, requirements_txt="tinypkg==1.0\n")
+    first, second = Seen(), Seen()
+    for seen in (first, second):
+        ctx = context(seen)
+        try:
+            runner.run(ctx, code, ["python", "train.py"], {})
+        finally:
+            cleanup(ctx)
+        assert "tinypkg 1.0" in seen.log
+    assert first.facts["environment"]["cached"] is False
+    assert any("tinypkg==1.0" in line for line in first.log)  # the build's output
+    assert second.facts["environment"] == {"cached": True, "seconds": 0.0}
+    [built] = list((settings.script_env_cache_dir or top).joinpath("envs").iterdir())
+    assert built.stat().st_uid == os.geteuid()  # the worker's: no script may change it
+
+
+def test_a_failed_build_fails_the_job_with_its_output(
+    settings: Settings, top: Path, offline: Path
+) -> None:
+    runner = runner_from_settings(settings)
+    code = upload(settings, top, train_py=USES_TINYPKG, requirements_txt="nosuchpkg==9\n")
+    seen = Seen()
+    ctx = context(seen)
+    try:
+        with pytest.raises(JobFailedError) as failed:
+            runner.run(ctx, code, ["python", "train.py"], {})
+    finally:
+        cleanup(ctx)
+    assert failed.value.kind == "environment"
+    assert any("nosuchpkg" in line for line in seen.log)
+    assert seen.facts["environment"]["cached"] is False
+    assert "exit_code" not in seen.facts
+
+
+def test_a_project_naming_its_own_index_is_refused(
+    runner: ScriptRunner, settings: Settings, top: Path
+) -> None:
+    requirements = "--index-url https://example.org/simple\ntinypkg\n"
+    code = upload(settings, top, train_py=USES_TINYPKG, requirements_txt=requirements)
+    seen = Seen()
+    ctx = context(seen)
+    try:
+        with pytest.raises(JobFailedError, match="refused") as failed:
+            runner.run(ctx, code, ["python", "train.py"], {})
+    finally:
+        cleanup(ctx)
+    assert failed.value.kind == "environment"
+    assert any("--index-url" in line for line in seen.log)
