@@ -65,7 +65,7 @@ def script_stack(
         stack_of.callback(shutil.rmtree, workdir, ignore_errors=True)
         if redis_password is not None:
             server = RedisServer(workdir / "redis", password=redis_password, appendonly=True)
-            stack_of.enter_context(server.start())
+            stack_of.enter_context(server)  # started here
             overrides["redis_url"] = server.url
         stack = Stack(
             fast_settings(**overrides),
