@@ -274,8 +274,9 @@ class TaskStatus(BaseModel):
         description="how a FAILURE or REVOKED job ended: its code raised (exception), it ran past "
         "its budget (timeout), it was cancelled, its process died (crashed), its runs were "
         "lost with their workers (lost), it ran out of GPU memory (oom), its type's setup() "
-        "failed before it began (setup, not billed), or the service failed while it ended the "
-        "job (internal); null otherwise",
+        "failed before it began (setup, not billed), the service failed while it ended the "
+        "job (internal), a script job's environment could not be built (environment) or its "
+        "script exited with a code other than 0 (exit_code); null otherwise",
     )
     progress: Progress | None = Field(
         None, description="the latest progress the job reported; null if none"

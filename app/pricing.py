@@ -52,6 +52,8 @@ ENDED = {
     "crashed": "crashed",
     "oom": "out of GPU memory",
     "internal": "failed on an error of the service",
+    "environment": "failed to build its environment",
+    "exit_code": "its script failed",
 }
 
 
