@@ -245,10 +245,11 @@ def _watch(ctx: JobContext, launched: Launched) -> tuple[int, Asked | None]:
             returncode = process.wait(timeout=POLL_S)
             break
         except subprocess.TimeoutExpired:
-            pass
+            streams.flush()
         if asked is None:
             asked = _ask(ctx)
             if asked is not None:
+                streams.flush()  # what the script said before, first
                 ctx.log(f"fairgpu: asked to {asked.what}: SIGTERM to the script's processes")
         if asked is not None and not signalled:
             signalled = launched.terminate()

@@ -17,6 +17,8 @@ from typing import IO
 
 #: The longest line kept, in bytes: a log line is read by people.
 MAX_LINE_BYTES = 8192
+#: Lines held at most before they are passed on, whenever the next flush is due.
+MAX_BATCH_LINES = 1000
 PROGRESS = re.compile(r"fairgpu:progress[ \t]+(\S+)(?:[ \t]+(.*))?")
 
 
@@ -50,7 +52,9 @@ def pump(source: IO[bytes], emit: Callable[[str], None]) -> None:
 
 
 class Streams:
-    """Two threads that read a process's stdout and stderr into `log` and `progress`."""
+    """Two threads that read a process's stdout and stderr, and what they read, held until the
+    next `flush` (or until MAX_BATCH_LINES are held): a line per message to the worker would
+    slow a chatty script tenfold. Only the latest progress of each batch is passed on."""
 
     def __init__(
         self,
@@ -60,9 +64,12 @@ class Streams:
         progress: Callable[[float, str], None],
     ) -> None:
         self._log, self._progress = log, progress
+        self._lock = threading.Lock()
+        self._lines: list[str] = []
+        self._latest: tuple[float, str] | None = None
         self._threads = [
             threading.Thread(target=pump, args=(stdout, self._out), name="script-stdout"),
-            threading.Thread(target=pump, args=(stderr, self._log), name="script-stderr"),
+            threading.Thread(target=pump, args=(stderr, self._held), name="script-stderr"),
         ]
         for thread in self._threads:
             thread.daemon = True  # a pipe held open by a leftover process never holds the child
@@ -71,13 +78,32 @@ class Streams:
     def _out(self, line: str) -> None:
         said = parse_progress(line)
         if said is None:
-            self._log(line)
+            self._held(line)
         else:
-            self._progress(*said)
+            with self._lock:
+                self._latest = said
+
+    def _held(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+            full = len(self._lines) >= MAX_BATCH_LINES
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pass on the lines held, in one message, and the latest progress."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+            latest, self._latest = self._latest, None
+        if lines:
+            self._log("\n".join(lines))
+        if latest is not None:
+            self._progress(*latest)
 
     def join(self, timeout_s: float) -> bool:
-        """Wait for both streams' ends, `timeout_s` in all; whether both ended."""
+        """Wait for both streams' ends, `timeout_s` in all, then flush; whether both ended."""
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        self.flush()
         return not any(thread.is_alive() for thread in self._threads)

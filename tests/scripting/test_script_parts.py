@@ -16,7 +16,13 @@ from app.jobs import MAX_OUTPUT_BYTES, load_registry
 from app.jobs.builtin.script import MAX_SCRIPT_S, ScriptOut
 from app.scripting.launch import script_environment
 from app.scripting.places import OutputError, read_output, sweep_dead
-from app.scripting.streams import MAX_LINE_BYTES, parse_progress, pump
+from app.scripting.streams import (
+    MAX_BATCH_LINES,
+    MAX_LINE_BYTES,
+    Streams,
+    parse_progress,
+    pump,
+)
 
 CODE = "ab" * 32
 SCRIPT = load_registry(entry_points=False).get("script")
@@ -190,3 +196,22 @@ def test_the_run_folders_of_dead_processes_are_swept(tmp_path: Path) -> None:
         (tmp_path / f"{pid}-job-1-abc" / "work").mkdir(parents=True)
     assert sweep_dead(tmp_path) == [tmp_path / f"{dead.pid}-job-1-abc"]
     assert [p.name for p in tmp_path.iterdir()] == [f"{os.getpid()}-job-1-abc"]
+
+
+def test_streams_pass_lines_on_in_batches_and_the_latest_progress() -> None:
+    stdout = io.BytesIO(b"a\nfairgpu:progress 0.1 x\nb\nfairgpu:progress 0.2 y\n")
+    stderr = io.BytesIO(b"oops\n")
+    logged: list[str] = []
+    progress: list[tuple[float, str]] = []
+    streams = Streams(stdout, stderr, logged.append, lambda f, m: progress.append((f, m)))
+    assert streams.join(10)
+    assert sorted("\n".join(logged).split("\n")) == ["a", "b", "oops"]
+    assert progress == [(0.2, "y")]
+
+
+def test_a_long_burst_is_passed_on_before_the_next_flush() -> None:
+    stdout = io.BytesIO(b"".join(b"%d\n" % i for i in range(MAX_BATCH_LINES * 2 + 5)))
+    logged: list[str] = []
+    streams = Streams(stdout, io.BytesIO(), logged.append, lambda f, m: None)
+    assert streams.join(10)
+    assert [len(batch.split("\n")) for batch in logged] == [MAX_BATCH_LINES, MAX_BATCH_LINES, 5]

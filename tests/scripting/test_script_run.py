@@ -89,8 +89,9 @@ class Seen:
     ready: threading.Event = field(default_factory=threading.Event)
 
     def said(self, text: str) -> None:
-        self.log.append(text)
-        if text == "ready":
+        lines = text.split("\n")  # ctx.log takes several lines at once, as the worker does
+        self.log.extend(lines)
+        if "ready" in lines:
             self.ready.set()
 
 
