@@ -1,5 +1,5 @@
-"""The service's code sweep (not scheduled until a job's code counts as in use) drops code
-unused for CODE_TTL_S, and its archive with its last owner; code used since stays."""
+"""The service's code sweep drops code unused for CODE_TTL_S, and its archive with its last
+owner; code used since stays (what a job's use adds: test_code_in_use.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from app.artifacts import LocalArtifacts
 from app.auth import Accounts
 from app.code.store import AREA, BLOB, CodeStore
-from app.store.keys import CODE_USED, code_key
 from app.settings import Settings
+from app.store.keys import CODE_USED, code_key
 from app.wiring.service import build
 from tests.api.helpers import USERS_FILE
 from tests.code.archives import project
