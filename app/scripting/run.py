@@ -62,6 +62,10 @@ STREAM_END_WAIT_S = 5.0
 Fetch = Callable[[str, Path], None]
 
 
+class CodeGoneError(RuntimeError):
+    """The job's code is not in the store (removed by hand: a job's code is never swept)."""
+
+
 @dataclass(frozen=True)
 class Asked:
     """What the run was asked: "stop" (a cancel or a timeout) or "yield" (a preemption)."""
@@ -152,7 +156,10 @@ class ScriptRunner:
             folder.remove()
 
     def _unpack(self, code: str, folder: RunFolder) -> None:
-        self.fetch(code, folder.archive)
+        try:
+            self.fetch(code, folder.archive)
+        except FileNotFoundError:
+            raise CodeGoneError(f"the code {code} is no longer stored: upload it again") from None
         bounds = Bounds(self.settings.max_code_members, self.settings.max_code_unpacked_bytes)
         unpack(folder.archive, folder.work, bounds)
         folder.archive.unlink()

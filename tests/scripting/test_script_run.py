@@ -28,7 +28,7 @@ from app.code.store import AREA, CodeStore
 from app.jobs.context import JobCancelledError, JobContext, JobFailedError, JobPreemptedError
 from app.scripting import sandbox
 from app.scripting.places import OutputError
-from app.scripting.run import ScriptRunner
+from app.scripting.run import CodeGoneError, ScriptRunner
 from app.scripting.worker import runner_from_settings
 from app.settings import Settings
 from tests.scripting.test_envs import wheel
@@ -367,3 +367,12 @@ def test_a_project_naming_its_own_index_is_refused(
         cleanup(ctx)
     assert failed.value.kind == "environment"
     assert any("--index-url" in line for line in seen.log)
+
+
+def test_code_no_longer_stored_is_said_plainly(runner: ScriptRunner) -> None:
+    ctx = context(Seen())
+    try:
+        with pytest.raises(CodeGoneError, match="no longer stored"):
+            runner.run(ctx, "cd" * 32, ["python", "-c", "pass"], {})
+    finally:
+        cleanup(ctx)
