@@ -261,9 +261,14 @@ def report(results: Results, command: str) -> str:
         " run (started to finished), median |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
+    hits = sum(1 for r in script if (r.environment or {}).get("cached") is True)
     rows = (
         (f"typed `burn`, duration_s {d:g}", typed),
-        (f'script `python -c "import time; time.sleep({d:g})"`, cached environment', script),
+        (
+            f'script `python -c "import time; time.sleep({d:g})"`, environment '
+            f"`cached: true` in {hits} of {len(script)}",
+            script,
+        ),
     )
     for name, runs in rows:
         totals = [r.total_s for r in runs]

@@ -21,7 +21,8 @@ from scripts.bench_script import (
 
 
 def runs(*totals: float) -> list[Run]:
-    return [Run(total_s=t, start_s=0.01, run_s=t - 0.01) for t in totals]
+    cached = {"cached": True, "seconds": 0.0}
+    return [Run(total_s=t, start_s=0.01, run_s=t - 0.01, environment=cached) for t in totals]
 
 
 def test_the_difference_is_taken_round_by_round() -> None:
@@ -33,6 +34,7 @@ def test_the_difference_is_taken_round_by_round() -> None:
     # median 0.2 and p90 0.44 of the differences: not the difference of the medians (0.5)
     assert "**0.200**" in row and "**0.440**" in row
     assert "Environment build: skipped (--env-rounds 0)." in text
+    assert "`cached: true` in 3 of 3" in text
 
 
 def test_the_environment_table_shows_the_build_and_the_cached_use() -> None:
@@ -74,6 +76,6 @@ def test_a_tiny_run_measures_both_jobs_on_a_real_stack(tmp_path: Path) -> None:
     assert main(["--quick", "--env-rounds", "0", "--output", str(output)]) == 0
     text = output.read_text()
     assert "typed `burn`, duration_s 0.2" in text
-    assert "cached environment" in text
+    assert "`cached: true` in 2 of 2" in text  # the warm-up built it
     assert "script minus typed" in text
     assert "Environment build: skipped (--env-rounds 0)." in text
