@@ -96,15 +96,17 @@ class Launched:
         # Until the script itself is there (beside bubblewrap's init and the shim), ask again.
         return sandbox.signal_all(self.process.pid, signal.SIGTERM) > SANDBOX_OWN_PROCESSES
 
-    def exit_code(self, returncode: int) -> int:
+    def exit_code(self, returncode: int) -> int | None:
         """The script's exit code, as Python's subprocess reports it (negative: the signal that
-        ended it); bubblewrap's own code where the shim said nothing (it never ran, or the
-        script killed it)."""
-        if self.status is None:
+        ended it); None when the shim said nothing (the sandbox failed to start it, or the
+        script killed the shim): bubblewrap's own code then tells nothing of the script."""
+        if not self.sandboxed:
             return returncode
+        if self.status is None:
+            return None
         try:
-            said = os.read(self.status, 64).decode().strip()
-        except OSError:
+            said = os.read(self.status, 64).decode(errors="replace").strip()
+        except OSError:  # nothing there, and (impossibly) a writer left: never wait
             said = ""
         finally:
             os.close(self.status)
@@ -112,7 +114,7 @@ class Launched:
         try:
             return int(said)
         except ValueError:
-            return returncode
+            return None
 
     def close(self) -> None:
         """Release the pipes, and end what an unconfined script left in its group."""
@@ -139,6 +141,7 @@ def start_sandboxed(box: Sandbox, python: Path) -> Launched:
         raise
     finally:
         os.close(write_end)
+    os.set_blocking(read_end, False)
     return Launched(process, sandboxed=True, status=read_end)
 
 

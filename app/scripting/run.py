@@ -62,6 +62,10 @@ STREAM_END_WAIT_S = 5.0
 Fetch = Callable[[str, Path], None]
 
 
+class SandboxError(RuntimeError):
+    """The sandbox ended without the script's exit code."""
+
+
 class CodeGoneError(RuntimeError):
     """The job's code is not in the store (removed by hand: a job's code is never swept)."""
 
@@ -145,9 +149,16 @@ class ScriptRunner:
                 stack.callback(launched.close)
                 returncode, asked = _watch(ctx, launched)
                 exit_code = launched.exit_code(returncode)
-            ctx.note(exit_code=exit_code)
+            if exit_code is not None:
+                ctx.note(exit_code=exit_code)
             if asked is not None:
                 _raise_asked(ctx, asked, exit_code)
+            if exit_code is None:
+                raise SandboxError(
+                    f"the sandbox ended (code {returncode}) without the script's exit code: "
+                    "it failed to start the script, or the script ended the sandbox's own "
+                    "processes (the log says more)"
+                )
             if exit_code != 0:
                 raise JobFailedError(f"script exited with code {exit_code}", "exit_code")
             return read_output(folder.output, MAX_OUTPUT_BYTES)
@@ -276,11 +287,15 @@ def _ask(ctx: JobContext) -> Asked | None:
 def _check_asks(ctx: JobContext) -> None:
     asked = _ask(ctx)
     if asked is not None:
-        _raise_asked(ctx, asked, None)
+        _raise_asked(ctx, asked, None, started=False)
 
 
-def _raise_asked(ctx: JobContext, asked: Asked, exit_code: int | None) -> None:
-    ended = "before it started" if exit_code is None else f"with code {exit_code}"
+def _raise_asked(
+    ctx: JobContext, asked: Asked, exit_code: int | None, *, started: bool = True
+) -> None:
+    ended = f"with code {exit_code}" if exit_code is not None else "its exit code unknown"
+    if not started:
+        ended = "before it started"
     if asked.what == "yield" and not ctx.cancelled:
         raise JobPreemptedError(f"job {ctx.task_id}: the script yielded its GPU ({ended})")
     raise JobCancelledError(f"job {ctx.task_id}: the script was stopped ({ended})")

@@ -28,7 +28,7 @@ from app.code.store import AREA, CodeStore
 from app.jobs.context import JobCancelledError, JobContext, JobFailedError, JobPreemptedError
 from app.scripting import sandbox
 from app.scripting.places import OutputError
-from app.scripting.run import CodeGoneError, ScriptRunner
+from app.scripting.run import CodeGoneError, SandboxError, ScriptRunner
 from app.scripting.worker import runner_from_settings
 from app.settings import Settings
 from tests.scripting.test_envs import wheel
@@ -376,3 +376,18 @@ def test_code_no_longer_stored_is_said_plainly(runner: ScriptRunner) -> None:
             runner.run(ctx, "cd" * 32, ["python", "-c", "pass"], {})
     finally:
         cleanup(ctx)
+
+
+def test_a_script_that_ends_the_sandboxs_own_processes_has_no_exit_code(
+    runner: ScriptRunner, settings: Settings, top: Path
+) -> None:
+    kills_its_parent = "import os, time; os.kill(os.getppid(), 9); time.sleep(30)"
+    code = upload(settings, top, train_py=TRAIN)
+    seen = Seen()
+    ctx = context(seen)
+    try:
+        with pytest.raises(SandboxError, match="without the script's exit code"):
+            runner.run(ctx, code, ["python", "-c", kills_its_parent], {})
+    finally:
+        cleanup(ctx)
+    assert "exit_code" not in seen.facts
