@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -391,3 +391,17 @@ def test_a_script_that_ends_the_sandboxs_own_processes_has_no_exit_code(
     finally:
         cleanup(ctx)
     assert "exit_code" not in seen.facts
+
+
+def test_a_script_still_running_at_its_deadline_is_stopped(
+    runner: ScriptRunner, settings: Settings, top: Path
+) -> None:
+    code = upload(settings, top, train_py=TRAIN)
+    seen = Seen()
+    ctx = replace(context(seen), deadline=time.time() + 1.0)
+    try:
+        with pytest.raises(JobCancelledError, match="code -15"):
+            runner.run(ctx, code, ["python", "-c", "import time; time.sleep(60)"], {})
+    finally:
+        cleanup(ctx)
+    assert seen.facts["exit_code"] == -15
