@@ -93,19 +93,30 @@ def test_the_log_and_the_exit_code_come_through_and_a_second_run_sends_nothing_a
     assert "uploading it" in said
     assert "hello from the project" in said
     assert "progress 50%  half way" in said
-    assert "exit code 3" in said
-    assert '"args": ["--lr", "0.1"]' in said
-    assert "cost " in said
+    table = " ".join(said.split())  # the result's rows, whatever their padding
+    assert "status FAILURE exit code 3" in table
+    assert "cost " in table
 
     out = tmp_path / "out"
     second = fairgpu_run(
-        stack, project, "--env", "GREETING=hi", "--download", str(out), "--", "python", "main.py"
+        stack,
+        project,
+        "--env",
+        "GREETING=hi",
+        "--download",
+        str(out),
+        "--",
+        "python",
+        "main.py",
+        "-v",
     )
     said = second.stdout
     assert second.returncode == 0, said + second.stderr
     assert "the server has it already, not sent again" in said
     assert "uploading" not in said
-    assert '"greeting": "hi"' in said
+    table = " ".join(said.split())
+    assert 'output {"args": ["-v"], "greeting": "hi"}' in table
+    assert "environment cached" in table
     assert "metrics.txt" in said
     assert (out / "metrics.txt").read_text() == "loss 0.25\n"
 
