@@ -26,6 +26,7 @@ CONTRACT: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/enqueue-task"): {
         "401": ERROR,
         "402": ERROR,
+        "403": ERROR,
         "413": ERROR,
         "422": ERROR,
         "429": ERROR,
@@ -274,9 +275,12 @@ async def test_the_job_types_and_a_jobs_type_and_end_are_described(api: Api) -> 
         "oom",
         "setup",
         "internal",
+        "environment",
+        "exit_code",
     ]
     result = body["components"]["schemas"]["JobResult"]["properties"]
     assert {"output", "peak_gpu_memory_bytes", "peak_rss_bytes"} <= set(result)
+    assert {"exit_code", "environment"} <= set(result)
 
 
 async def test_the_keyed_endpoints_declare_the_api_key_header(api: Api) -> None:
