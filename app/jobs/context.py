@@ -82,7 +82,8 @@ class JobContext:
     `output_dir` is an empty folder for this run: every file left in it when the job returns
     is kept as one of the job's artifacts. `checkpoint_dir` belongs to the job across its runs
     (a preemptible job's resumed run finds there what the last run left), and `preemptions`
-    counts the times the job was preempted before this run.
+    counts the times the job was preempted before this run; `preemptible` says whether this run
+    may be asked to yield its GPU at all.
     """
 
     task_id: str
@@ -97,6 +98,8 @@ class JobContext:
     )
     checkpoint_dir: Path = field(default_factory=_scratch_checkpoints)
     preemptions: int = 0
+    #: Whether this run may be asked to yield its GPU (its type's, or a script job's own flag).
+    preemptible: bool = False
     _yield: Callable[[], bool] = field(default=_never, repr=False, compare=False)
     _note: Callable[[dict[str, Any]], None] = field(default=_ignore_note, repr=False, compare=False)
 

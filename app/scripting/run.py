@@ -213,7 +213,7 @@ class ScriptRunner:
             artifacts_dir=ctx.output_dir,
             checkpoint_dir=ctx.checkpoint_dir,
             gpu_id=ctx.gpu_id,
-            preemptible=bool(getattr(ctx, "preemptible", False)),
+            preemptible=ctx.preemptible,
             extra=env,
         )
         if not self.sandboxed:

@@ -77,6 +77,7 @@ class InlineExecutor:
             _progress=events.progress,
             checkpoint_dir=Path(call.checkpoint_dir),
             preemptions=call.preemptions,
+            preemptible=call.preemptible,
             _yield=_Latch(should_yield if call.preemptible else never),
         )
         try:

@@ -160,6 +160,7 @@ def _context(
         _progress=progress,
         checkpoint_dir=checkpoint_dir(call),
         preemptions=call.preemptions,
+        preemptible=call.preemptible,
         _yield=lambda: bool(preempt.value),
     )
 
