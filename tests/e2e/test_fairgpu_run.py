@@ -1,16 +1,21 @@
 """`fairgpu run` as a researcher runs it: the installed command, started as a process in a project
 folder, against a stack of real processes (the API, a worker running script jobs in its
 sandbox). The script's log comes through, its exit code is the command's, its artifacts come
-down with --download, the same folder run again is not uploaded again, and Ctrl-C without a
-terminal leaves the job running (exit 130)."""
+down with --download, the same folder run again is not uploaded again, and Ctrl-C asks on a
+terminal whether to cancel the job (yes cancels it, anything else leaves it running) and leaves
+it running without one (exit 130 each time)."""
 
 from __future__ import annotations
 
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
@@ -64,6 +69,13 @@ def environment(stack: Stack) -> dict[str, str]:
         "FAIRGPU_API_KEY": DEMO_KEY,
         "COLUMNS": "200",
     }
+
+
+def submitted(said: str) -> str:
+    """The task id that `fairgpu run` said it submitted (in bold on a terminal)."""
+    found = re.search(r"Submitted \S*?([0-9a-f-]{36})", said)
+    assert found is not None, said
+    return found[1]
 
 
 def fairgpu_run(stack: Stack, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -143,7 +155,7 @@ def test_ctrl_c_without_a_terminal_leaves_the_job_running_and_exits_130(
         )
     try:
         wait_for(lambda: "waiting" in printed.read_text() or None, 120, "the script's first line")
-        task_id = printed.read_text().split("Submitted ", 1)[1].split()[0]
+        task_id = submitted(printed.read_text())
         command.send_signal(signal.SIGINT)
         assert command.wait(timeout=30) == 130
         said = printed.read_text()
@@ -152,6 +164,84 @@ def test_ctrl_c_without_a_terminal_leaves_the_job_running_and_exits_130(
     finally:
         if command.poll() is None:
             command.kill()
+    stopped = httpx.delete(
+        f"{stack.url}/tasks/{task_id}", headers={"X-API-Key": DEMO_KEY}, timeout=10
+    )
+    assert stopped.status_code == 202, stopped.text
+    assert ended(stack, task_id)["status"] == "REVOKED"
+
+
+class Terminal:
+    """`fairgpu run ARGS` on a pseudo-terminal of its own, as a person at a terminal runs it."""
+
+    def __init__(self, stack: Stack, folder: Path, *args: str) -> None:
+        self.main, child = pty.openpty()
+        env = {**environment(stack), "TERM": "xterm"}
+        self.process = subprocess.Popen(
+            [str(FAIRGPU), "run", *args],
+            cwd=folder,
+            env=env,
+            stdin=child,
+            stdout=child,
+            stderr=child,
+        )
+        os.close(child)
+        self.seen = b""
+
+    def shows(self, words: str, timeout: float = 120) -> str:
+        """Read what it prints until `words` is among it; all it has printed."""
+
+        def found() -> bool | None:
+            ready, _, _ = select.select([self.main], [], [], 0.2)
+            if ready:
+                with suppress(OSError):  # EIO once the command has ended
+                    self.seen += os.read(self.main, 65536)
+            return words.encode() in self.seen or None
+
+        wait_for(found, timeout, f"{words!r} on the terminal")
+        return self.seen.decode(errors="replace")
+
+    def type(self, text: str) -> None:
+        os.write(self.main, text.encode())
+
+    def ended(self) -> int:
+        code = self.process.wait(timeout=60)
+        with suppress(OSError):
+            while select.select([self.main], [], [], 0.2)[0]:
+                chunk = os.read(self.main, 65536)
+                if not chunk:
+                    break
+                self.seen += chunk
+        return code
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        os.close(self.main)
+
+
+@pytest.mark.parametrize("answer", ["y", ""])
+def test_ctrl_c_on_a_terminal_asks_and_only_a_yes_cancels(
+    stack: Stack, project: Path, answer: str
+) -> None:
+    terminal = Terminal(stack, project, "--", "python", "waits.py")
+    try:
+        said = terminal.shows("waiting")
+        task_id = submitted(said)
+        terminal.process.send_signal(signal.SIGINT)
+        terminal.shows("cancel the job? [y/N]")
+        terminal.type(answer + "\n")
+        assert terminal.ended() == 130
+        said = terminal.seen.decode(errors="replace")
+    finally:
+        terminal.close()
+    if answer == "y":
+        assert "to stop: it gets SIGTERM" in said
+        assert "REVOKED" in said  # followed to its end, and its result shown
+        assert ended(stack, task_id)["status"] == "REVOKED"
+        return
+    assert "the job goes on" in said
+    assert job(stack, task_id)["status"] == "STARTED"
     stopped = httpx.delete(
         f"{stack.url}/tasks/{task_id}", headers={"X-API-Key": DEMO_KEY}, timeout=10
     )
