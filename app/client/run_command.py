@@ -128,8 +128,14 @@ def run(
         except KeyboardInterrupt:
             fail("interrupted: nothing was submitted", INTERRUPTED)
         task_id = _submit(client, job, budget, queue, preemptible=preemptible)
-        state = follow(client, task_id)
-        code = _show_result(client, state, download)
+        try:
+            state = follow(client, task_id)
+            code = _show_result(client, state, download)
+        except RequestError as exc:
+            # Say which job, or whoever ran this would not know that one exists.
+            raise RequestError(f"{exc} (following {task_id}, which was submitted)") from None
+        except KeyboardInterrupt:
+            fail(f"interrupted; the job has ended (fairgpu status {task_id})", INTERRUPTED)
     raise typer.Exit(code)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from app.client import run_args
+from app.client import run_args, run_command
 from app.client.cli import cli
 from app.client.errors import INTERRUPTED, USAGE
 from app.client.http import Cancelled, JobEvent, StreamPlace
@@ -31,6 +31,7 @@ from app.client.run_args import (
 )
 from app.client.run_command import follow
 from app.client.run_outcome import PROMPT, ask_to_cancel, exit_code, result_table, wants_cancel
+from app.client.transport import RequestError
 from app.models import Artifact, ErrorKind, JobResult, ScriptEnvironment, Status, TaskStatus
 from app.usage_models import BillingRecord
 
@@ -370,3 +371,32 @@ def test_ctrl_c_and_a_yes_cancels_the_job_and_follows_it_on_from_where_it_was(
     assert last.status is Status.REVOKED and exit_code(last) == INTERRUPTED
     assert client.places[0] is client.places[1]  # the stream taken up after the last event seen
     assert client.places[1].last_id == "1-0"
+
+
+def refusal(status: int, detail: str) -> Callable[[], str]:
+    def call() -> str:
+        raise RequestError(f"{status} {detail} at http://x/enqueue-task", status=status)
+
+    return call
+
+
+def test_a_request_the_server_refuses_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for status, detail, hint in [
+        (403, "this account may not run scripts", ""),
+        (413, "the code is over MAX_CODE_BYTES", ""),
+        (422, "duration_s must be at most 60 for a short job", " (--long asks for the long queue)"),
+        (422, "type: unknown job type", " (this server runs no script jobs)"),
+    ]:
+        with pytest.raises(typer.Exit) as ended:
+            run_command._refused_is_usage(refusal(status, detail), long_hint=True)
+        assert ended.value.exit_code == USAGE
+        said = capsys.readouterr().err
+        assert said == f"fairgpu: {status} {detail} at http://x/enqueue-task{hint}\n"
+
+
+def test_other_failures_are_the_services_and_left_to_the_session() -> None:
+    for status in (401, 429, 500, None):
+        with pytest.raises(RequestError):
+            run_command._refused_is_usage(refusal(status or 0, "no"), long_hint=True)
