@@ -122,6 +122,9 @@ def sandbox_uv(uv: str, tools: Path) -> str:
     if found is None:
         raise RuntimeError(f"{uv} is not installed: script jobs build their environments with it")
     real = Path(os.path.realpath(found))
+    with real.open("rb") as head:
+        if head.read(2) == b"#!":  # a version manager's shim: copied, it would find no uv
+            raise RuntimeError(f"{found} is a script, not uv: set UV to uv's own executable")
     if bindable(real) and reachable_by_others(real):
         return str(real)
     digest = _file_hash(real)[:16]

@@ -117,7 +117,7 @@ class ScriptRunner:
         base, timeout_s = self.settings.script_base_env, self.settings.env_build_timeout_s
         if not self.sandboxed:
             return ScriptEnvs(cache, base_env=base, timeout_s=timeout_s, environ=environ)
-        uv = sandbox_uv("uv", cache.root / "tools")
+        uv = sandbox_uv(environ.get("UV", "uv"), cache.root / "tools")  # `uv run` sets UV
         python = None if base else bare_python(uv, self.settings.script_python, environ)
         readonly = build_readonly(environ)
         envs = SandboxedEnvs(
@@ -277,7 +277,9 @@ def _watch(ctx: JobContext, launched: Launched) -> tuple[int, Asked | None]:
 
 
 def _ask(ctx: JobContext) -> Asked | None:
-    if ctx.cancelled or time.time() >= ctx.deadline:
+    # The budget's end is the worker's to call: it turns ctx.cancelled on and records a timeout.
+    # A stop of our own at the deadline would look to it like a cancel nobody asked for.
+    if ctx.cancelled:
         return Asked("stop")
     if ctx.preempted:
         return Asked("yield")

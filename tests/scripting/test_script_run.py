@@ -393,12 +393,14 @@ def test_a_script_that_ends_the_sandboxs_own_processes_has_no_exit_code(
     assert "exit_code" not in seen.facts
 
 
-def test_a_script_still_running_at_its_deadline_is_stopped(
+def test_a_script_still_running_when_its_budget_ends_is_stopped(
     runner: ScriptRunner, settings: Settings, top: Path
 ) -> None:
+    """The worker turns ctx.cancelled on at the budget's end (app/worker/deadline.py)."""
     code = upload(settings, top, train_py=TRAIN)
     seen = Seen()
-    ctx = replace(context(seen), deadline=time.time() + 1.0)
+    ends = time.time() + 1.0
+    ctx = replace(context(seen), deadline=ends, _stop=lambda: time.time() >= ends)
     try:
         with pytest.raises(JobCancelledError, match="code -15"):
             runner.run(ctx, code, ["python", "-c", "import time; time.sleep(60)"], {})
