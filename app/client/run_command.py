@@ -102,8 +102,10 @@ def run(
     url: UrlOption = DEFAULT_URL,
     key: KeyOption = None,
 ) -> None:
-    """Run this folder's project as a job: pack it, upload it unless the server has it, follow
-    the job live, print its result, cost and artifacts, and exit with the script's exit code.
+    """Run this folder's project as a job, live to its result; exit as its script did.
+
+    It packs the folder, uploads it unless the server has it, follows the job (log, progress),
+    then prints its result, cost and artifacts (--download DIR fetches them).
 
     Options go before the command: fairgpu run --duration 2h -- python train.py --lr 0.1
 
