@@ -122,7 +122,7 @@ class Command:
 
     def _read(self) -> None:
         assert self.process.stdout is not None
-        while chunk := self.process.stdout.read1(65536):
+        while chunk := os.read(self.process.stdout.fileno(), 65536):  # what is there, as read1
             self._out += chunk
 
     @property
