@@ -17,7 +17,18 @@ from rich.text import Text
 from app.client.fit import GAP, Cell, Column, fitted_table
 from app.client.runs import over, preempted_words, ran_s, ran_words
 from app.client.transport import one_line
-from app.client.words import clean, clock, eta, moment, money, place, size, span
+from app.client.words import (
+    clean,
+    clock,
+    environment_words,
+    eta,
+    exit_code_words,
+    moment,
+    money,
+    place,
+    size,
+    span,
+)
 from app.models import (
     Artifact,
     JobResult,
@@ -191,6 +202,10 @@ def _outcome_rows(result: JobResult) -> Iterator[tuple[str, str]]:
     ):
         if used is not None:
             yield name, size(used)
+    if result.exit_code is not None:
+        yield "exit code", exit_code_words(result.exit_code)
+    if result.environment is not None:
+        yield "environment", environment_words(result.environment)
     if result.output is not None:
         yield "output", shown_output(result.output)
     if result.artifacts:

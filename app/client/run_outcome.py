@@ -4,7 +4,6 @@ does on Ctrl-C. Pure functions of the job's status, the bill and the answer give
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from typing import TextIO
@@ -12,11 +11,16 @@ from typing import TextIO
 from rich.table import Table
 from rich.text import Text
 
-from app.client.render import STYLE, artifact_list, fields_table, shown_output
+from app.client.render import (
+    STYLE,
+    artifact_list,
+    fields_table,
+    shown_output,
+)
 from app.client.runs import over, ran_s
 from app.client.transport import one_line
-from app.client.words import money, span
-from app.models import ScriptEnvironment, Status, TaskStatus
+from app.client.words import environment_words, exit_code_words, money, span
+from app.models import Status, TaskStatus
 from app.usage_models import BillingRecord
 
 TIMED_OUT = 124  # as coreutils' `timeout` exits when its command ran out of time
@@ -44,24 +48,6 @@ def exit_code(state: TaskStatus) -> int:
     if code < 0:
         return SIGNALLED + (-code & 0x7F)
     return code & 0xFF
-
-
-def exit_code_words(code: int) -> str:
-    """A script's exit code for people: "3", or "-9 (killed by SIGKILL)"."""
-    if code >= 0:
-        return str(code)
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f"{code} (killed by {name})"
-
-
-def environment_words(environment: ScriptEnvironment) -> str:
-    """How the script's environment was had: "cached", or "built in 12 s"."""
-    if environment.cached:
-        return "cached"
-    return f"built in {span(environment.seconds)}"
 
 
 def cost_words(bill: BillingRecord | None, state: TaskStatus) -> str:

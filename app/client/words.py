@@ -4,8 +4,11 @@ render.py builds the tables and lines out of them."""
 
 from __future__ import annotations
 
+import signal
 import time
 from decimal import ROUND_HALF_UP, Decimal
+
+from app.models import ScriptEnvironment
 
 MICROS = 1_000_000  # micro-units of money in one unit, as bills count them
 
@@ -83,3 +86,21 @@ def moment(at: float, now: float) -> str:
     if then.tm_year == today.tm_year:
         return time.strftime("%m-%d %H:%M", then)
     return time.strftime("%Y-%m-%d", then)
+
+
+def exit_code_words(code: int) -> str:
+    """A script's exit code for people: "3", or "-9 (killed by SIGKILL)"."""
+    if code >= 0:
+        return str(code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"{code} (killed by {name})"
+
+
+def environment_words(environment: ScriptEnvironment) -> str:
+    """How the script's environment was had: "cached", or "built in 12 s"."""
+    if environment.cached:
+        return "cached"
+    return f"built in {span(environment.seconds)}"
