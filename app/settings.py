@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.models import KINDS, RECLAIM_QUEUE, Kind
@@ -241,7 +241,14 @@ class Settings(BaseSettings):
         "script runs as the worker's own user, with its files in reach)",
     )
     script_network: bool = Field(
-        False, description="whether a script may open network connections (builds always may)"
+        False,
+        description="whether a script may open connections: never to the host itself or the "
+        "service's own hosts (builds always may, so filtered; docs/security.md)",
+    )
+    script_network_deny: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        [],
+        description="more addresses or CIDR networks a script or build may never reach, "
+        "comma-separated (the host's and the service's own are refused already)",
     )
     script_base_env: Path | None = Field(
         None,
@@ -295,7 +302,9 @@ class Settings(BaseSettings):
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
 
-    @field_validator("worker_queues", "job_modules", "redis_sentinels", mode="before")
+    @field_validator(
+        "worker_queues", "job_modules", "redis_sentinels", "script_network_deny", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

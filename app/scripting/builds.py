@@ -1,10 +1,10 @@
 """Environment builds in the sandbox, and the tools they run, where the sandbox's user reaches them.
 
-A build runs as the sandbox's user with the network on (to reach the package index, whatever
-SCRIPT_NETWORK says), the project read only as its current folder, and its workspace its only
-writable place. The workspace is handed to that user for the build and given back to the worker
-after it, every file readable by all: an environment is bound read-only into every job that uses
-it, and none of them may change it.
+A build runs as the sandbox's user with the filtered network on (app/scripting/network.py: the
+package index, whatever SCRIPT_NETWORK says), the project read only as its current folder, and
+its workspace its only writable place. The workspace is handed to that user for the build and
+given back to the worker after it, every file readable by all: an environment is bound read-only
+into every job that uses it, and none of them may change it.
 
 uv and a bare interpreter must lie where the sandbox may bind them (never under /home, /root or
 /run): a uv found elsewhere is copied once into the cache's own folder of tools; an interpreter
@@ -26,6 +26,7 @@ from typing import Any
 from app.scripting.env_cache import BUILT
 from app.scripting.env_rules import Project, operator_config_files
 from app.scripting.envs import BuildPlaces, ScriptEnvs, Wrap
+from app.scripting.network import Blocklist
 from app.scripting.places import give_back, readable_by_all
 from app.scripting.sandbox import FORBIDDEN, NOBODY, Sandbox, User
 
@@ -43,9 +44,15 @@ class BuildSandbox(Sandbox):
         return (self.artifacts_dir,)
 
 
-def build_wrap(user: User, extra_readonly: list[Path]) -> Wrap:
-    """A `Wrap` that runs each build command in a BuildSandbox as `user`; `extra_readonly` is
-    read at each command (the interpreter's places are known only once the envs are made)."""
+def build_wrap(
+    user: User,
+    extra_readonly: list[Path],
+    blocklist: Blocklist,
+    dns_forward: tuple[str, Path] | None = None,
+) -> Wrap:
+    """A `Wrap` that runs each build command in a BuildSandbox as `user`, on the filtered
+    network that refuses `blocklist`; `extra_readonly` is read at each command (the
+    interpreter's places are known only once the envs are made)."""
 
     def wrap(command: list[str], places: BuildPlaces) -> list[str]:
         box = BuildSandbox(
@@ -57,6 +64,8 @@ def build_wrap(user: User, extra_readonly: list[Path]) -> Wrap:
             checkpoint_dir=places.workspace,
             readonly=_distinct((places.project, places.uv, *extra_readonly)),
             network=True,
+            blocked=blocklist.networks(),
+            dns_forward=dns_forward,
             user=user,
         )
         return box.argv()

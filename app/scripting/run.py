@@ -36,6 +36,7 @@ from app.scripting.env_cache import EnvCache
 from app.scripting.env_rules import RefusedError
 from app.scripting.envs import EnvBuildError, Environment, ScriptEnvs
 from app.scripting.launch import Launched, script_environment, start_sandboxed, start_unconfined
+from app.scripting.network import Blocklist, forwarded_resolv_conf, loopback_resolver
 from app.scripting.places import (
     RunFolder,
     default_root,
@@ -97,6 +98,16 @@ class ScriptRunner:
                     "install bubblewrap 0.5+ and allow unprivileged user namespaces, or set "
                     "SCRIPT_SANDBOX=none to run scripts unconfined (development only)"
                 )
+            # Builds always need the filtered network, scripts when SCRIPT_NETWORK is on.
+            problem = sandbox.network_available(NOBODY)
+            if problem is not None:
+                raise RuntimeError(
+                    "this worker cannot run script jobs: it cannot make their filtered network "
+                    f"({problem}); install passt and iproute2 and give the worker /dev/net/tun "
+                    '(docs/security.md, "Script jobs\' sandbox")'
+                )
+        self.blocklist = Blocklist(settings)
+        self.dns_forward: tuple[str, Path] | None = None
         environ = dict(os.environ if environ is None else environ)
         self.work_root = settings.script_work_dir or default_root("fairgpu-scripts")
         prepare_root(self.work_root, shared=settings.script_work_dir is None)
@@ -104,6 +115,8 @@ class ScriptRunner:
         cache_root = settings.script_env_cache_dir or default_root("fairgpu-envs")
         prepare_root(cache_root, shared=settings.script_env_cache_dir is None)
         cache = EnvCache(cache_root, settings.script_env_cache_bytes)
+        if self.sandboxed and loopback_resolver():
+            self.dns_forward = forwarded_resolv_conf(cache_root)
         for folder in ("envs", "tmp"):  # made by the cache with the worker's umask
             prepare_root(cache_root / folder)
         sweep_older(cache_root / "tmp", settings.env_build_timeout_s + BUILD_SWEEP_MARGIN_S)
@@ -124,7 +137,7 @@ class ScriptRunner:
             cache,
             base_env=base,
             timeout_s=timeout_s,
-            wrap=build_wrap(NOBODY, readonly),
+            wrap=build_wrap(NOBODY, readonly, self.blocklist, self.dns_forward),
             environ=environ,
             uv=uv,
             python=python,
@@ -231,6 +244,8 @@ class ScriptRunner:
             hidden=self.hidden,
             gpus=[] if ctx.gpu_id is None else [ctx.gpu_id],
             network=self.settings.script_network,
+            blocked=self.blocklist.networks() if self.settings.script_network else (),
+            dns_forward=self.dns_forward,
         )
         box.hand_over()
         return start_sandboxed(box, environment.python)

@@ -4,8 +4,8 @@ What it promises and what it does not is written down in docs/security.md ("Scri
 sandbox"). In short: a read-only minimal system (/usr, the few /etc entries an interpreter and TLS
 need, the environment and the interpreter's own folder), the run's working, artifacts and
 checkpoint folders its only writable places, a bounded /tmp and /dev/shm, every namespace of its
-own (no network unless asked, and then the host's, unfiltered), the GPU's device files only, an
-unprivileged host uid, and rlimits on processes, memory and file size.
+own (no network unless asked, and then a filtered one: app/scripting/network.py), the GPU's
+device files only, an unprivileged host uid, and rlimits on processes, memory and file size.
 
 The environment is handed to bubblewrap itself as its whole environment (never `--setenv`): the
 sandbox's PID 1 is bubblewrap, whose /proc/1/environ a script can read, and arguments would show
@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from app.scripting import network as net
 
 #: Paths the sandbox never binds, nor anything inside them; `/` itself is never bound whole.
 FORBIDDEN = (Path("/home"), Path("/root"), Path("/run"))
@@ -95,8 +97,13 @@ class Sandbox:
     hidden: Sequence[Path] = ()
     #: The GPU indices whose device files the run gets.
     gpus: Sequence[int] = ()
-    #: The host's network, unfiltered (loopback included): see docs/security.md.
+    #: A network, filtered (app/scripting/network.py): never the host's loopback nor `blocked`.
     network: bool = False
+    #: The networks a networked run may never reach (a blackhole route each).
+    blocked: Sequence[net.Network] = ()
+    #: Where the host's resolver is on its loopback: pasta's DNS forward address, and the
+    #: resolv.conf naming it that the run gets in place of the host's.
+    dns_forward: tuple[str, Path] | None = None
     limits: Limits = field(default_factory=Limits)
     user: User = NOBODY
 
@@ -114,7 +121,9 @@ class Sandbox:
         if any(name.startswith("LD_") for name in self.environment):
             # The environment is that of the tools that start the sandbox too, root's included.
             raise ValueError("LD_ names are refused in a sandbox's environment")
-        return [*self._drop(), *self._limits(), _tool("bwrap"), *self._bwrap_options()]
+        forward = self.dns_forward[0] if self.dns_forward else None
+        filtered = net.pasta_prefix(self.blocked, forward) if self.network else []
+        return [*self._drop(), *self._limits(), *filtered, _tool("bwrap"), *self._bwrap_options()]
 
     def _limits(self) -> list[str]:
         limits = self.limits
@@ -130,16 +139,15 @@ class Sandbox:
         return [_tool("prlimit"), *options, "--"] if options else []
 
     def _drop(self) -> list[str]:
-        if os.geteuid() != 0:
-            return []  # already unprivileged: the run gets the worker's own uid
-        uid, gid = str(self.user.uid), str(self.user.gid)
-        return [_tool("setpriv"), "--reuid", uid, "--regid", gid, "--clear-groups", "--"]
+        return drop(self.user)
 
     def _bwrap_options(self) -> list[str]:
         options = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         options += ["--share-net"] if self.network else []
         options += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         options += _system(self.network)
+        if self.network and self.dns_forward:
+            options += ["--ro-bind", str(self.dns_forward[1]), "/etc/resolv.conf"]
         options += ["--proc", "/proc", "--dev", "/dev", *_gpu_binds(self.gpus)]
         size = ["--size", str(self.limits.tmp_bytes)] if _supports_size() else []
         options += [*size, "--tmpfs", OWN_TMP[0], *size, "--tmpfs", OWN_TMP[1]]
@@ -176,6 +184,17 @@ class Sandbox:
             for root, dirs, files in os.walk(top):
                 for name in (*dirs, *files):
                     os.lchown(os.path.join(root, name), self.user.uid, self.user.gid)
+
+
+def drop(user: User) -> list[str]:
+    """setpriv to `user` when root (nothing otherwise: the run gets the worker's own uid). It
+    also asks for SIGKILL when the worker dies: bubblewrap's --die-with-parent watches pasta,
+    when a filtered network puts it between the worker and bubblewrap."""
+    death = ["--pdeathsig", "KILL"]
+    if os.geteuid() != 0:
+        return [_tool("setpriv"), *death, "--"]
+    uid, gid = str(user.uid), str(user.gid)
+    return [_tool("setpriv"), "--reuid", uid, "--regid", gid, "--clear-groups", *death, "--"]
 
 
 def _check_bindable(path: Path) -> None:
@@ -267,6 +286,15 @@ def available(user: User = NOBODY) -> str | None:
     return None
 
 
+def network_available(user: User = NOBODY) -> str | None:
+    """None when a filtered network (app/scripting/network.py) can be made here for `user`;
+    otherwise why not, in words. Builds need one, whatever SCRIPT_NETWORK says."""
+    try:
+        return net.available(drop(user))
+    except FileNotFoundError as error:
+        return str(error)
+
+
 def members(pid: int) -> list[int]:
     """Host pids of every process in the PID namespace of the sandbox started as `pid` (its
     bubblewrap): the script's whole tree, whatever sessions it made, to signal on a stop."""
@@ -296,15 +324,21 @@ def signal_all(pid: int, signum: int) -> int:
 
 
 def _child_namespace(pid: int) -> str | None:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
+    """The PID namespace of the first process below `pid` that is in another one: bubblewrap's
+    init, a child of bubblewrap (which is itself a child of pasta's when networked)."""
     own = _namespace(pid)
-    for child in children:
-        namespace = _namespace(int(child))
-        if namespace is not None and namespace != own:
-            return namespace
+    below = [pid]
+    while below:
+        try:
+            children = Path(f"/proc/{below[0]}/task/{below[0]}/children").read_text().split()
+        except OSError:
+            children = []
+        below.pop(0)
+        for child in children:
+            namespace = _namespace(int(child))
+            if namespace is not None and namespace != own:
+                return namespace
+            below.append(int(child))
     return None
 
 
