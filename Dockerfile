@@ -65,10 +65,12 @@ RUN groupadd --system --gid 10001 fairgpu \
 
 # Script jobs' sandbox: bubblewrap, and util-linux's setpriv and prlimit (Debian's, not setuid:
 # bubblewrap runs on unprivileged user namespaces, which the worker's container must allow; see
-# docs/operations.md, "Script jobs"). The environment cache's and the artifacts' folders belong
-# to the service user, so a named volume mounted there starts writable to it.
+# docs/operations.md, "Script jobs"); passt's pasta and iproute2's ip make the filtered network
+# of builds and networked scripts (it needs /dev/net/tun: docs/security.md). The environment
+# cache's and the artifacts' folders belong to the service user, so a named volume mounted there
+# starts writable to it.
 RUN apt-get update \
-    && apt-get install --yes --no-install-recommends bubblewrap util-linux \
+    && apt-get install --yes --no-install-recommends bubblewrap util-linux passt iproute2 \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /var/cache/fairgpu/envs /var/lib/fairgpu/artifacts \
     && chown fairgpu:fairgpu /var/cache/fairgpu/envs /var/lib/fairgpu/artifacts

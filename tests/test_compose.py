@@ -572,6 +572,12 @@ def test_every_worker_gets_the_least_that_bubblewrap_needs(gpu_host):
         assert (ROOT / security_options(svc)["seccomp"]).is_file(), name
 
 
+def test_every_worker_gets_the_tun_device_its_filtered_network_needs(gpu_host):
+    # pasta makes the filtered network of builds and networked scripts with /dev/net/tun.
+    for name in script_workers(gpu_host):
+        assert gpu_host[name]["devices"] == ["/dev/net/tun"], name
+
+
 def test_services_that_run_no_script_keep_dockers_defaults(services):
     for name, svc in services.items():
         assert not svc.get("privileged", False), name

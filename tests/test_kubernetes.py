@@ -668,6 +668,16 @@ def test_every_worker_pod_lets_bubblewrap_nest_and_nothing_more(applied):
         assert not box.get("privileged", False), name
 
 
+def test_every_worker_pod_gets_the_tun_device_its_filtered_network_needs(applied):
+    # pasta makes the filtered network of builds and networked scripts with /dev/net/tun.
+    for name in WORKERS:
+        load = applied["Deployment", name]
+        volumes = {volume["name"]: volume for volume in pod_spec(load)["volumes"]}
+        assert volumes["tun"]["hostPath"] == {"path": "/dev/net/tun", "type": "CharDevice"}, name
+        mounts = {mount["name"]: mount for mount in container(load)["volumeMounts"]}
+        assert mounts["tun"]["mountPath"] == "/dev/net/tun", name
+
+
 def test_pods_that_run_no_script_keep_the_runtimes_defaults(applied):
     for name, load in fairgpu_workloads(applied).items():
         if name in WORKERS:

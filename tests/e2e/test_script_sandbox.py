@@ -4,11 +4,9 @@ other process's environment; it cannot read the service's files (accounts, ledge
 data, the checkout) nor another job's folders, cannot write outside its own folders, and cannot
 reach the stack's Redis or API without SCRIPT_NETWORK.
 
-With SCRIPT_NETWORK on, bubblewrap shares the host's network unfiltered (docs/security.md,
-"Network"): the host's loopback is reachable. What the docs then ask for is a Redis that
-requires a password, which a script does not have: the last tests show that, and mark the
-loopback's reach as the open gap it is (an expected failure, strict: it fails loudly once the
-gap is closed, so that the test is turned into a plain one)."""
+With SCRIPT_NETWORK on, the script's network is pasta's filtered one (app/scripting/network.py):
+the host's loopback, where the stack's Redis and API listen, stays out of its reach; the stack's
+Redis also requires a password, as docs/security.md asks of such workers."""
 
 from __future__ import annotations
 
@@ -247,19 +245,12 @@ def test_with_network_redis_refuses_a_script_that_reaches_it(
     seen = probe(networked, tmp_path, {"connect": [redis_port(networked)]})
     answer = seen["connects"][str(redis_port(networked))]
     print(f"with SCRIPT_NETWORK, a script's connect to Redis: {answer}")
-    # Reached (the gap below) or not, the script gets nothing from Redis without its password.
+    # Out of reach (the filter); were it reached, Redis would give nothing without its password.
     assert not answer.startswith("answered") or answer.startswith("answered: -NOAUTH"), answer
     password = urlsplit(networked.redis_url).password
     assert password and password not in json.dumps(seen)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # the gap itself: any other error fails the test
-    reason="docs/security.md, Network: with SCRIPT_NETWORK the sandbox shares the host's network "
-    "unfiltered, so the host's loopback (Redis, the API) is reachable; issue 40 asks that it "
-    "never be",
-)
 def test_with_network_a_script_cannot_reach_the_hosts_loopback(
     networked: Stack, tmp_path: Path
 ) -> None:
