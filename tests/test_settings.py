@@ -59,3 +59,18 @@ def test_preemption_defaults_and_limits() -> None:
     ]:
         with pytest.raises(ValidationError, match=field):
             Settings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_script_network_deny_list_is_parsed_and_a_bad_entry_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SCRIPT_NETWORK_DENY", "10.0.0.0/8, 192.168.1.7,fd00::/8")
+    assert [str(net) for net in Settings().script_network_deny] == [
+        "10.0.0.0/8",
+        "192.168.1.7/32",
+        "fd00::/8",
+    ]
+    assert Settings(script_network_deny="").script_network_deny == []
+    for bad in ("10.0.0.1/8", "10.0.0.0/33", "not-an-address"):
+        with pytest.raises(ValidationError, match="script_network_deny"):
+            Settings(script_network_deny=bad)
