@@ -324,19 +324,21 @@ def signal_all(pid: int, signum: int) -> int:
 
 
 def _child_namespace(pid: int) -> str | None:
-    """The PID namespace of the first process below `pid` that is in another one: bubblewrap's
-    init, a child of bubblewrap (which is itself a child of pasta's when networked)."""
-    own = _namespace(pid)
+    """The sandbox's PID namespace: that of the first child of a bubblewrap below `pid` (`pid`
+    itself, or pasta's child when networked) in a namespace other than its parent's. pasta puts
+    its child in a PID namespace of its own, never the one to signal."""
     below = [pid]
     while below:
+        parent = below.pop(0)
         try:
-            children = Path(f"/proc/{below[0]}/task/{below[0]}/children").read_text().split()
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+            bwrap = Path(f"/proc/{parent}/comm").read_text().strip() == "bwrap"
         except OSError:
-            children = []
-        below.pop(0)
+            continue
+        own = _namespace(parent)
         for child in children:
             namespace = _namespace(int(child))
-            if namespace is not None and namespace != own:
+            if bwrap and namespace is not None and namespace != own:
                 return namespace
             below.append(int(child))
     return None

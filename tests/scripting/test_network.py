@@ -9,8 +9,11 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -291,3 +294,55 @@ class TestFilteredNetwork:
             made = replace(made, dns_forward=network.forwarded_resolv_conf(base / "env"))
         done = run(made)
         assert done.stdout.strip() == "ANSWERED", done.stderr
+
+    def test_a_stop_reaches_a_networked_script_and_nothing_outlives_its_worker(
+        self, base: Path
+    ) -> None:
+        # SIGTERM reaches the script below pasta and bubblewrap (sandbox.signal_all).
+        process = networked(base, ["/bin/sleep", "300"], []).start(
+            subprocess.DEVNULL, subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while len(sandbox.members(process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sandbox.signal_all(process.pid, signal.SIGTERM) >= 2
+        process.wait(timeout=RUN_TIMEOUT_S)
+        # A starter that dies (a job child killed at a stop's grace) takes the sandbox with it.
+        marker = f"{300 + secrets.randbelow(10_000)}"
+        starter = subprocess.Popen(
+            [sys.executable, "-c", STARTER, str(base), marker], stdout=subprocess.PIPE, text=True
+        )
+        assert starter.stdout is not None
+        assert starter.stdout.readline().strip() == "started"
+        starter.kill()
+        starter.wait()
+        starter.stdout.close()
+        while sleeping(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not sleeping(marker)
+
+
+#: Starts a networked sandbox that sleeps, says so, and waits to be killed.
+STARTER = """\
+import sys, time
+from pathlib import Path
+from app.scripting.sandbox import Sandbox
+top, seconds = Path(sys.argv[1]), sys.argv[2]
+Sandbox(["/bin/sleep", seconds], {"PATH": "/usr/bin:/bin"}, top / "env", top / "work",
+        top / "artifacts", top / "checkpoint", network=True).start(None, None)
+print("started", flush=True)
+time.sleep(300)
+"""
+
+
+def sleeping(seconds: str) -> bool:
+    """Whether a `sleep <seconds>` process is still on this host."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == (
+                b"/bin/sleep\0" + seconds.encode() + b"\0"
+            ):
+                return True
+        except OSError:
+            continue
+    return False
