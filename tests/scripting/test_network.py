@@ -346,3 +346,27 @@ def sleeping(seconds: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_without_a_tun_device_the_network_is_unavailable_and_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if shutil.which("pasta") is None or shutil.which("ip") is None:
+        pytest.skip("pasta or ip is not installed")
+    monkeypatch.setattr(network, "TUN", tmp_path / "tun")
+    assert "is missing" in str(sandbox.network_available())
+    (tmp_path / "tun").write_text("")
+    assert "not a character device" in str(sandbox.network_available())
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(sandbox.available() is not None, reason="bubblewrap cannot run here")
+def test_a_worker_that_cannot_make_the_filtered_network_refuses_script_jobs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from app.scripting.run import ScriptRunner
+
+    monkeypatch.setattr(network, "TUN", tmp_path / "tun")
+    settings = Settings(script_work_dir=tmp_path / "work", script_env_cache_dir=tmp_path / "envs")
+    with pytest.raises(RuntimeError, match="cannot make their filtered network"):
+        ScriptRunner(settings, lambda code, path: None)
