@@ -4,15 +4,18 @@ and cannot reach (docs/security.md, "Script jobs' sandbox")."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -79,7 +82,6 @@ def test_pasta_keeps_the_hosts_loopback_out_and_adds_a_route_per_refused_address
     assert script.endswith('exec "$@"')
     assert f"exit {network.ROUTE_FAILED_CODE}" in script
     assert "--dns-forward" not in argv
-    assert pasta_prefix([], "192.0.2.1")[-10:-8] != []
     assert "--dns-forward" in pasta_prefix([], "192.0.2.1")
 
 
@@ -109,7 +111,7 @@ def test_resolve_turns_a_name_into_its_addresses() -> None:
     try:
         expected = {
             ipaddress.ip_network(info[4][0])
-            for info in __import__("socket").getaddrinfo(hostname, None)
+            for info in socket.getaddrinfo(hostname, None)
             if not ipaddress.ip_address(info[4][0]).is_loopback
         }
     except OSError:
@@ -370,3 +372,82 @@ def test_a_worker_that_cannot_make_the_filtered_network_refuses_script_jobs(
     settings = Settings(script_work_dir=tmp_path / "work", script_env_cache_dir=tmp_path / "envs")
     with pytest.raises(RuntimeError, match="cannot make their filtered network"):
         ScriptRunner(settings, lambda code, path: None)
+
+
+#: In a mount namespace of its own whose /etc/resolv.conf names a loopback resolver, runs
+#: dns.py in a networked sandbox that reaches it through pasta's DNS forward.
+LOOPBACK_DNS = """\
+import sys
+from pathlib import Path
+from app.scripting import network
+from app.scripting.sandbox import Sandbox
+top = Path(sys.argv[1])
+made = Sandbox(["/usr/bin/python3", "dns.py"], {"PATH": "/usr/bin:/bin"}, top / "env",
+               top / "work", top / "artifacts", top / "checkpoint", network=True,
+               dns_forward=network.forwarded_resolv_conf(top / "env"))
+print(made.start(None, None).wait())
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"no filtered network here: {UNAVAILABLE}")
+def test_a_resolver_on_the_hosts_loopback_is_reached_through_the_forward(base: Path) -> None:
+    """As in a Docker container (127.0.0.11): the host's resolver on its loopback."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a mount namespace with its own resolv.conf)")
+    upstream = next(
+        line.split()[1]
+        for line in Path("/etc/resolv.conf").read_text().splitlines()
+        if line.split()[:1] == ["nameserver"]
+    )
+    relay_address = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250)}.53"
+    relayed: list[bytes] = []
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind((relay_address, 53))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def relay() -> None:
+        while not stop.is_set():
+            try:
+                query, peer = listener.recvfrom(4096)
+            except OSError:
+                continue
+            relayed.append(query)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+                out.settimeout(5)
+                out.sendto(query, (upstream, 53))
+                with contextlib.suppress(OSError):
+                    listener.sendto(out.recv(4096), peer)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    resolv = base / "host-resolv.conf"
+    resolv.write_text(f"nameserver {relay_address}\n")
+    mount = f'mount --bind {resolv} /etc/resolv.conf && exec "$@"'
+    try:
+        done = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "/bin/sh",
+                "-c",
+                mount,
+                "sh",
+                sys.executable,
+                "-c",
+                LOOPBACK_DNS,
+                str(base),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert relayed, done.stderr  # the query went through the host's loopback resolver
+    assert done.stdout.split()[-2:] == ["ANSWERED", "0"], (done.stdout, done.stderr)
