@@ -78,7 +78,9 @@ def test_the_banner_of_a_stack_that_starts_its_own_stores(tmp_path: Path) -> Non
         "(made for this run; set DATABASE_URL to keep one)"
     )
     [jobs] = [line for line in lines if line.startswith("Jobs:")]
-    assert jobs == "Jobs: burn, digits-train, script, vad from app.jobs.builtin (JOB_MODULES adds yours)"
+    assert jobs == (
+        "Jobs: burn, digits-train, script, vad from app.jobs.builtin (JOB_MODULES adds yours)"
+    )
 
 
 def test_the_banner_warns_of_a_rabbitmq_consumer_timeout_too_short(tmp_path: Path) -> None:
