@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tarfile
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.dev.stack import Stack
-from tests.code.archives import project
+from tests.code.archives import Entry, build, project
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -45,3 +46,34 @@ def test_an_upload_over_a_mib_through_the_real_api(make_stack: object, tmp_path:
         over = client.post("/code", content=big, headers=other)
         assert over.status_code == 413
         assert "detail" in over.json()
+
+
+#: One archive for each kind of member the API refuses, and the words its 422 says of it.
+BAD_MEMBERS = [
+    (Entry("/etc/passwd", data=b"x"), "not a relative name"),
+    (Entry("src/../../escape.py", data=b"x"), "'..'"),
+    (Entry("link.py", tarfile.SYMTYPE, link="/etc/passwd"), "a link"),
+    (Entry("hard.py", tarfile.LNKTYPE, link="ok.py"), "a link"),
+    (Entry("tty", tarfile.CHRTYPE), "a device"),
+    (Entry("disk", tarfile.BLKTYPE), "a device"),
+    (Entry("pipe", tarfile.FIFOTYPE), "fifo"),
+    (Entry("ok.py", data=b"again"), "a duplicate name"),
+]
+
+
+def test_each_bad_member_kind_is_a_422_through_the_real_api(
+    make_stack: object, tmp_path: Path
+) -> None:
+    """The real API process refuses each kind of member by name, and keeps none of them."""
+    stack: Stack = make_stack()  # type: ignore[operator]
+    demo = {"X-API-Key": DEMO_KEY, "Content-Type": "application/gzip"}
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        for number, (entry, says) in enumerate(BAD_MEMBERS):
+            entries = [Entry("ok.py", data=b"print(1)"), entry]
+            body = build(tmp_path / f"bad{number}.tar.gz", entries).read_bytes()
+            refused = client.post("/code", content=body, headers=demo)
+            assert refused.status_code == 422, (entry.name, refused.text)
+            detail = refused.json()["detail"]
+            assert repr(entry.name) in detail and says in detail, detail
+            code_id = hashlib.sha256(body).hexdigest()
+            assert client.get(f"/code/{code_id}", headers=demo).status_code == 404
