@@ -250,6 +250,9 @@ class Settings(BaseSettings):
         description="more addresses or CIDR networks a script or build may never reach, "
         "comma-separated (the host's and the service's own are refused already)",
     )
+    script_build_hosts: str = Field(
+        "", description="host names builds may reach beside the indexes, comma-separated"
+    )
     script_base_env: Path | None = Field(
         None,
         description="the environment scripts build on (a venv or prefix with bin/python3); "
@@ -262,9 +265,7 @@ class Settings(BaseSettings):
         "uv's is in a place the sandbox never binds)",
     )
     script_env_cache_dir: Path | None = Field(
-        None,
-        description="where this host keeps built script environments (default: "
-        "fairgpu-envs in the system's temporary folder)",
+        None, description="where this host keeps built script environments (default: a temp one)"
     )
     script_env_cache_bytes: int = Field(
         20 << 30, gt=0, description="bytes of built environments kept per host, LRU out"

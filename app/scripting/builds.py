@@ -1,7 +1,8 @@
 """Environment builds in the sandbox, and the tools they run, where the sandbox's user reaches them.
 
-A build runs as the sandbox's user with the filtered network on (app/scripting/network.py: the
-package index, whatever SCRIPT_NETWORK says), the project read only as its current folder, and
+A build runs as the sandbox's user with the filtered network on and, on top, an allowlist
+(app/scripting/network.py, `BuildNetwork`: the package indexes, their file host, the proxy and
+SCRIPT_BUILD_HOSTS, whatever SCRIPT_NETWORK says), the project read only as its current folder, and
 its workspace its only writable place. The workspace is handed to that user for the build and
 given back to the worker after it, every file readable by all: an environment is bound read-only
 into every job that uses it, and none of them may change it.
@@ -19,14 +20,21 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.scripting.env_cache import BUILT
-from app.scripting.env_rules import Project, operator_config_files
-from app.scripting.envs import BuildPlaces, ScriptEnvs, Wrap
-from app.scripting.network import Blocklist
+from app.scripting.env_rules import Project, allowed_indexes, operator_config_files
+from app.scripting.envs import BuildPlaces, EnvBuildError, ScriptEnvs
+from app.scripting.network import (
+    Blocklist,
+    BuildNetworkError,
+    build_hosts,
+    build_network,
+    proxy_hosts,
+)
 from app.scripting.places import give_back, readable_by_all
 from app.scripting.sandbox import FORBIDDEN, NOBODY, Sandbox, User
 
@@ -44,17 +52,32 @@ class BuildSandbox(Sandbox):
         return (self.artifacts_dir,)
 
 
-def build_wrap(
-    user: User,
-    extra_readonly: list[Path],
-    blocklist: Blocklist,
-    dns_forward: tuple[str, Path] | None = None,
-) -> Wrap:
-    """A `Wrap` that runs each build command in a BuildSandbox as `user`, on the filtered
-    network that refuses `blocklist`; `extra_readonly` is read at each command (the
+@dataclass(frozen=True)
+class BuildWrap:
+    """Runs each build command in a BuildSandbox as `user`, on the filtered network that refuses
+    `blocklist`, allowed only the hosts of the indexes in `environ` (the worker's variables,
+    set by SandboxedEnvs to its own); `extra_readonly` is read at each command (the
     interpreter's places are known only once the envs are made)."""
 
-    def wrap(command: list[str], places: BuildPlaces) -> list[str]:
+    user: User
+    extra_readonly: list[Path]
+    blocklist: Blocklist
+    dns_forward: tuple[str, Path] | None = None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def __call__(self, command: list[str], places: BuildPlaces) -> list[str]:
+        """The command line of `command` in its sandbox; `EnvBuildError` when the allowlist
+        cannot be made (a host that does not resolve, or one the filter refuses)."""
+        blocked = self.blocklist.networks()
+        indexes = allowed_indexes(self.environ, operator_config_files(self.environ))
+        hosts = build_hosts(indexes, self.environ, self.blocklist.settings.script_build_hosts)
+        # Through a proxy, the index's names are the proxy's to resolve: only its own must.
+        proxied = hosts if proxy_hosts(self.environ) else []
+        optional = [host for host in proxied if host not in proxy_hosts(self.environ)]
+        try:
+            allowlist = build_network(hosts, blocked, network_folder(places), optional)
+        except BuildNetworkError as error:
+            raise EnvBuildError(str(error), f"fairgpu: {error}\n") from None
         box = BuildSandbox(
             command=command,
             environment={},  # the build's own variables reach bubblewrap as its environment
@@ -62,15 +85,30 @@ def build_wrap(
             work_dir=places.project,
             artifacts_dir=places.workspace,
             checkpoint_dir=places.workspace,
-            readonly=_distinct((places.project, places.uv, *extra_readonly)),
+            readonly=_distinct((places.project, places.uv, *self.extra_readonly)),
             network=True,
-            blocked=blocklist.networks(),
-            dns_forward=dns_forward,
-            user=user,
+            blocked=blocked,
+            dns_forward=self.dns_forward,
+            build=allowlist,
+            user=self.user,
         )
         return box.argv()
 
-    return wrap
+
+def build_wrap(
+    user: User,
+    extra_readonly: list[Path],
+    blocklist: Blocklist,
+    dns_forward: tuple[str, Path] | None = None,
+) -> BuildWrap:
+    """A `BuildWrap` (its environ the worker's own until SandboxedEnvs gives it its own)."""
+    return BuildWrap(user, extra_readonly, blocklist, dns_forward)
+
+
+def network_folder(places: BuildPlaces) -> Path:
+    """Where a build's hosts file is written: beside its workspace, the worker's own (the
+    build may not change it), removed with the build."""
+    return places.workspace.with_name(places.workspace.name + ".net")
 
 
 class SandboxedEnvs(ScriptEnvs):
@@ -80,6 +118,8 @@ class SandboxedEnvs(ScriptEnvs):
     def __init__(self, *args: Any, user: User = NOBODY, **options: Any) -> None:
         super().__init__(*args, **options)
         self.user = user
+        if isinstance(self.wrap, BuildWrap):  # the allowlist is read from the envs' variables
+            self.wrap = replace(self.wrap, environ=self.environ)
 
     def _build(self, project: Project, workspace: Path) -> str:
         if os.geteuid() == 0:
@@ -88,6 +128,7 @@ class SandboxedEnvs(ScriptEnvs):
             return super()._build(project, workspace)
         finally:
             give_back(workspace)
+            shutil.rmtree(workspace.with_name(workspace.name + ".net"), ignore_errors=True)
             if (workspace / BUILT).is_dir():
                 readable_by_all(workspace / BUILT)
 

@@ -11,6 +11,12 @@ the SQL database, the S3 endpoint), the link-local range (a cloud's metadata add
 operator's SCRIPT_NETWORK_DENY. bubblewrap's own user namespace and dropped capabilities keep
 the script from changing those routes. A route that cannot be added stops the run before it
 starts. docs/security.md, "Script jobs' sandbox", says what this leaves open.
+
+A build's network is an allowlist on top (`BuildNetwork`): the hosts of the operator's indexes,
+PyPI's file host with PyPI, the proxy's and SCRIPT_BUILD_HOSTS, resolved at each build. Its
+namespace loses its on-link routes, gets blackholes more specific than the default route for the
+rest of IPv4 and IPv6, and a route through the gateway for each allowed address alone; a hosts
+file pins the names to those addresses, and no resolver is reachable.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -52,17 +59,43 @@ PROBE_ADDRESS = ipaddress.ip_network("198.51.100.1")
 ROUTE_FAILED = "fairgpu: the script network filter could not refuse {}: the run is not started"
 #: Exit code of the filter's shell when a route failed.
 ROUTE_FAILED_CODE = 125
+#: uv's default index, and the host PyPI serves its files from.
+PYPI, PYPI_FILES = "pypi.org", "files.pythonhosted.org"
+#: The proxy variables uv reads, each also in lower case.
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+#: Blackholes that cover each family whole and are more specific than its default route.
+HALVES = {4: ("0.0.0.0/1", "128.0.0.0/1"), 6: ("::/1", "8000::/1")}
+#: The kernel's routing tables, where the host's default gateways are read.
+ROUTES = {4: Path("/proc/net/route"), 6: Path("/proc/net/ipv6_route")}
 
 
-def pasta_prefix(blocked: Iterable[Network], dns_forward: str | None = None) -> list[str]:
+class BuildNetworkError(RuntimeError):
+    """A build's allowlist cannot be made: a name that does not resolve, or a refused address."""
+
+
+@dataclass(frozen=True)
+class BuildNetwork:
+    """A build's allowlist: the only addresses routed out of its namespace, each through its
+    family's default gateway, and the hosts file pinning its names to them."""
+
+    allowed: tuple[Network, ...]
+    gateways: tuple[tuple[int, str, str], ...]  # (family, gateway, interface)
+    hosts_file: Path
+
+
+def pasta_prefix(
+    blocked: Iterable[Network], dns_forward: str | None = None, build: BuildNetwork | None = None
+) -> list[str]:
     """The command line that runs the rest of the argv in pasta's namespace, after a blackhole
     route for each of `blocked` is added there (`exec "$@"`: no shell stays behind). With
-    `dns_forward`, pasta passes DNS queries sent there to the host's own resolver."""
+    `dns_forward`, pasta passes DNS queries sent there to the host's own resolver. With
+    `build`, only its allowed addresses are routed out (`allowlist_routes`)."""
     ip = _tool("ip")
+    routes = [(f"route add blackhole {net}", str(net)) for net in _distinct(blocked)]
+    routes += allowlist_routes(build) if build is not None else []
     steps = [
-        f"{ip} route add blackhole {net} || {{ echo '{ROUTE_FAILED.format(net)}' >&2; "
-        f"exit {ROUTE_FAILED_CODE}; }}"
-        for net in _distinct(blocked)
+        f"{ip} {route} || {{ echo '{ROUTE_FAILED.format(what)}' >&2; exit {ROUTE_FAILED_CODE}; }}"
+        for route, what in routes
     ]
     script = "; ".join([*steps, 'exec "$@"'])
     pasta = [_tool("pasta"), "--config-net", "--no-map-gw", "-T", "none", "-U", "none"]
@@ -70,6 +103,118 @@ def pasta_prefix(blocked: Iterable[Network], dns_forward: str | None = None) -> 
     # -p: bash (where it is /bin/sh) then reads neither BASH_ENV nor ENV, variables of the
     # run's environment, in this shell that may still change the routes.
     return [*pasta, "-q", "-f", "--", "/bin/sh", "-p", "-c", script, "sh"]
+
+
+def allowlist_routes(build: BuildNetwork) -> list[tuple[str, str]]:
+    """The `ip` arguments that leave a namespace only `build.allowed`, each with what it
+    refuses: the on-link routes go (the local network would stay reachable), each family gets
+    two blackholes more specific than its default route, and each allowed address a route of
+    its own through the gateway. A family without a gateway (IPv6 on a host without it) is
+    blackholed whole."""
+    routes: list[tuple[str, str]] = []
+    for family in (4, 6):
+        if family == 6 and not ROUTES[6].exists():
+            continue  # no IPv6 in this kernel: nothing to refuse
+        routes.append((f"-{family} route flush proto kernel", f"the on-link IPv{family} routes"))
+        routes += [(f"-{family} route replace blackhole {half}", half) for half in HALVES[family]]
+        gateway = next(((g, i) for f, g, i in build.gateways if f == family), None)
+        for net in build.allowed:
+            if net.version == family and gateway is not None:
+                step = f"-{family} route add {net} via {gateway[0]} dev {gateway[1]} onlink"
+                routes.append((step, f"all but {net}"))
+    return routes
+
+
+def build_hosts(indexes: Iterable[str], environ: Mapping[str, str], extra: str) -> list[str]:
+    """The hosts a build may reach: those of `indexes` (URLs; local folders have none), PyPI's
+    file host when PyPI is among them, the proxies' hosts and `extra` (SCRIPT_BUILD_HOSTS,
+    comma-separated)."""
+    hosts = [_url_host(index) for index in indexes]
+    if PYPI in hosts:
+        hosts.append(PYPI_FILES)
+    hosts += proxy_hosts(environ)
+    hosts += [name.strip() for name in extra.split(",")]
+    return list(dict.fromkeys(host for host in hosts if host))
+
+
+def proxy_hosts(environ: Mapping[str, str]) -> list[str]:
+    """The hosts of the proxy variables that are set."""
+    found = []
+    for variable in (name for upper in PROXY_VARIABLES for name in (upper, upper.lower())):
+        value = environ.get(variable, "").strip()
+        found.append(_url_host(value if "://" in value else f"http://{value}") if value else "")
+    return [host for host in found if host]
+
+
+def pin(
+    hosts: Sequence[str], refused: Sequence[Network], optional: Iterable[str] = ()
+) -> dict[str, list[Network]]:
+    """Each host's addresses now (a literal address as it is). A name that does not resolve
+    fails the build (`BuildNetworkError`, naming it) unless `optional` (an index reached
+    through a proxy, which resolves it); so does an address within `refused`: deny wins."""
+    pins: dict[str, list[Network]] = {}
+    for host in hosts:
+        try:
+            addresses = [ipaddress.ip_address(host.strip("[]"))]
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+            except (OSError, UnicodeError) as error:
+                if host in optional:
+                    continue
+                raise BuildNetworkError(
+                    f"the build network's host {host!r} does not resolve on this worker "
+                    f"({error}): no build can run until it does"
+                ) from None
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+        found = _distinct(ipaddress.ip_network(a) for a in addresses if not a.is_loopback)
+        for net in found:
+            if any(net.version == r.version and net.subnet_of(r) for r in refused):  # type: ignore[arg-type]
+                raise BuildNetworkError(
+                    f"the build network's host {host!r} resolves to {net.network_address}, "
+                    "which the network filter refuses (deny wins): no build can reach it"
+                )
+        pins[host] = found
+    return pins
+
+
+def gateways() -> tuple[tuple[int, str, str], ...]:
+    """This host's default gateways, (family, address, interface): pasta's namespace copies
+    them. Read from the kernel's tables (the IPv4 one in little-endian hex)."""
+    found: list[tuple[int, str, str]] = []
+    for line in _lines(ROUTES[4])[1:]:
+        words = line.split()
+        if len(words) > 7 and words[1] == words[7] == "00000000" and int(words[3], 16) & 2:
+            gateway = ipaddress.IPv4Address(int.from_bytes(bytes.fromhex(words[2]), "little"))
+            found.append((4, str(gateway), words[0]))
+            break
+    for line in _lines(ROUTES[6]):
+        words = line.split()
+        if len(words) == 10 and words[1] == "00" and words[0] == "0" * 32 and words[9] != "lo":
+            gateway6 = ipaddress.IPv6Address(bytes.fromhex(words[4]))
+            if not gateway6.is_unspecified:
+                found.append((6, str(gateway6), words[9]))
+                break
+    return tuple(found)
+
+
+def build_network(
+    hosts: Sequence[str], refused: Sequence[Network], folder: Path, optional: Iterable[str] = ()
+) -> BuildNetwork:
+    """A build's allowlist for `hosts`, resolved now, its hosts file written as `folder`/hosts
+    beside an empty resolv.conf (readable by all: the sandbox's user binds them)."""
+    pins = pin(hosts, refused, optional)
+    lines = ["127.0.0.1 localhost", "::1 localhost"]
+    lines += [f"{net.network_address} {name}" for name, nets in pins.items() for net in nets]
+    folder.mkdir(parents=True, exist_ok=True)
+    hosts_file = folder / "hosts"
+    hosts_file.write_text("\n".join([*lines, ""]))
+    # No nameserver: glibc then asks the namespace's own loopback, where nothing answers.
+    (folder / "resolv.conf").write_text("# a build's names are pinned in /etc/hosts\n")
+    for written in (hosts_file, folder / "resolv.conf"):
+        written.chmod(0o644)
+    allowed = _distinct(net for nets in pins.values() for net in nets)
+    return BuildNetwork(tuple(allowed), gateways(), hosts_file)
 
 
 def service_hosts(settings: Settings) -> list[str]:
@@ -226,6 +371,21 @@ def available(drop: Sequence[str]) -> str | None:
         reason = done.stderr.strip() or f"exit code {done.returncode}"
         return f"pasta cannot make a filtered network here: {reason}"
     return None
+
+
+def _url_host(url: str) -> str:
+    """A URL's host name, "" for none (a local folder) or a malformed URL."""
+    try:
+        return urlsplit(url.strip()).hostname or ""
+    except ValueError:
+        return ""
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
 
 
 def _distinct(networks: Iterable[Network]) -> list[Network]:

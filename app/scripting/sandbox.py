@@ -104,6 +104,8 @@ class Sandbox:
     #: Where the host's resolver is on its loopback: pasta's DNS forward address, and the
     #: resolv.conf naming it that the run gets in place of the host's.
     dns_forward: tuple[str, Path] | None = None
+    #: A build's allowlist: only its addresses routed, its names pinned, no resolver.
+    build: net.BuildNetwork | None = None
     limits: Limits = field(default_factory=Limits)
     user: User = NOBODY
 
@@ -121,8 +123,8 @@ class Sandbox:
         if any(name.startswith("LD_") for name in self.environment):
             # The environment is that of the tools that start the sandbox too, root's included.
             raise ValueError("LD_ names are refused in a sandbox's environment")
-        forward = self.dns_forward[0] if self.dns_forward else None
-        filtered = net.pasta_prefix(self.blocked, forward) if self.network else []
+        forward = self.dns_forward[0] if self.dns_forward and not self.build else None
+        filtered = net.pasta_prefix(self.blocked, forward, self.build) if self.network else []
         return [*self._drop(), *self._limits(), *filtered, _tool("bwrap"), *self._bwrap_options()]
 
     def _limits(self) -> list[str]:
@@ -146,7 +148,11 @@ class Sandbox:
         options += ["--share-net"] if self.network else []
         options += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         options += _system(self.network)
-        if self.network and self.dns_forward:
+        if self.network and self.build:  # names resolve from the pinned hosts file only
+            options += ["--ro-bind", str(self.build.hosts_file), "/etc/hosts"]
+            resolv = self.build.hosts_file.with_name("resolv.conf")
+            options += ["--ro-bind", str(resolv), "/etc/resolv.conf"]
+        elif self.network and self.dns_forward:
             options += ["--ro-bind", str(self.dns_forward[1]), "/etc/resolv.conf"]
         options += ["--proc", "/proc", "--dev", "/dev", *_gpu_binds(self.gpus)]
         size = ["--size", str(self.limits.tmp_bytes)] if _supports_size() else []
