@@ -38,3 +38,19 @@ def build(path: Path, entries: list[Entry]) -> Path:
 def project(path: Path, files: dict[str, bytes]) -> Path:
     """A plain project: each file, 0644."""
     return build(path, [Entry(name, data=data) for name, data in files.items()])
+
+
+#: Members a project may not hold, each beside a file `ok.py`, and the words its refusal says.
+BAD_MEMBERS = [
+    (Entry("/etc/passwd", data=b"x"), "not a relative name"),
+    (Entry("src/../../escape.py", data=b"x"), "'..'"),
+    (Entry("link.py", tarfile.SYMTYPE, link="/etc/passwd"), "a link"),
+    (Entry("hard.py", tarfile.LNKTYPE, link="ok.py"), "a link"),
+    (Entry("tty", tarfile.CHRTYPE), "a device"),
+    (Entry("disk", tarfile.BLKTYPE), "a device"),
+    (Entry("pipe", tarfile.FIFOTYPE), "fifo"),
+    (Entry("ok.py", data=b"again"), "a duplicate name"),
+    (Entry("./ok.py", data=b"again"), "a duplicate name"),  # the same name, spelt otherwise
+    (Entry("ok.py/inner.py", data=b"x"), "'ok.py', a file"),
+    (Entry("back\\slash.py", data=b"x"), "not a relative name"),
+]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tarfile
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.dev.stack import Stack
-from tests.code.archives import Entry, build, project
+from tests.code.archives import BAD_MEMBERS, Entry, build, project
 from tests.e2e.conftest import DEMO_KEY, OTHER_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -46,19 +45,6 @@ def test_an_upload_over_a_mib_through_the_real_api(make_stack: object, tmp_path:
         over = client.post("/code", content=big, headers=other)
         assert over.status_code == 413
         assert "detail" in over.json()
-
-
-#: One archive for each kind of member the API refuses, and the words its 422 says of it.
-BAD_MEMBERS = [
-    (Entry("/etc/passwd", data=b"x"), "not a relative name"),
-    (Entry("src/../../escape.py", data=b"x"), "'..'"),
-    (Entry("link.py", tarfile.SYMTYPE, link="/etc/passwd"), "a link"),
-    (Entry("hard.py", tarfile.LNKTYPE, link="ok.py"), "a link"),
-    (Entry("tty", tarfile.CHRTYPE), "a device"),
-    (Entry("disk", tarfile.BLKTYPE), "a device"),
-    (Entry("pipe", tarfile.FIFOTYPE), "fifo"),
-    (Entry("ok.py", data=b"again"), "a duplicate name"),
-]
 
 
 def test_each_bad_member_kind_is_a_422_through_the_real_api(
