@@ -254,7 +254,9 @@ def _show_result(client: Client, state: TaskStatus, download: Path | None) -> in
     if download is None:
         if found:
             out().print(
-                f"Fetch them: fairgpu artifacts {state.task_id} --download DIR", style="dim"
+                f"Fetch them: fairgpu artifacts {state.task_id} --download DIR",
+                style="dim",
+                soft_wrap=True,  # a command to copy: never broken over lines
             )
         return code
     if not found:
