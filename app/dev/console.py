@@ -20,6 +20,7 @@ from app.auth import Accounts
 from app.dev.port import PortInUseError
 from app.dev.stack import Stack
 from app.jobs.registry import BUILTIN_MODULE, ENTRY_POINT_GROUP, RegistryError, load_registry
+from app.scripting import sandbox
 from app.settings import Settings, get_settings
 from app.worker.broker_check import consumer_timeout_problem
 
@@ -96,7 +97,8 @@ def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> N
         f"Redis: {redis_is}; {stack.worker_count} CPU worker(s); logs in {stack.log_dir}",
         markup=False,
     )
-    for line in (store_line(stack), jobs_line(stack.settings), webhook_line(stack)):
+    lines = (store_line(stack), jobs_line(stack.settings), scripts_line(stack.settings))
+    for line in (*lines, webhook_line(stack)):
         out.print(line, markup=False, highlight=False)
     demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)
     if demo is not None:
@@ -134,6 +136,17 @@ def jobs_line(settings: Settings) -> str:
     except RegistryError as exc:
         return f"Jobs: from {origin}; cannot list them: {exc}"
     return f"Jobs: {names} from {origin}"
+
+
+def scripts_line(settings: Settings) -> str:
+    """Whether this machine's workers run script jobs, or why they refuse them: said at the
+    start, not at a newcomer's first `fairgpu run`."""
+    if settings.script_sandbox == "none":
+        return "Scripts: unconfined (SCRIPT_SANDBOX=none): your own code on your own machine only"
+    problem = sandbox.available(sandbox.NOBODY) or sandbox.network_available(sandbox.NOBODY)
+    if problem is not None:
+        return f"Scripts: refused on this machine ({problem}; docs/scripts.md, For the operator)"
+    return "Scripts: `uv run fairgpu run -- python train.py` in a project folder (docs/scripts.md)"
 
 
 def webhook_line(stack: Stack) -> str:
