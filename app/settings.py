@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.models import KINDS, RECLAIM_QUEUE, Kind
+from app import settings_checks as checks
+from app.models import Kind
 
 
 class Settings(BaseSettings):
@@ -302,40 +303,24 @@ class Settings(BaseSettings):
     host_gpu_id: int | None = Field(
         None, ge=0, description="the GPU's number on the host, for reports (a container sees 0)"
     )
-
-    @field_validator(
-        "worker_queues", "job_modules", "redis_sentinels", "script_network_deny", mode="before"
+    gpu_classes: str | None = Field(
+        None, description="the GPU catalog, JSON inline or a file's path (app/fleet/catalog.py)"
     )
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [name.strip() for name in value.split(",") if name.strip()]
-        return value
+    worker_host: str | None = Field(None, description="the worker's host; default: the hostname")
+    worker_gpu_class: str | None = Field(
+        None, description="the worker's class; default: found from its card"
+    )
+    fleet_ttl_s: float = Field(600, gt=0, description="the fleet: the workers heard within this")
 
-    @field_validator("worker_queues")
-    @classmethod
-    def _known_queues(cls, names: list[str]) -> list[str]:
-        unknown = [name for name in names if name not in (*KINDS, RECLAIM_QUEUE)]
-        if not names or unknown:
-            raise ValueError(f"{names!r}: use short, long or short,long")
-        return names
-
-    @field_validator("redis_sentinels")
-    @classmethod
-    def _host_and_port(cls, addresses: list[str]) -> list[str]:
-        for address in addresses:
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{address!r}: a Sentinel is host:port")
-        return addresses
-
-    @field_validator("price_short_per_s", "price_long_per_s")
-    @classmethod
-    def _whole_micro_units(cls, value: float) -> float:
-        # Bills are kept in integer micro-units: a finer price would be rounded on every bill.
-        if round(value, 6) != value:
-            raise ValueError(f"{value!r}: a price has at most 6 decimals (micro-units)")
-        return value
+    _comma_separated = field_validator(
+        "worker_queues", "job_modules", "redis_sentinels", "script_network_deny", mode="before"
+    )(checks.comma_separated)
+    _known_queues = field_validator("worker_queues")(checks.known_queues)
+    _host_and_port = field_validator("redis_sentinels")(checks.host_and_port)
+    _whole_micro_units = field_validator("price_short_per_s", "price_long_per_s")(
+        checks.whole_micro_units
+    )
+    _gpu_catalog = field_validator("gpu_classes")(checks.gpu_catalog)
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

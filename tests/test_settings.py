@@ -74,3 +74,47 @@ def test_the_script_network_deny_list_is_parsed_and_a_bad_entry_refused(
     for bad in ("10.0.0.1/8", "10.0.0.0/33", "not-an-address"):
         with pytest.raises(ValidationError, match="script_network_deny"):
             Settings(script_network_deny=bad)
+
+
+def test_the_fleets_settings_and_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    assert (settings.gpu_classes, settings.worker_host, settings.worker_gpu_class) == (None,) * 3
+    assert settings.fleet_ttl_s == 600
+    with pytest.raises(ValidationError, match="fleet_ttl_s"):
+        Settings(fleet_ttl_s=0)
+    monkeypatch.setenv("GPU_CLASSES", '{"big": {"memory_gb": 80, "price": 2.0}}')
+    monkeypatch.setenv("WORKER_HOST", "node-7")
+    monkeypatch.setenv("WORKER_GPU_CLASS", "big")
+    settings = Settings()
+    assert settings.gpu_classes == '{"big": {"memory_gb": 80, "price": 2.0}}'
+    assert (settings.worker_host, settings.worker_gpu_class) == ("node-7", "big")
+
+
+def test_a_bad_gpu_catalog_stops_the_process_at_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPU_CLASSES", '{"big": {"memory_gb": 0, "price": 2.0}}')
+    with pytest.raises(ValidationError, match=r"gpu_classes\n.*class 'big': memory_gb"):
+        Settings()
+    path = tmp_path / "classes.json"
+    path.write_text('{"big": {"memory_gb": 80, "price": 1, "colour": "red"}}')
+    with pytest.raises(ValidationError, match=r"class 'big': colour: Extra inputs"):
+        Settings(gpu_classes=str(path))
+    with pytest.raises(ValidationError, match=r"cannot read the file"):
+        Settings(gpu_classes=str(tmp_path / "missing.json"))
+
+
+def test_the_checks_moved_out_of_settings_still_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKER_QUEUES", "short, long")
+    monkeypatch.setenv("REDIS_SENTINELS", "a:26379,b:26380")
+    settings = Settings()
+    assert settings.worker_queues == ["short", "long"]
+    assert settings.sentinels == [("a", 26379), ("b", 26380)]
+    for field, bad in [
+        ("worker_queues", "gpu"),
+        ("redis_sentinels", "a:0"),
+        ("redis_sentinels", "nohost"),
+        ("price_short_per_s", 0.1234567),
+    ]:
+        with pytest.raises(ValidationError, match=field):
+            Settings(**{field: bad})  # type: ignore[arg-type]
