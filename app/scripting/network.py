@@ -155,18 +155,14 @@ def pin(
     pins: dict[str, list[Network]] = {}
     for host in hosts:
         try:
-            addresses = [ipaddress.ip_address(host.strip("[]"))]
-        except ValueError:
-            try:
-                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-            except (OSError, UnicodeError) as error:
-                if host in optional:
-                    continue
-                raise BuildNetworkError(
-                    f"the build network's host {host!r} does not resolve on this worker "
-                    f"({error}): no build can run until it does"
-                ) from None
-            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+            addresses = _addresses(host)
+        except (OSError, UnicodeError) as error:
+            if host in optional:
+                continue
+            raise BuildNetworkError(
+                f"the build network's host {host!r} does not resolve on this worker "
+                f"({error}): no build can run until it does"
+            ) from None
         found = _distinct(ipaddress.ip_network(a) for a in addresses if not a.is_loopback)
         for net in found:
             if any(net.version == r.version and net.subnet_of(r) for r in refused):  # type: ignore[arg-type]
@@ -243,18 +239,23 @@ def resolve(hosts: Iterable[str], warn: Callable[[str], None] = log.warning) -> 
     found: list[Network] = []
     for host in hosts:
         try:
-            addresses = [ipaddress.ip_address(host.strip("[]"))]
-        except ValueError:
-            try:
-                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-            except (OSError, UnicodeError) as error:
-                warn(f"script network filter: {host!r} does not resolve ({error}): not refused")
-                continue
-            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+            addresses = _addresses(host)
+        except (OSError, UnicodeError) as error:
+            warn(f"script network filter: {host!r} does not resolve ({error}): not refused")
+            continue
         for address in addresses:
             if not (address.is_loopback or address.is_unspecified):
                 found.append(ipaddress.ip_network(address))
     return _distinct(found)
+
+
+def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """A literal address as it is, a name as it resolves now (OSError when it does not)."""
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 def host_addresses() -> list[Network]:
