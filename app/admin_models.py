@@ -129,6 +129,11 @@ class WorkerView(BaseModel):
 
     name: str
     queues: list[str]
+    host: str | None = Field(None, description="its host (null: a worker of an older release)")
+    gpu_class: str | None = Field(None, description="its class of card; null without a catalog")
+    memory_gb: float | None = Field(
+        None, description="its class's memory in GB (10^9 bytes); null without a catalog"
+    )
     last_seen: float = Field(description="its last heartbeat (Unix seconds, Redis's clock)")
     alive: bool = Field(description="it beat recently and can run jobs")
     busy_until: float | None = Field(
@@ -141,12 +146,51 @@ class WorkerView(BaseModel):
     )
 
 
+class FleetCount(BaseModel):
+    """Workers of the fleet counted (see docs/operations.md)."""
+
+    workers: int = Field(description="heard within FLEET_TTL_S and not broken: the fleet")
+    alive: int = Field(description="of them, those that beat recently")
+    busy: int = Field(description="of the alive ones, those running a job")
+
+
+class FleetHost(FleetCount):
+    """The workers of one class on one host."""
+
+    host: str | None = Field(description="null: workers of an older release, which say none")
+    gpu_class: str | None = Field(description="null without a catalog")
+    memory_gb: float | None = Field(description="the class's memory in GB; null without one")
+
+
+class FleetClass(FleetCount):
+    """The workers of one class across the fleet; every class of the catalog has one."""
+
+    gpu_class: str | None = Field(description="null without a catalog")
+    memory_gb: float | None = Field(description="the class's memory in GB; null without one")
+    price: float | None = Field(
+        description="the class's price weight; null for a class the catalog lacks (its "
+        "workers started with another GPU_CLASSES)"
+    )
+    hosts: int = Field(description="the hosts its workers are on")
+
+
+class FleetView(BaseModel):
+    """The fleet: the workers heard within FLEET_TTL_S, by host and by class."""
+
+    ttl_s: float = Field(description="FLEET_TTL_S: a silent worker keeps its place this long")
+    hosts: list[FleetHost] = Field(description="one row per host and class, by host")
+    classes: list[FleetClass] = Field(description="one row per class, in the catalog's order")
+
+
 class QueuesView(BaseModel):
     """GET /admin/queues."""
 
     queues: list[QueueView]
     workers: list[WorkerView] = Field(
         [], description="every worker heard from in the last day, the broken ones included"
+    )
+    fleet: FleetView | None = Field(
+        None, description="the fleet by host and by class (null from a server before it)"
     )
 
 

@@ -3,7 +3,9 @@
 Each worker keeps an entry in `fairgpu:workers`: <name> -> {"queues": [...], "seen": <Redis
 TIME>, "busy_until": <when its job should end, or null>, "running": <the run in hand, or null:
 {"job", "account", "kind", "since" (Redis TIME), "preemptible"}>, "broken": <why its device is
-unusable, only when it is>}: one record, Seen (its run a Running), written by
+unusable, only when it is>, and, from a worker that knows its place in the fleet (issue 41),
+"host", "gpu_class" (null without a catalog) and "memory_gb" (its class's, null without one)}:
+one record, Seen (its run a Running), written by
 app/worker/presence.py with Seen.encode() and read back with Seen.read() (parse, read). Readers
 count a worker alive while its entry is under ALIVE_BEATS heartbeats old and it is not broken,
 and forget entries a day old.
@@ -67,15 +69,20 @@ class Seen:
     busy_until: float | None = None
     broken: str | None = None
     running: Running | None = None
+    host: str | None = None
+    gpu_class: str | None = None
+    memory_gb: float | None = None
 
     def encode(self) -> str:
         """The heartbeat as its worker writes it (its name is the hash's field): `broken` only
-        when it is."""
+        when it is, its place only where it has one (a host)."""
         entry: dict[str, object] = {"queues": list(self.queues), "seen": self.seen}
         entry["busy_until"] = self.busy_until
         entry["running"] = None if self.running is None else self.running.encode()
         if self.broken is not None:
             entry["broken"] = self.broken
+        if self.host is not None:
+            entry |= {"host": self.host, "gpu_class": self.gpu_class, "memory_gb": self.memory_gb}
         return json.dumps(entry)
 
     @classmethod
@@ -97,7 +104,21 @@ class Seen:
             None if until is None else times[1],
             None if broken is None else str(broken),
             Running.read(entry.get("running")),
+            *_place(entry),
         )
+
+
+def _place(entry: dict[str, object]) -> tuple[str | None, str | None, float | None]:
+    """A heartbeat's host, class and memory, as far as they read: an entry of a release before
+    the fleet has none, and a garbled one loses only what is garbled."""
+    host, gpu_class, memory = entry.get("host"), entry.get("gpu_class"), entry.get("memory_gb")
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or not math.isfinite(memory):
+        memory = None
+    return (
+        host if isinstance(host, str) else None,
+        gpu_class if isinstance(gpu_class, str) else None,
+        None if memory is None else float(memory),
+    )
 
 
 def parse(raw: Mapping[bytes | str, bytes | str]) -> list[Seen]:

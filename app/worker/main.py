@@ -8,6 +8,11 @@ down too, and the fair queue reclaims the lease. A worker whose device breaks fo
 child's device probe fails: app/worker/hygiene.py) hands back the job it holds, marks itself
 broken in its heartbeat and exits with code 1 and one line that says why.
 
+At start the worker finds its place in the fleet (app/fleet/place.py: its host, and its class
+from WORKER_GPU_CLASS or its card's name and memory through GPU_CLASSES); a card that no class
+fits stops it there, with exit code 1 and one line. The place goes into every heartbeat and
+every run's end (its result's host and class, the class's price in the bill).
+
 The module also exposes the Celery app as `app` for `celery -A worker beat` and Flower.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from functools import cache
 
 from celery import Celery, signals
@@ -26,6 +32,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app import logs
 from app.auth import Accounts
+from app.fleet.catalog import CatalogError
+from app.fleet.place import FleetError, WorkerPlace, place_of
 from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
 from app.settings import Settings, get_settings
@@ -59,6 +67,37 @@ def _device(settings: Settings) -> gpu.Device:
     return device
 
 
+def card(device: gpu.Device) -> tuple[str | None, int | None]:
+    """The name and memory (bytes) of the worker's card; none for a CPU worker. Read through
+    torch's device properties, in this process once: the job child is spawned, so nothing of
+    CUDA's state here reaches it."""
+    if device.gpu_id is None:
+        return None, None
+    import torch  # a GPU worker has it: choose_device counted the card through it
+
+    found = torch.cuda.get_device_properties(0)  # CUDA_VISIBLE_DEVICES leaves it index 0
+    return str(found.name), int(found.total_memory)
+
+
+def find_place(
+    settings: Settings,
+    device: gpu.Device,
+    read_card: Callable[[gpu.Device], tuple[str | None, int | None]] = card,
+) -> WorkerPlace:
+    """This worker's place in the fleet, or an exit with one line where its card fits no
+    class. The card is read only where the catalog is what names the class."""
+    name, memory = None, None
+    if settings.gpu_classes and not settings.worker_gpu_class:
+        try:
+            name, memory = read_card(device)
+        except Exception as exc:  # torch's errors have no common type: any is the same stop
+            sys.exit(f"fairgpu worker refuses to start: its GPU cannot be read: {exc}")
+    try:
+        return place_of(settings, name, memory)
+    except (FleetError, CatalogError) as exc:
+        sys.exit(f"fairgpu worker refuses to start: {exc}")
+
+
 @cache
 def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner]:
     """The worker, built once, on first use. Not at import: the job child is started with
@@ -88,13 +127,16 @@ def __getattr__(name: str) -> Celery:
 def main() -> None:
     """Run the worker until it is stopped."""
     settings, device, service, runner = _worker()
+    place = find_place(settings, device)
     ledger = _ledger(settings)
     logs.configure(settings.log_format, settings.log_level)
+    log.info("the worker's place in the fleet: %s", place.describe())
     if problem := consumer_timeout_problem(settings):
         log.error(problem)
     queues = settings.worker_queues
     name = worker_name(settings, device)
-    beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds)
+    beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds, place)
+    runner.ends.place = place  # each run's end names the host and class, priced by the class
     # Every worker also moves bills from Redis to the SQL ledger (app/ledger/outbox.py).
     claim_ms = round(settings.ledger_claim_s * 1000)
     writer = LedgerWriter(service.recorder.redis, ledger.db, name, idle_ms=claim_ms)

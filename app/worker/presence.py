@@ -2,6 +2,8 @@
 whenever the worker starts or ends a job (one record, app/store/workers.py's Seen, encoded there
 and read back there), deleted when it stops,
 except by a worker whose device broke: its entry stays, marked broken, for operators to see.
+Each beat says the worker's place in the fleet (host, class, memory: app/fleet/place.py), so
+that the fleet (app/fleet/view.py) is what the heartbeats say.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import replace
 import redis
 from redis.exceptions import RedisError
 
+from app.fleet.place import WorkerPlace
 from app.store.keys import WORKERS
 from app.store.workers import Running, Seen
 
@@ -22,8 +25,16 @@ log = logging.getLogger(__name__)
 class Presence:
     """Keeps one worker's heartbeat fresh while it runs."""
 
-    def __init__(self, client: redis.Redis, name: str, queues: list[str], every: float) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        name: str,
+        queues: list[str],
+        every: float,
+        place: WorkerPlace | None = None,
+    ) -> None:
         self.client, self.name, self.queues, self.every = client, name, queues, every
+        self.place = place  # None: a heartbeat without one, as before the fleet
         self._busy_until: float | None = None
         self._running: Running | None = None
         self._broken: str | None = None
@@ -37,6 +48,11 @@ class Presence:
         entry = Seen(
             self.name, tuple(self.queues), now, self._busy_until, self._broken, self._running
         )
+        if self.place is not None:
+            place = self.place
+            entry = replace(
+                entry, host=place.host, gpu_class=place.gpu_class, memory_gb=place.memory_gb
+            )
         self.client.hset(WORKERS, self.name, entry.encode())
 
     def busy(self, for_s: float | None, run: Running | None = None) -> None:

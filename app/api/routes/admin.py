@@ -16,6 +16,9 @@ from app.admin_models import (
     AccountQueued,
     DropRequest,
     DropResult,
+    FleetClass,
+    FleetHost,
+    FleetView,
     QueuesView,
     QueueView,
     WorkerView,
@@ -25,6 +28,8 @@ from app.api.deps import CallerDep, RuntimeDep, TaskIdDep
 from app.api.responses import ERRORS, NOT_YOURS, any_job, job_status, json_error
 from app.api.routing import HIDDEN, AdminRoute, Caller, authenticated
 from app.api.runtime import Runtime
+from app.fleet import view as fleet
+from app.fleet.catalog import Catalog, CatalogError
 from app.models import KINDS, ErrorBody, Kind, Status, TaskStatus
 from app.store import JobRecord
 from app.store import workers as heartbeats
@@ -70,22 +75,30 @@ async def admin_schema(request: Request, admin: AdminDep) -> dict[str, Any]:
 async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
     """Each queue: jobs queued (and how many of them their account's limits hold back now) and
     in flight, live workers, the fairness lag, the accounts with most jobs queued (each with
-    its jobs held back), and the queue's counters."""
+    its jobs held back), and the queue's counters; each worker; and the fleet by host and by
+    class."""
     views = await asyncio.gather(*(_view(runtime, kind) for kind in KINDS))
-    return QueuesView(queues=list(views), workers=await _workers(runtime))
-
-
-async def _workers(runtime: Runtime) -> list[WorkerView]:
-    """Every worker's last heartbeat (one hash field per worker: as many as GPUs)."""
     seconds, micros = await runtime.redis.time()
     now = seconds + micros / 1e6
-    seen = heartbeats.parse(await runtime.redis.hgetall(WORKERS))
+    seen = heartbeats.parse(await runtime.redis.hgetall(WORKERS))  # one field per GPU
+    return QueuesView(
+        queues=list(views),
+        workers=_workers(runtime, seen, now),
+        fleet=await _fleet(runtime, seen, now),
+    )
+
+
+def _workers(runtime: Runtime, seen: list[heartbeats.Seen], now: float) -> list[WorkerView]:
+    """Every worker's last heartbeat of the last day."""
     every = runtime.settings.heartbeat_seconds
     beating = {w.name for kind in KINDS for w in heartbeats.alive(seen, kind, now, every)}
     return [
         WorkerView(
             name=w.name,
             queues=list(w.queues),
+            host=w.host,
+            gpu_class=w.gpu_class,
+            memory_gb=w.memory_gb,
             last_seen=w.seen,
             alive=w.name in beating,
             busy_until=w.busy_until,
@@ -94,6 +107,43 @@ async def _workers(runtime: Runtime) -> list[WorkerView]:
         for w in sorted(seen, key=lambda w: w.name)
         if w.seen >= now - heartbeats.FORGET_S
     ]
+
+
+async def _fleet(runtime: Runtime, seen: list[heartbeats.Seen], now: float) -> FleetView:
+    """The fleet (app/fleet/view.py) by host and by class, with every class of the catalog."""
+    settings = runtime.settings
+    try:  # GPU_CLASSES may name a file: read off the event loop
+        catalog = await asyncio.to_thread(Catalog.from_setting, settings.gpu_classes)
+    except CatalogError as exc:  # checked at start; a file changed since: show what is heard
+        log.warning("the fleet's view leaves the catalog out: %s", exc)
+        catalog = Catalog.single()
+    found = fleet.summary(seen, catalog, settings.fleet_ttl_s, now, settings.heartbeat_seconds)
+    return FleetView(
+        ttl_s=settings.fleet_ttl_s,
+        hosts=[
+            FleetHost(
+                host=h.host,
+                gpu_class=h.gpu_class,
+                memory_gb=h.memory_gb,
+                workers=h.workers,
+                alive=h.alive,
+                busy=h.busy,
+            )
+            for h in found.hosts
+        ],
+        classes=[
+            FleetClass(
+                gpu_class=c.gpu_class,
+                memory_gb=c.memory_gb,
+                price=c.price,
+                hosts=len(c.hosts),
+                workers=c.workers,
+                alive=c.alive,
+                busy=c.busy,
+            )
+            for c in found.classes
+        ],
+    )
 
 
 async def _view(runtime: Runtime, kind: Kind) -> QueueView:

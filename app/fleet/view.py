@@ -1,0 +1,115 @@
+"""The fleet as the heartbeats show it: the workers heard within FLEET_TTL_S, each with its host,
+class and memory (app/store/workers.py Seen), and their counts by host and by class.
+
+The fleet is wider than the workers alive now: a worker silent for less than FLEET_TTL_S
+(default 600 s) keeps its place, so that a host that restarts, or a worker that dies and comes
+back, does not make the jobs only its class can run look unservable meanwhile. A broken worker
+(its device is unusable) is out of it until it is replaced; a worker stopped on purpose says
+goodbye (its heartbeat is deleted) and leaves at once. Reads are one HGETALL of the workers'
+hash: one field per GPU, never per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import redis
+import redis.asyncio
+
+from app.fleet.catalog import Catalog
+from app.store.keys import WORKERS
+from app.store.workers import ALIVE_BEATS, Seen, parse
+
+
+def in_fleet(workers: Iterable[Seen], ttl_s: float, now: float) -> list[Seen]:
+    """The workers among these heard within ttl_s of now (Redis's clock) and not broken."""
+    return [w for w in workers if w.seen >= now - ttl_s and w.broken is None]
+
+
+def live_fleet(client: redis.Redis, ttl_s: float, now: float) -> list[Seen]:
+    """The fleet: every worker heard within ttl_s (FLEET_TTL_S) of now and not broken."""
+    return in_fleet(parse(client.hgetall(WORKERS)), ttl_s, now)
+
+
+async def live_fleet_async(client: redis.asyncio.Redis, ttl_s: float, now: float) -> list[Seen]:
+    """live_fleet for the API's event loop."""
+    return in_fleet(parse(await client.hgetall(WORKERS)), ttl_s, now)
+
+
+def live_classes(fleet: Iterable[Seen]) -> set[str]:
+    """The classes some worker of this fleet (live_fleet's answer) has: a job that none of its
+    classes is among waits with `waiting_for: "gpu_class"`. Empty without a catalog."""
+    return {w.gpu_class for w in fleet if w.gpu_class is not None}
+
+
+@dataclass
+class Tally:
+    """Workers counted: in the fleet, alive now (they beat within the last ALIVE_BEATS
+    heartbeats), and busy (alive and running a job)."""
+
+    workers: int = 0
+    alive: int = 0
+    busy: int = 0
+
+    def count(self, worker: Seen, beating: bool) -> None:
+        """Count one worker of the fleet."""
+        self.workers += 1
+        self.alive += beating
+        self.busy += beating and worker.busy_until is not None
+
+
+@dataclass
+class HostTally(Tally):
+    """The workers of one class on one host (host None: a worker of a release before the
+    fleet, which does not say its host)."""
+
+    host: str | None = None
+    gpu_class: str | None = None
+    memory_gb: float | None = None
+
+
+@dataclass
+class ClassTally(Tally):
+    """The workers of one class across the fleet, and on how many hosts; price None for a class
+    that workers say and the catalog lacks (they started with another GPU_CLASSES)."""
+
+    gpu_class: str | None = None
+    memory_gb: float | None = None
+    price: float | None = None
+    hosts: set[str | None] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """The fleet by host (one row per host and class) and by class (every class of the catalog,
+    those without a worker included)."""
+
+    hosts: list[HostTally]
+    classes: list[ClassTally]
+
+
+def summary(
+    workers: Iterable[Seen], catalog: Catalog, ttl_s: float, now: float, heartbeat_s: float
+) -> FleetSummary:
+    """The fleet among these heartbeats, counted by host and class and by class."""
+    cutoff = now - ALIVE_BEATS * heartbeat_s
+    classes = {
+        c.name: ClassTally(
+            gpu_class=c.name, memory_gb=c.memory_gb if catalog.declared else None, price=c.price
+        )
+        for c in catalog.classes
+    }
+    hosts: dict[tuple[str, str], HostTally] = {}
+    for worker in in_fleet(workers, ttl_s, now):
+        beating = worker.seen >= cutoff
+        key = (worker.host or "", worker.gpu_class or "")
+        at = hosts.setdefault(key, HostTally(host=worker.host, gpu_class=worker.gpu_class))
+        at.memory_gb = at.memory_gb if worker.memory_gb is None else worker.memory_gb
+        at.count(worker, beating)
+        of = classes.setdefault(
+            worker.gpu_class, ClassTally(gpu_class=worker.gpu_class, memory_gb=worker.memory_gb)
+        )
+        of.count(worker, beating)
+        of.hosts.add(worker.host)
+    return FleetSummary([hosts[k] for k in sorted(hosts)], list(classes.values()))
