@@ -34,7 +34,18 @@ def _root(url: RootUrlOption = DEFAULT_URL, key: RootKeyOption = None) -> None:
 @cli.command()
 def dev(
     port: Annotated[int, typer.Option(help="port of the API on 127.0.0.1")] = 8000,
-    workers: Annotated[int, typer.Option(min=1, max=16, help="CPU workers to start")] = 1,
+    workers: Annotated[
+        int | None, typer.Option(min=1, max=16, help="CPU workers to start (default 1)")
+    ] = None,
+    worker: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="CLASS[@HOST]",
+            help="start a CPU worker acting as a card of this class of GPU_CLASSES on this "
+            "simulated host (default: this machine's); repeat it for a fleet, in place of "
+            "--workers",
+        ),
+    ] = None,
     redis_port: Annotated[
         int | None,
         typer.Option(
@@ -46,11 +57,11 @@ def dev(
 ) -> None:
     """Run the whole stack here, restarting what dies, until Ctrl-C.
 
-    Redis (REDIS_URL when reachable, else an embedded one), the API, CPU workers and the
-    periodic reclaim."""
+    Redis (REDIS_URL when reachable, else an embedded one), the API, CPU workers (or a fleet
+    of classes and hosts: --worker) and the periodic reclaim."""
     from app.dev import console  # the server stack: loaded only to run it
 
-    console.run(port, workers, redis_port)
+    console.run(port, workers, redis_port, worker or ())
 
 
 def _register(cli: typer.Typer) -> None:

@@ -8,6 +8,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
@@ -17,8 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 from rich.console import Console
 
 from app.auth import Accounts
+from app.dev import fleet
 from app.dev.port import PortInUseError
 from app.dev.stack import Stack
+from app.fleet.catalog import Catalog
+from app.fleet.worker_class import worker_host
 from app.jobs.registry import BUILTIN_MODULE, ENTRY_POINT_GROUP, RegistryError, load_registry
 from app.scripting import sandbox
 from app.settings import Settings, get_settings
@@ -37,9 +41,12 @@ def make_console(**options: Any) -> Console:
 console = make_console()
 
 
-def run(port: int, workers: int, redis_port: int | None = None) -> None:
-    """Run Redis, the API, `workers` CPU workers and the periodic reclaim until a signal; the
-    embedded Redis on redis_port if given (else EMBEDDED_REDIS_PORT, else a free port)."""
+def run(
+    port: int, workers: int | None, redis_port: int | None = None, worker: Sequence[str] = ()
+) -> None:
+    """Run Redis, the API, `workers` CPU workers (1 when None), or one per --worker CLASS[@HOST]
+    (fleet.py), and the periodic reclaim until a signal; the embedded Redis on redis_port if
+    given (else EMBEDDED_REDIS_PORT, else a free port)."""
     # One line a record, with the time: what the supervisor says is read by a person, between
     # the banner's lines, and must never be a traceback.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -49,10 +56,21 @@ def run(port: int, workers: int, redis_port: int | None = None) -> None:
     if redis_port is not None:
         update["embedded_redis_port"] = redis_port
     settings = settings.model_copy(update=update)
+    try:  # before anything starts: a wrong flag is one line, and nothing to stop
+        workers_to_start = fleet.plan(
+            worker, workers, Catalog.from_setting(settings.gpu_classes), worker_host(settings)
+        )
+    except fleet.FleetSpecError as exc:
+        console.print(f"fairgpu dev: {exc}", markup=False, highlight=False)
+        raise SystemExit(2) from None
     accounts = Accounts.load(settings.users_file)
     logs = settings.dev_log_dir or run_log_dir(port)
     stack = Stack(
-        settings, use_given_redis=given_redis, workers=workers, log_dir=logs, supervise=True
+        settings,
+        use_given_redis=given_redis,
+        fleet=workers_to_start,
+        log_dir=logs,
+        supervise=True,
     )
     try:
         with console.status("starting Redis, the API and the workers..."):
@@ -97,9 +115,11 @@ def banner(out: Console, stack: Stack, accounts: Accounts, users_file: str) -> N
         f"Redis: {redis_is}; {stack.worker_count} CPU worker(s); logs in {stack.log_dir}",
         markup=False,
     )
-    lines = (store_line(stack), jobs_line(stack.settings), scripts_line(stack.settings))
-    for line in (*lines, webhook_line(stack)):
-        out.print(line, markup=False, highlight=False)
+    catalog = Catalog.from_setting(stack.settings.gpu_classes)
+    lines = (fleet.describe(stack.fleet, catalog), store_line(stack), jobs_line(stack.settings))
+    for line in (*lines, scripts_line(stack.settings), webhook_line(stack)):
+        if line:  # no fleet line without a catalog: the banner is as it always was
+            out.print(line, markup=False, highlight=False)
     demo = next((a for a in accounts.all() if DEMO_KEY in a.api_keys), None)
     if demo is not None:
         out.print(

@@ -1,5 +1,6 @@
 """Stack: the whole service on one machine, as processes: Redis (embedded unless one is given),
-the API, N CPU workers, the webhook sender, and the periodic reclaim. `fairgpu dev` runs one,
+the API, N CPU workers (or a simulated fleet of classes and hosts: fleet.py), the webhook
+sender, and the periodic reclaim. `fairgpu dev` runs one,
 supervised (a process that dies is started again, see supervisor.py); so do the end-to-end tests,
 which also kill its workers and so leave supervision off.
 
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +40,7 @@ from pydantic import SecretStr
 from app import connections
 from app.auth import Accounts
 from app.dev import port, processes, ready, scripts
+from app.dev.fleet import FleetWorker, plain
 from app.dev.redis_server import RedisServer
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.settings import Settings
@@ -80,6 +82,7 @@ class Stack:
         *,
         use_given_redis: bool = True,
         workers: int = 1,
+        fleet: Sequence[FleetWorker] | None = None,
         workdir: Path | None = None,
         log_dir: Path | None = None,
         supervise: bool = False,
@@ -88,7 +91,9 @@ class Stack:
         self.supervise = supervise
         self._given_redis = settings.redis_url if use_given_redis else None
         self.port = settings.port
-        self.worker_count = workers
+        #: The workers it starts: `workers` plain ones unless a fleet is given.
+        self.fleet = list(plain(workers) if fleet is None else fleet)
+        self.worker_count = len(self.fleet)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="fairgpu-")
         self.workdir = workdir or Path(self._tmp.name)  # type: ignore[union-attr]
         self.log_dir = log_dir or self.workdir
@@ -103,7 +108,8 @@ class Stack:
         self.own_database = False
         self.env_cache: Path | None = None  # its own SCRIPT_ENV_CACHE_DIR, removed at stop
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
-        self._queues: dict[str, str] = {}  # each worker's queues, to start it again alike
+        # each worker's queues and environment, to start it again alike
+        self._started: dict[str, tuple[str, dict[str, str]]] = {}
         self._lock = threading.RLock()  # the supervisor's ticks and the stack's own changes
         self._stop = threading.Event()
         self._reclaimer: threading.Thread | None = None
@@ -145,8 +151,8 @@ class Stack:
         self.env = {**os.environ, **as_environment(self.settings)}
         self.api = self._spawn("api", "app.api.serve", {})
         self._start_webhooks()
-        for i in range(1, self.worker_count + 1):
-            self.start_worker(f"cpu{i}")
+        for worker in self.fleet:
+            self.start_worker(worker.name, env=worker.env)
         self.wait_for_api()
         self._reclaimer = threading.Thread(target=self._reclaim_loop, name="reclaim", daemon=True)
         self._reclaimer.start()
@@ -187,7 +193,7 @@ class Stack:
         self, name: str, queues: str = "short,long", env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         """Start one CPU worker called <name>@<host> on the given queues (with more
-        environment variables, if given)."""
+        environment variables, if given: a WORKER_NAME there replaces that name)."""
         env = {
             "WORKER_NAME": worker_name(name),
             "WORKER_QUEUES": queues,
@@ -197,7 +203,7 @@ class Stack:
         with self._lock:
             process = self._spawn(name, "app.worker.main", env)
             self.workers[name] = process
-            self._queues[name] = queues
+            self._started[name] = (queues, env)
         return process
 
     def kill_worker(self, name: str) -> None:
@@ -236,7 +242,7 @@ class Stack:
         self.api = self._spawn("api", "app.api.serve", {})
 
     def _restarter(self, name: str) -> Callable[[], object]:
-        return lambda: self.start_worker(name, self._queues[name])
+        return lambda: self.start_worker(name, *self._started[name])
 
     def _ping(self) -> bool:
         return primary_reachable(self.settings)
@@ -245,7 +251,7 @@ class Stack:
         """Wait until each of the stack's workers takes jobs (its heartbeat is in Redis:
         ready.py); TimeoutError with the last line of the log of one that does not."""
         with self._lock:
-            names = [worker_name(name) for name in self.workers]
+            names = [self._started[name][1]["WORKER_NAME"] for name in self.workers]
         ready.wait_for_workers(
             self.settings,
             names,
