@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from app.client.admin_tables import queues_table, workers_table
+from app.client.admin_tables import fleet_tables, queues_table, workers_table
 from app.client.errors import FAILED, fail, session
 from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
 from app.client.render import about, out, task_table
@@ -21,7 +21,7 @@ def queues(
     url: UrlOption = DEFAULT_URL, key: KeyOption = None, as_json: JsonOption = False
 ) -> None:
     """Show each queue (jobs queued and running, workers, fairness, top accounts), then each
-    worker, a broken one with why (admins)."""
+    worker, a broken one with why, then the fleet by class and by host (admins)."""
     with session(url, key) as client:
         view = client.queues()
         if as_json:
@@ -31,6 +31,8 @@ def queues(
             console.print(queues_table(view, console.width))
             if view.workers:
                 console.print(workers_table(view, console.width))
+            for table in [] if view.fleet is None else fleet_tables(view.fleet, console.width):
+                console.print(table)
 
 
 def promote(

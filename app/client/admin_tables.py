@@ -1,6 +1,6 @@
-"""The operators' tables: queues and workers (`fairgpu queues`), accounts with their limits and
-budgets, keys, and the audit log (`fairgpu admin ...`). Pure functions of the data and the time,
-laid out by fit.py in the terminal's width."""
+"""The operators' tables: queues, workers and the fleet (`fairgpu queues`), accounts with their
+limits and budgets, keys, and the audit log (`fairgpu admin ...`). Pure functions of the data
+and the time, laid out by fit.py in the terminal's width."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from app.admin_models import (
     AccountInfo,
     AccountQueued,
     AuditEntry,
+    FleetCount,
+    FleetView,
     KeyInfo,
     QueuesView,
     WorkerView,
@@ -161,10 +163,23 @@ def day(at: float) -> str:
 
 
 def workers_table(view: QueuesView, width: int) -> Table:
-    """Each worker heard from, one a row: its queues and its state (a broken one says why)."""
-    columns = [Column("worker"), Column("queues"), Column("state", wrap=True)]
+    """Each worker heard from, one a row: its queues, its class where the catalog names one,
+    and its state (a broken one says why)."""
+    classes = any(worker.gpu_class is not None for worker in view.workers)
+    columns = [
+        Column("worker"),
+        Column("queues"),
+        *([Column("class")] if classes else []),
+        Column("state", wrap=True),
+    ]
     rows: list[list[Cell]] = [
-        [worker.name, ", ".join(worker.queues), _worker_state(worker)] for worker in view.workers
+        [
+            worker.name,
+            ", ".join(worker.queues),
+            *([worker.gpu_class or NONE] if classes else []),
+            _worker_state(worker),
+        ]
+        for worker in view.workers
     ]
     return fitted_table(columns, rows, width)
 
@@ -210,3 +225,47 @@ def _queued(account: AccountQueued) -> str:
 def _held(queued: int, held: int) -> str:
     """Jobs queued, and those of them a limit holds back where there are any."""
     return f"{queued} ({held} held)" if held else str(queued)
+
+
+#: The counts of a row of the fleet, after its names.
+COUNTS = ("workers", "alive", "busy")
+
+
+def fleet_tables(fleet: FleetView, width: int) -> list[Table]:
+    """The fleet (the workers heard within FLEET_TTL_S, a silent one counted but not alive):
+    one row per class, its memory and price, where the catalog names classes (every class,
+    those without a worker too); then one row per host and class."""
+    counts = [Column(name, justify="right") for name in COUNTS]
+    tables = []
+    if any(c.gpu_class is not None for c in fleet.classes):
+        columns = [
+            Column("class"),
+            Column("memory", justify="right"),
+            Column("price", justify="right"),
+            Column("hosts", justify="right"),
+            *counts,
+        ]
+        rows: list[list[Cell]] = [
+            [
+                c.gpu_class or NONE,
+                _memory(c.memory_gb),
+                "?" if c.price is None else f"{c.price:g}",
+                str(c.hosts),
+                *_counts(c),
+            ]
+            for c in fleet.classes
+        ]
+        tables.append(fitted_table(columns, rows, width))
+    if fleet.hosts:
+        columns = [Column("host"), Column("class"), *counts]
+        rows = [[h.host or "?", h.gpu_class or NONE, *_counts(h)] for h in fleet.hosts]
+        tables.append(fitted_table(columns, rows, width))
+    return tables
+
+
+def _memory(memory_gb: float | None) -> str:
+    return "-" if memory_gb is None else f"{memory_gb:g} GB"
+
+
+def _counts(counted: FleetCount) -> list[Cell]:
+    return [str(counted.workers), str(counted.alive), str(counted.busy)]
