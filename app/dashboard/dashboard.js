@@ -55,6 +55,8 @@
     queuesPanel: byId("queues-panel"),
     queuesBody: byId("queues-body"),
     queuesUpdated: byId("queues-updated"),
+    fleetBody: byId("fleet-body"),
+    fleetClasses: byId("fleet-classes"),
     adminForm: byId("admin-form"),
     adminTask: byId("admin-task"),
   };
@@ -1053,6 +1055,7 @@
         rows.push(row);
       }
       ui.queuesBody.replaceChildren(...rows);
+      showFleet(data.fleet);
       ui.queuesUpdated.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (error) {
       if (session !== owner) return;
@@ -1063,6 +1066,36 @@
       showError(error, "Loading the queues");
     }
     later(owner, QUEUES_EVERY_MS, () => loadQueues(owner));
+  }
+
+  // The fleet: the workers heard within FLEET_TTL_S, one row per host and class, and a line per
+  // class of the catalog (none without one); a server before the fleet sends none.
+  function showFleet(fleet) {
+    const rows = [];
+    for (const host of (fleet && fleet.hosts) || []) {
+      const row = document.createElement("tr");
+      row.dataset.fleet = `${host.host ?? "?"}/${host.gpu_class ?? ""}`;
+      cell(row, "", "host").textContent = String(host.host ?? "?");
+      cell(row, "", "class").textContent = String(host.gpu_class ?? "–");
+      cell(row, "num", "memory").textContent = gigabytes(host.memory_gb);
+      for (const name of ["workers", "alive", "busy"]) {
+        cell(row, "num", name).textContent = String(host[name] ?? "");
+      }
+      rows.push(row);
+    }
+    ui.fleetBody.replaceChildren(...rows);
+    const named = ((fleet && fleet.classes) || []).filter((c) => c.gpu_class != null);
+    ui.fleetClasses.textContent = named
+      .map((c) => {
+        const price = c.price == null ? "not in the catalog" : `price ${c.price}`;
+        const counts = `${c.workers} workers, ${c.alive} alive, ${c.busy} busy`;
+        return `${c.gpu_class} (${gigabytes(c.memory_gb)}, ${price}): ${counts}`;
+      })
+      .join(" · ");
+  }
+
+  function gigabytes(memory) {
+    return memory == null ? "" : `${Number(memory)} GB`;
   }
 
   async function adminAction(owner, action) {
@@ -1148,6 +1181,8 @@
     delete ui.billTotal.dataset.total;
     delete ui.billTotal.dataset.count;
     ui.queuesBody.replaceChildren();
+    ui.fleetBody.replaceChildren();
+    ui.fleetClasses.textContent = "";
     ui.keyInput.placeholder = "paste your X-API-Key";
     if (error) {
       sessionStorage.removeItem(KEY_STORE);
