@@ -6,6 +6,12 @@ docker-compose.gpus.yml next to docker-compose.yml (or --output), to start with
 
     docker compose -f docker-compose.yml -f docker-compose.gpus.yml --profile gpu up --build
 
+A mixed fleet (GPU_CLASSES) names each card's class where the card's name does not tell it:
+`--class 0=big --class 1=small` sets WORKER_GPU_CLASS card by card (card 0's is merged into the
+base file's worker-gpu0: Compose merges an override's `environment` key by key). A card without
+--class keeps the base file's `${FAIRGPU_GPU_CLASS:-}`: one class for the host, or found from the
+card.
+
 It reads docker-compose.yml with PyYAML (a development dependency, which `uv run` installs) and
 writes the override as JSON, which is valid YAML.
 """
@@ -13,11 +19,13 @@ writes the override as JSON, which is valid YAML.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from app.fleet.catalog import NAME
 from scripts import compose_override as deploy_compose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +40,16 @@ def device_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not card indexes: {text!r} (say 0,2,3)") from None
 
 
+def card_class(text: str) -> tuple[int, str]:
+    """`--class 1=small`: the host's card 1 is of the class `small`."""
+    card, equals, name = text.partition("=")
+    if not equals or not card.strip().isdigit() or not NAME.match(name):
+        raise argparse.ArgumentTypeError(
+            f"not CARD=CLASS: {text!r} (say 1=small; a class is named as in GPU_CLASSES)"
+        )
+    return int(card), name
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="compose_gpus.py",
@@ -44,6 +62,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--device-ids",
         type=device_ids,
         help="the host's card indexes to serve, comma-separated; must include 0 (default: 0..N-1)",
+    )
+    parser.add_argument(
+        "--class",
+        dest="classes",
+        type=card_class,
+        action="append",
+        default=[],
+        metavar="CARD=CLASS",
+        help="the class of GPU_CLASSES of one card (WORKER_GPU_CLASS), repeatable; a card "
+        "without one is found from its name, or takes FAIRGPU_GPU_CLASS",
     )
     parser.add_argument(
         "--base", type=Path, default=ROOT / deploy_compose.BASE_FILE, help="the base compose file"
@@ -105,6 +133,42 @@ def load_base(path: Path) -> dict[str, Any]:
     return document
 
 
+def with_classes(override: dict[str, Any], classes: list[tuple[int, str]]) -> dict[str, Any]:
+    """The override with WORKER_GPU_CLASS set card by card: in each added worker, and for card 0
+    an `environment` entry that Compose merges into the base file's worker-gpu0."""
+    added = override["services"]
+    cards = [0, *(int(name.removeprefix("worker-gpu")) for name in added)]
+    given: dict[int, str] = {}
+    for card, name in classes:
+        if card not in cards:
+            served = ", ".join(map(str, sorted(cards)))
+            raise deploy_compose.ComposeError(f"--class {card}={name}: no card {card} ({served})")
+        if given.setdefault(card, name) != name:
+            raise deploy_compose.ComposeError(f"card {card} is given two classes")
+    services: dict[str, Any] = {}
+    if 0 in given:
+        services[deploy_compose.TEMPLATE] = {"environment": {"WORKER_GPU_CLASS": given[0]}}
+    for service, worker in added.items():
+        card = int(service.removeprefix("worker-gpu"))
+        if card in given:
+            worker["environment"]["WORKER_GPU_CLASS"] = given[card]
+        services[service] = worker
+    return {"services": services}
+
+
+def render(override: dict[str, Any], classes: list[tuple[int, str]]) -> str:
+    """The override's text: compose_override's for the added cards, with their classes."""
+    if not classes:
+        return deploy_compose.render(override)
+    body = json.dumps(override, indent=2) + "\n"
+    added = {n: s for n, s in override["services"].items() if n != deploy_compose.TEMPLATE}
+    header = deploy_compose.render({"services": added}).removesuffix(
+        json.dumps({"services": added}, indent=2) + "\n"
+    )
+    named = ", ".join(f"{card}={name}" for card, name in sorted(dict(classes).items()))
+    return f"{header}# Classes (WORKER_GPU_CLASS) by card: {named}.\n{body}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -112,11 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         if gpus is None and args.device_ids is None:
             gpus = host_gpus()
         override = deploy_compose.gpu_override(load_base(args.base), gpus, args.device_ids)
-        args.output.write_text(deploy_compose.render(override))
+        override = with_classes(override, args.classes)
+        args.output.write_text(render(override, args.classes))
     except (deploy_compose.ComposeError, OSError) as error:
         print(f"compose_gpus: {error}", file=sys.stderr)
         return 2
-    workers = [deploy_compose.TEMPLATE, *override["services"]]
+    workers = [deploy_compose.TEMPLATE]
+    workers += [name for name in override["services"] if name != deploy_compose.TEMPLATE]
     print(f"wrote {args.output}: {len(workers)} GPU workers ({', '.join(workers)})")
     files = (args.base, args.output)
     if args.output.resolve().parent == args.base.resolve().parent:

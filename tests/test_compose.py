@@ -461,6 +461,107 @@ def test_cpu_workers_can_be_scaled_without_sharing_a_name(services):
     assert "WORKER_NAME" not in environment(worker)
 
 
+# --- a mixed fleet: the host and the class of each worker --------------------------------------
+
+FIXTURES_USERS = ROOT / "fixtures" / "users.json"
+MIXED_CATALOG = '{"big": {"memory_gb": 80, "price": 2.0}, "small": {"memory_gb": 24, "price": 1}}'
+
+
+def interpolated(value: str, host_env: dict[str, str]) -> str:
+    """A value as Compose reads it: each ${NAME:-default} from the host's environment."""
+
+    def one(match: re.Match[str]) -> str:
+        return host_env.get(match.group(1)) or match.group(2)
+
+    return re.sub(r"\$\{([A-Z_][A-Z0-9_]*):-([^}]*)\}", one, value)
+
+
+def worker_settings(service: dict[str, Any], host_env: dict[str, str]) -> Settings:
+    env = {k: interpolated(v, host_env) for k, v in environment(service).items()}
+    return Settings(
+        users_file=FIXTURES_USERS,
+        gpu_classes=env["GPU_CLASSES"] or None,
+        worker_host=env["WORKER_HOST"] or None,
+        worker_gpu_class=env.get("WORKER_GPU_CLASS") or None,
+    )
+
+
+def test_every_worker_of_a_host_is_on_that_one_host_that_fairgpu_host_names(gpu_host):
+    from app.fleet.worker_class import worker_host
+
+    workers = ["worker-cpu", *gpu_workers(gpu_host)]
+    for host_env, expected in (({"FAIRGPU_HOST": "node-7"}, "node-7"), ({}, "compose-host")):
+        hosts = {worker_host(worker_settings(gpu_host[n], host_env)) for n in workers}
+        # one host for all the cards: never a container's own hostname (worker-gpuN)
+        assert hosts == {expected}, host_env
+
+
+def test_every_app_service_reads_the_one_catalog_from_the_environment(services):
+    for name in APP_SERVICES:
+        assert environment(services[name])["GPU_CLASSES"] == "${GPU_CLASSES:-}", name
+
+
+def test_a_gpu_workers_class_is_found_from_its_card_unless_the_host_names_one(gpu_host):
+    from app.fleet.catalog import Catalog
+    from app.fleet.worker_class import worker_class
+
+    catalog = Catalog.from_json(MIXED_CATALOG)
+    small_card = ("NVIDIA L4", 24_000_000_000)
+    for name in gpu_workers(gpu_host):
+        found = worker_settings(gpu_host[name], {"GPU_CLASSES": MIXED_CATALOG})
+        assert worker_class(catalog, *small_card, found.worker_gpu_class).name == "small", name
+        host_env = {"GPU_CLASSES": MIXED_CATALOG, "FAIRGPU_GPU_CLASS": "big"}
+        named = worker_settings(gpu_host[name], host_env)
+        assert worker_class(catalog, *small_card, named.worker_gpu_class).name == "big", name
+
+
+def test_the_command_sets_each_cards_class_and_leaves_the_others_to_the_host(compose, tmp_path):
+    output = tmp_path / "out.yml"
+    assert (
+        run_cli("--gpus", "3", "--class", "0=big", "--class", "2=small", "--output", str(output))
+        == 0
+    )
+    text = output.read_text()
+    assert "(3 cards: 0, 1, 2)" in text
+    assert "# Classes (WORKER_GPU_CLASS) by card: 0=big, 2=small." in text
+    override = yaml.safe_load(text)
+    merged = compose_merge(compose, override)["services"]
+    assert gpu_workers(merged) == ["worker-gpu0", "worker-gpu1", "worker-gpu2"]
+    classes = [environment(merged[n])["WORKER_GPU_CLASS"] for n in gpu_workers(merged)]
+    assert classes == ["big", "${FAIRGPU_GPU_CLASS:-}", "small"]
+    # card 0's entry only adds its class to the base file's worker-gpu0
+    assert override["services"][TEMPLATE] == {"environment": {"WORKER_GPU_CLASS": "big"}}
+    base0 = compose["services"][TEMPLATE]
+    assert {**merged[TEMPLATE], "environment": base0["environment"]} == base0
+    # and the cards are the same workers as without classes
+    plain = compose_merge(compose, deploy_compose.gpu_override(compose, 3))["services"]
+    for name in gpu_workers(merged):
+        env = {k: v for k, v in environment(merged[name]).items() if k != "WORKER_GPU_CLASS"}
+        assert env == {k: v for k, v in environment(plain[name]).items() if k != "WORKER_GPU_CLASS"}
+
+
+@pytest.mark.parametrize(
+    ("classes", "said"),
+    [
+        (["3=big"], "--class 3=big: no card 3 (0, 1)"),
+        (["1=big", "1=small"], "card 1 is given two classes"),
+    ],
+)
+def test_a_class_for_a_card_the_host_lacks_is_refused(tmp_path, capsys, classes, said):
+    args = [arg for c in classes for arg in ("--class", c)]
+    assert run_cli("--gpus", "2", *args, "--output", str(tmp_path / "out.yml")) == 2
+    assert capsys.readouterr().err.strip() == f"compose_gpus: {said}"
+    assert not (tmp_path / "out.yml").exists()
+
+
+@pytest.mark.parametrize("value", ["big", "x=big", "1=", "1=Big!", "1.5=big"])
+def test_a_malformed_class_is_a_usage_error(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as refused:
+        run_cli("--gpus", "2", "--class", value, "--output", str(tmp_path / "out.yml"))
+    assert refused.value.code == 2
+    assert "not CARD=CLASS" in capsys.readouterr().err
+
+
 def test_beat_runs_the_reclaims_in_one_process_that_takes_nothing_else(services):
     args = command(services["beat"])
     assert args[:4] == ["celery", "-A", "worker", "worker"]
