@@ -91,7 +91,8 @@ def find_place(
         try:
             name, memory = read_card(device)
         except Exception as exc:  # torch's errors have no common type: any is the same stop
-            sys.exit(f"fairgpu worker refuses to start: its GPU cannot be read: {exc}")
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            sys.exit(f"fairgpu worker refuses to start: its GPU cannot be read: {first}")
     try:
         return place_of(settings, name, memory)
     except (FleetError, CatalogError) as exc:
