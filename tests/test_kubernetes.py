@@ -34,6 +34,8 @@ KUBE = ROOT / "deploy" / "kubernetes"
 KUSTOMIZATION = KUBE / "kustomization.yaml"
 SECRETS_EXAMPLE = KUBE / "secret.example.yaml"
 KEDA_FILE = KUBE / "optional" / "keda-scaledobject.yaml"
+#: A second class of GPU worker, on a node pool of its own (a mixed fleet, issue 41).
+CLASS_FILE = KUBE / "optional" / "worker-gpu-small.yaml"
 DOCS = ROOT / "docs" / "kubernetes.md"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -44,7 +46,7 @@ K8S_VERSIONS = ("1.30", "1.37")
 #: Every file of the folder, the optional ones included, except the kustomization itself.
 MANIFESTS = sorted(p for p in KUBE.rglob("*.yaml") if p != KUSTOMIZATION)
 #: What `kubectl apply -k` must not apply: the Secrets' placeholders, and what needs KEDA.
-NOT_APPLIED = {SECRETS_EXAMPLE, KEDA_FILE}
+NOT_APPLIED = {SECRETS_EXAMPLE, KEDA_FILE, CLASS_FILE}
 
 FAIRGPU_IMAGES = {"fairgpu:cpu", "fairgpu:gpu"}
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -147,9 +149,12 @@ def configmap(objects, name: str) -> dict[str, str]:
     return objects["ConfigMap", name]["data"]
 
 
-def container_env(box: dict[str, Any], objects, secrets, pod_name: str = "pod-0") -> dict[str, str]:
+def container_env(
+    box: dict[str, Any], objects, secrets, pod_name: str = "pod-0", node_name: str = "node-0"
+) -> dict[str, str]:
     """The environment the kubelet gives this container: envFrom, then env in order, each
-    `$(NAME)` expanded from what is defined before it (as Kubernetes does)."""
+    `$(NAME)` expanded from what is defined before it (as Kubernetes does); the downward API's
+    pod name and node name as given."""
     env: dict[str, str] = {}
     for source in box.get("envFrom", []):
         if "configMapRef" in source:
@@ -162,8 +167,9 @@ def container_env(box: dict[str, Any], objects, secrets, pod_name: str = "pod-0"
                 r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], var["value"]
             )
         else:
-            assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, var
-            value = pod_name
+            field = var["valueFrom"]["fieldRef"]["fieldPath"]
+            assert var["valueFrom"] == {"fieldRef": {"fieldPath": field}}, var
+            value = {"metadata.name": pod_name, "spec.nodeName": node_name}[field]
         env[var["name"]] = value
     return env
 
@@ -526,6 +532,97 @@ def test_every_worker_pod_gets_a_name_of_its_own(applied, secrets, monkeypatch):
         assert first["WORKER_NAME"] != second["WORKER_NAME"]
         worker_name = settings_in(first, monkeypatch).worker_name
         assert worker_name.endswith(f"@{name}-abc12") and "%h" not in worker_name
+
+
+# --- a mixed fleet: each worker's host and class ----------------------------------------------
+
+MIXED_CATALOG = (
+    '{"big": {"memory_gb": 80, "price": 2.0, "match": "A100"},'
+    ' "small": {"memory_gb": 24, "price": 1.0, "match": "L4"}}'
+)
+
+
+@pytest.fixture(scope="module")
+def second_class() -> dict[str, Any]:
+    (obj,) = documents(CLASS_FILE)
+    return obj
+
+
+def worker_env(load, applied, secrets, pod: str, node: str) -> dict[str, str]:
+    env = container_env(container(load), applied, secrets, pod_name=pod, node_name=node)
+    return {**env, "GPU_CLASSES": MIXED_CATALOG}
+
+
+def test_every_worker_pod_is_on_the_host_of_its_node(applied, secrets, second_class, monkeypatch):
+    from app.fleet.worker_class import worker_host
+
+    loads = [applied["Deployment", name] for name in WORKERS] + [second_class]
+    for load in loads:
+        name = load["metadata"]["name"]
+        [var] = [v for v in container(load)["env"] if v["name"] == "WORKER_HOST"]
+        assert var["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, name
+        hosts = [
+            worker_host(settings_in(worker_env(load, applied, secrets, pod, node), monkeypatch))
+            for pod, node in (("p-1", "gpu-node-1"), ("p-2", "gpu-node-1"), ("p-3", "gpu-node-2"))
+        ]
+        # two cards of one node are one host; another node is another
+        assert hosts == ["gpu-node-1", "gpu-node-1", "gpu-node-2"], name
+
+
+def test_the_first_gpu_worker_finds_its_class_from_its_card(applied, secrets, monkeypatch):
+    from app.fleet.catalog import Catalog
+    from app.fleet.worker_class import worker_class
+
+    load = applied["Deployment", "worker-gpu"]
+    settings = settings_in(worker_env(load, applied, secrets, "p-1", "n-1"), monkeypatch)
+    assert settings.worker_gpu_class is None
+    catalog = Catalog.from_setting(settings.gpu_classes)
+    for card, expected in (("NVIDIA A100-SXM4-80GB", "big"), ("NVIDIA L4", "small")):
+        assert worker_class(catalog, card, None, settings.worker_gpu_class).name == expected
+
+
+def test_the_second_class_runs_on_its_node_pool_as_its_class(
+    second_class, applied, secrets, monkeypatch
+):
+    from app.fleet.catalog import Catalog
+    from app.fleet.worker_class import worker_class
+
+    spec = pod_spec(second_class)
+    assert list(spec["nodeSelector"]) == ["nvidia.com/gpu.product"]
+    env = worker_env(second_class, applied, secrets, "p-1", "n-1")
+    settings = settings_in(env, monkeypatch)
+    catalog = Catalog.from_setting(settings.gpu_classes)
+    # given, its class holds whatever the card's name says
+    found = worker_class(catalog, "NVIDIA A100-SXM4-80GB", None, settings.worker_gpu_class)
+    assert found.name == "small"
+    # its own pods only: the two Deployments never adopt each other's
+    ours = second_class["spec"]["selector"]["matchLabels"]
+    theirs = applied["Deployment", "worker-gpu"]["spec"]["selector"]["matchLabels"]
+    assert ours != theirs
+    assert ours.items() <= second_class["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        not ours.items()
+        <= applied["Deployment", "worker-gpu"]["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_the_second_class_is_worker_gpu_but_for_its_name_class_and_node_pool(second_class, applied):
+    first = copy.deepcopy(applied["Deployment", "worker-gpu"])
+    second = copy.deepcopy(second_class)
+    assert second["metadata"]["name"] == "worker-gpu-small"
+    for load, component in ((first, "worker-gpu"), (second, "worker-gpu-small")):
+        load["metadata"]["name"] = "NAME"
+        for labels in (
+            load["metadata"]["labels"],
+            load["spec"]["selector"]["matchLabels"],
+            load["spec"]["template"]["metadata"]["labels"],
+        ):
+            assert labels["component"] == component
+            labels["component"] = "COMPONENT"
+    pod_spec(second).pop("nodeSelector")
+    box = container(second)
+    box["env"] = [v for v in box["env"] if v["name"] != "WORKER_GPU_CLASS"]
+    assert second == first
 
 
 def test_beat_runs_once_and_is_stopped_before_its_successor_starts(applied, compose_services):
