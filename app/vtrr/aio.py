@@ -11,6 +11,7 @@ enqueue's own call (see hooks.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
 
@@ -181,8 +182,18 @@ class AsyncFairQueue:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.zcard(self.keys.queue)
             pipe.get(self.keys.parked)
-            queued, parked = await pipe.execute()
-        return int(queued) + int(parked or 0)
+            pipe.smembers(self.keys.pools)
+            queued, parked, pools = await pipe.execute()
+        return int(queued) + int(parked or 0) + await self._pooled(pools)
+
+    async def _pooled(self, pools: set[Any]) -> int:
+        """How many items wait in the lines of these pools (FairQueue's twin)."""
+        if not pools:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for line in (self.keys.pool_line(as_text(p)) for p in pools):
+                pipe.zcard(line)
+            return sum(int(n) for n in await pipe.execute())
 
     async def pending(self) -> int:
         """How many items are in flight."""
@@ -199,5 +210,7 @@ class AsyncFairQueue:
             pipe.zcard(self.keys.queue)
             pipe.get(self.keys.parked)
             pipe.zcard(self.keys.inflight)
-            raw, queued, parked, in_flight = await pipe.execute()
-        return stats_of(raw, int(queued) + int(parked or 0), in_flight)
+            pipe.smembers(self.keys.pools)
+            raw, queued, parked, in_flight, pools = await pipe.execute()
+        queued = int(queued) + int(parked or 0) + await self._pooled(pools)
+        return stats_of(raw, queued, in_flight)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, overload
 
 from celery import Celery, Task
@@ -36,9 +36,11 @@ from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Item, Shares
 from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND, Placement
+from app.vtrr.pool import check_kind
 from app.vtrr.queue import FairQueue
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
+from app.vtrr.wire import as_text
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,11 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 #: A process's stored trigger message expires unless it publishes again: messages of processes
 #: long gone do not pile up, and a live one stores its message again at the next top-up.
 TRIGGER_MESSAGE_TTL_S = 86_400
+
+
+def kind_celery_queue(celery_queue: str, kind: str) -> str:
+    """The Celery queue of the triggers for the consumers of one kind (pool.py)."""
+    return f"{celery_queue}.{check_kind(kind)}"
 
 
 class Policy(Protocol):
@@ -135,6 +142,7 @@ class VTRRQueue(FairQueue):
         limits_group: str | None = None,
         usage_half_life_s: float | None = None,
         reclaim_to: Placement = FAIR,
+        kind: str | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -149,9 +157,14 @@ class VTRRQueue(FairQueue):
             limits_group=limits_group,
             usage_half_life_s=usage_half_life_s,
             reclaim_to=reclaim_to,
+            kind=kind,
         )
         self.celery_app = celery_app
-        self.celery_queue = celery_queue
+        #: The Celery queue of the triggers of items that any consumer may take; a consumer of a
+        #: kind takes its own kind's triggers from kind_celery_queue(...) as well.
+        self.base_celery_queue = celery_queue
+        self.celery_queue = celery_queue if kind is None else kind_celery_queue(celery_queue, kind)
+        self._views: dict[str, VTRRQueue] = {}
         self.max_concurrency = max_concurrency
         self.trigger_cap = max_concurrency
         self.reclaim_interval = reclaim_interval
@@ -263,6 +276,59 @@ class VTRRQueue(FairQueue):
             usage_half_life_s=self.usage_half_life_s,
         )
 
+    # -- kinds ------------------------------------------------------------------------------------
+    def kind_view(self, kind: str) -> VTRRQueue:
+        """This queue as the consumers of one kind see it (itself, when it is theirs): its
+        triggers are their Celery queue's, and its leases take what they may take. It runs the
+        same task."""
+        if kind == self.kind:
+            return self
+        view = self._views.get(kind)
+        if view is None:
+            view = VTRRQueue(
+                self.redis,
+                self.celery_app,
+                self.name,
+                self.base_celery_queue,
+                self.max_concurrency,
+                self.lease_seconds,
+                shares=self._shares,
+                push_triggers=self._push_option,
+                drain_max_s=self.drain_max_s,
+                hooks=self.hooks,
+                replicas=self.replicas,
+                limits_group=self.limits_group,
+                usage_half_life_s=self.usage_half_life_s,
+                reclaim_to=self.reclaim_to,
+                kind=kind,
+            )
+            view.runs(self)
+            self._views[kind] = view
+        return view
+
+    def runs(self, other: VTRRQueue) -> None:
+        """Run what other runs (its decorated function, through its task): a kind's view."""
+        self._task, self._function = other.vtrr_task, other.function
+
+    @property
+    def vtrr_task(self) -> VTRRTask | None:
+        """What @task made of this queue's function, or None before."""
+        return self._task
+
+    @property
+    def function(self) -> Callable[..., Any] | None:
+        """The function that runs this queue's items, or None before @task."""
+        return self._function
+
+    def trigger_kinds(self, kinds: Iterable[str]) -> None:
+        """Top up the triggers of the consumers of each kind, in order, to what each may take
+        (after an enqueue of items that name them: FairQueue.enqueue does it; an
+        AsyncFairQueue's caller sends them off the event loop, as publish_triggers)."""
+        for kind in kinds:
+            view = self.kind_view(kind)
+            count, _ = view.scripts.run("triggers", TRIGGERS_TOPUP, 0, view.trigger_cap)
+            view.publish_triggers(int(count))
+
     # -- triggers ---------------------------------------------------------------------------------
     def publish_triggers(self, count: int) -> None:
         """Send count triggers (as a call of this queue, or an AsyncFairQueue's enqueue, asked);
@@ -334,8 +400,15 @@ class VTRRQueue(FairQueue):
         reclaimed, queued = self._reclaim(trigger_cap=-1)
         if reclaimed:
             log.info("queue %s: reclaimed %d expired leases", self.name, reclaimed)
-        if queued == 0:
-            return 0
+        sent = 0
+        for kind in sorted(as_text(k) for k in self.redis.smembers(self.keys.kinds)):
+            if kind != self.kind:  # (each kind's consumers count their own triggers)
+                sent += self.kind_view(kind).sync_triggers()
+        return sent + (self.sync_triggers() if queued else 0)
+
+    def sync_triggers(self) -> int:
+        """Top this view's triggers up to what it may take, the broker's count of those waiting
+        replacing ours; returns triggers sent."""
         depth = self._broker_depth()
         if depth is None:
             count, pushed = self.scripts.run("triggers", TRIGGERS_TOPUP, 0, self.trigger_cap)

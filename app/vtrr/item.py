@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from app.vtrr.pool import pool_name
 from app.vtrr.wire import check_weight
 
 Shares = Mapping[str, float] | Callable[[str], float]
@@ -23,11 +24,13 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Item:
-    """One unit of work to enqueue: an opaque payload, an optional id and a weight."""
+    """One unit of work to enqueue: an opaque payload, an optional id and a weight; and the
+    kinds of consumer that may take it (None: any; pool.py)."""
 
     payload: str
     id: str | None = None
     weight: int = 1
+    kinds: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ def share_of(shares: Shares | None, partition_key: str) -> float:
     return float(share)
 
 
+def kinds_in(items: Iterable[Item]) -> list[str]:
+    """The kinds that the items name, each once, in the order first named (their consumers'
+    triggers are topped up in that order: the first kind of an item is its first choice)."""
+    return list(dict.fromkeys(kind for item in items for kind in item.kinds or ()))
+
+
 def enqueue_args(
     partition_key: str, shares: Shares | None, items: Iterable[Item]
 ) -> tuple[list[str], list[str]]:
@@ -70,6 +79,6 @@ def enqueue_args(
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
         weight = check_weight(item.weight)
-        args += [task_id, repr(weight / share), str(weight), item.payload]
+        args += [task_id, repr(weight / share), str(weight), item.payload, pool_name(item.kinds)]
         ids.append(task_id)
     return ids, args

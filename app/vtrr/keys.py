@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
+from app.vtrr.layout import KIND_CLOCK, KIND_POOLS, KIND_TRIGGERS
+from app.vtrr.pool import check_kind
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -33,13 +36,24 @@ class Keys:
     freed: str
     usage: str
     usage_at: str
+    pool: str
+    pools: str
+    kinds: str
+    kind: str
+    kpools: str
+    kclock: str
 
     @classmethod
-    def for_queue(cls, name: str, limits_group: str | None = None) -> Keys:
+    def for_queue(cls, name: str, limits_group: str | None = None, kind: str | None = None) -> Keys:
         """The keys of the queue called name; braces would break the hash tag and are refused.
         Queues of one limits_group count their partitions' items in flight, and remember their
         usage, together: `live`, `freed`, `usage` and `usage_at` are the group's (and so,
-        unlike the rest, not in the queue's slot)."""
+        unlike the rest, not in the queue's slot).
+
+        A consumer of a kind (pool.py) sees the queue through its kind's own keys: `kpools` (the
+        pools it may take from), `kclock` (its clock) and `triggers` (its triggers). Without a
+        kind, `kclock` is the queue's clock itself, which tells the Lua that the consumer has
+        none, and `kpools` a set that is never written."""
         for word in (name, limits_group or "-"):
             if not word or "{" in word or "}" in word:
                 raise ValueError(f"queue name must be non-empty and free of braces, got {word!r}")
@@ -47,9 +61,23 @@ class Keys:
         if limits_group is not None:
             for part in ("live", "freed", "usage", "usage_at"):
                 parts[part] = f"vtrr:limits:{{{limits_group}}}:{part}"
-        for prefix in ("item", "park", "live"):
+        for prefix in ("item", "park", "live", "pool", "kind"):
             parts[prefix] += ":"
+        parts["kclock"] = parts["current_virtual_time"]
+        parts["kpools"] = parts["kind"] + KIND_POOLS
+        if kind is not None:
+            own = parts["kind"] + check_kind(kind)
+            parts["kclock"], parts["kpools"] = own + KIND_CLOCK, own + KIND_POOLS
+            parts["triggers"] = own + KIND_TRIGGERS
         return cls(**parts)
+
+    def pool_line(self, pool: str) -> str:
+        """The line (a ZSET like `queue`) of the items of one pool (pool.py's pool_name)."""
+        return self.pool + pool
+
+    def kind_triggers(self, kind: str) -> str:
+        """The triggers count of the consumers of one kind (their view's `triggers`)."""
+        return self.kind + check_kind(kind) + KIND_TRIGGERS
 
     def all(self) -> list[str]:
         """All keys (the item prefix among them), in script order."""

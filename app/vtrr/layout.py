@@ -34,6 +34,7 @@ class Field(StrEnum):
     CREDITED = "k"
     LIMITED = "q"
     HALF_LIFE = "h"
+    POOL = "o"
 
 
 class Stat(StrEnum):
@@ -57,6 +58,12 @@ SEPARATOR: Final = ":"
 #: The characters before the task id in a queue member.
 MEMBER_PREFIX: Final = len(FAIR_MARK) + COUNTER_DIGITS + len(SEPARATOR)
 FRONT_BASE: Final = 10**COUNTER_DIGITS - 1
+#: A pool's name is its kinds, sorted, joined by POOL_JOIN (which no kind holds: pool.py); a
+#: kind's own keys are the queue's `kind` prefix, the kind, and one of these suffixes.
+POOL_JOIN: Final = ","
+KIND_CLOCK: Final = ":vt"
+KIND_POOLS: Final = ":pools"
+KIND_TRIGGERS: Final = ":triggers"
 
 #: Where an item goes (enqueue's and a reclaim's ARGV): after its partition's, or at the front;
 #: a reclaim may also put it at the front of its own partition, as put_back does.
@@ -117,6 +124,10 @@ def constants() -> dict[str, LuaValue]:
         "FULL": FULL,
         "OVERLIMIT": OVERLIMIT,
         "TRIGGER_ID": TRIGGER_ID,
+        "POOL_KIND": f"[^{POOL_JOIN}]+",  # a Lua pattern: one kind of a pool's name
+        "KIND_CLOCK": KIND_CLOCK,
+        "KIND_POOLS": KIND_POOLS,
+        "KIND_TRIGGERS": KIND_TRIGGERS,
     }
 
 

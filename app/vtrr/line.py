@@ -6,6 +6,8 @@ Each is one Lua call or plain reads of the queue's keys; none leases or acks."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis import Redis
 
 from app.vtrr.errors import DropRefusedError
@@ -55,8 +57,19 @@ class QueueLine:
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.zcard(self.keys.queue)
             pipe.get(self.keys.parked)
-            queued, parked = pipe.execute()
-        return int(queued) + int(parked or 0)
+            pipe.smembers(self.keys.pools)
+            queued, parked, pools = pipe.execute()
+        return int(queued) + int(parked or 0) + self._pooled(pools)
+
+    def _pooled(self, pools: set[Any]) -> int:
+        """How many items wait in the lines of these pools (pool.py): one more round trip, only
+        where a queue has any."""
+        if not pools:
+            return 0
+        with self.redis.pipeline(transaction=False) as pipe:
+            for line in (self.keys.pool_line(as_text(p)) for p in pools):
+                pipe.zcard(line)
+            return sum(int(n) for n in pipe.execute())
 
     def pending(self) -> int:
         """How many items are in flight (leased and not yet acked)."""
@@ -80,8 +93,9 @@ class QueueLine:
             pipe.zcard(self.keys.queue)
             pipe.get(self.keys.parked)
             pipe.zcard(self.keys.inflight)
-            raw, queued, parked, in_flight = pipe.execute()
-        return stats_of(raw, int(queued) + int(parked or 0), in_flight)
+            pipe.smembers(self.keys.pools)
+            raw, queued, parked, in_flight, pools = pipe.execute()
+        return stats_of(raw, int(queued) + int(parked or 0) + self._pooled(pools), in_flight)
 
     def drop(self, confirm: str) -> Dropped:
         """Delete every key of this queue but its counters; confirm must repeat the queue's name.

@@ -25,6 +25,7 @@ LIB_DIR = LUA_DIR / "lib"
 LIBRARY = (
     "keys",
     "clock",
+    "pools",
     "partitions",
     "limits",
     "parking",
@@ -85,6 +86,12 @@ QUEUE_KEYS = (
     "freed",
     "usage",
     "usage_at",
+    "pool",
+    "pools",
+    "kinds",
+    "kind",
+    "kpools",
+    "kclock",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
 #: What an operation over several queues declares (step.lua): each queue's keys in turn, in the

@@ -17,7 +17,7 @@ from redis import Redis
 
 from app.vtrr.group import QueueGroup
 from app.vtrr.hooks import Hooks, NoHooks
-from app.vtrr.item import Item, Lease, Shares, enqueue_args, share_of
+from app.vtrr.item import Item, Lease, Shares, enqueue_args, kinds_in, share_of
 from app.vtrr.keys import Keys
 from app.vtrr.layout import FAIR, FIRST, FRONT, LAST, Placement
 from app.vtrr.limits import Limits, Woken, check_half_life
@@ -56,6 +56,7 @@ class FairQueue(QueueLine):
         replicas: int = 0,
         limits_group: str | None = None,
         usage_half_life_s: float | None = None,
+        kind: str | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
@@ -63,7 +64,9 @@ class FairQueue(QueueLine):
         #: items used lately (decayed), over its share: see docs/vtrr.md, "Memory".
         self.usage_half_life_s = check_half_life(usage_half_life_s)
         self.name = name
-        self.keys = Keys.for_queue(name, limits_group)
+        #: The kind of consumer this is (pool.py): it leases items that name no kinds, or its own.
+        self.kind = kind
+        self.keys = Keys.for_queue(name, limits_group, kind)
         self.limits_group = limits_group
         self.lease_seconds = lease_seconds
         self.redis = redis_client
@@ -98,6 +101,7 @@ class FairQueue(QueueLine):
         Raises, writing nothing, DuplicateTaskError when an id is already queued or in flight,
         and QueueFullError when the partition would have more than max_queued items queued.
         """
+        items = list(items)
         ids, args = enqueue_args(partition_key, self._shares, items)
         if not ids:
             return []
@@ -116,7 +120,12 @@ class FairQueue(QueueLine):
             *args,
         )
         self.publish_triggers(int(reply[0]))
+        self.trigger_kinds(kinds_in(items))
         return ids
+
+    def trigger_kinds(self, kinds: Iterable[str]) -> None:
+        """Wake consumers of these kinds, whose items were just queued: a plain FairQueue has no
+        broker (a VTRRQueue tops up each kind's own triggers)."""
 
     def dequeue(self, *, from_rear: bool = False) -> Lease | None:
         """Lease the next item in fair order (or the last one), or None when nothing is queued."""
@@ -124,7 +133,12 @@ class FairQueue(QueueLine):
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
-        if not (consumes_trigger or from_rear or self.trigger_cap >= 0) and self._fair_path():
+        plain = self.kind is None  # (a consumer of a kind looks at its pools too: dequeue.lua)
+        if (
+            plain
+            and not (consumes_trigger or from_rear or self.trigger_cap >= 0)
+            and self._fair_path()
+        ):
             # the fair path, without the limits' keys: None where it needs them (dequeue.lua)
             us = micros(self.lease_seconds)
             reply = self.scripts.run("dequeue_unlimited", us, token, self.reclaim_limit)

@@ -4,6 +4,7 @@
 -- KEYS: queue item inflight seq stats triggers limits parked reps waits park live freed
 -- KEYS: usage usage_at
 -- KEYS: trigger_message broker
+-- KEYS: cvt pool pools kinds kind kpools kclock
 -- ARGV[1] task id  ARGV[2] lease token  ARGV[3] trigger cap (-1: no triggers)
 -- Reply: {1 when acked, 0 when the token is not the item's current lease (stale or unknown);
 --        triggers to publish (its limited partition may start its next item now)}

@@ -4,6 +4,7 @@
 -- item is credited once per charge (a retry of a lost reply credits nothing more).
 -- KEYS: queue item cvt pvt pqueued idle stats items limits parked reps waits park live
 -- KEYS: usage usage_at
+-- KEYS: pool pools kinds kind kpools kclock
 -- ARGV[1] task id  ARGV[2] lease token  ARGV[3] weight used (a positive integer)
 -- ARGV[4] most queued items to move (CREDIT_MOVES)
 -- Reply: the virtual time credited, as a string ("0" when nothing was).

@@ -3,6 +3,7 @@
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
 -- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
+-- KEYS: pool pools kinds kind kpools kclock
 -- Before taking, reclaims up to ARGV[5] expired leases. Only items that may start are in
 -- queue (limited partitions: lib/keys.lua); when none is, the partitions whose wait is over are
 -- woken first.

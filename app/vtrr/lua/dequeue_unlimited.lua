@@ -5,6 +5,7 @@
 -- it changes nothing and answers nil, for dequeue.lua (a call of its own: the two are one
 -- dequeue). It counts nothing, as dequeue.lua.
 -- KEYS: queue item inflight cvt pvt pqueued idle queued_weight items parked waits
+-- KEYS: pool pools kinds kind kpools kclock
 -- ARGV[1] lease microseconds  ARGV[2] lease token  ARGV[3] 0 when it must not reclaim, else
 -- dequeue.lua's ARGV[5] (most expired leases to reclaim)
 -- Reply: dequeue.lua's, or nil (nothing done: call dequeue.lua)

@@ -3,13 +3,22 @@
 -- which are settings, not state.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers wake queued_weight items
 -- KEYS: trigger_message broker stats limits parked reps waits park live freed
+-- KEYS: pool pools kinds kind kpools kclock
 -- ARGV: none
 -- Reply: {ids that were queued, ids that were in flight}, so that the caller can tell their
 --        owners; nothing is lost without a word.
 local queued = {}
-for i, member in ipairs(redis.call('ZRANGE', K.queue, 0, -1)) do
-  queued[i] = task_id_of(member)
+local lines = all_lines()
+for _, l in ipairs(lines) do
+  for _, member in ipairs(redis.call('ZRANGE', l, 0, -1)) do
+    queued[#queued + 1] = task_id_of(member)
+  end
 end
+for i = 2, #lines do redis.call('DEL', lines[i]) end  -- the pools' lines (queue goes below)
+for _, k in ipairs(redis.call('SMEMBERS', K.kinds)) do
+  redis.call('DEL', K.kind .. k .. KIND_TRIGGERS)
+end
+close_pools()
 for _, p in ipairs(redis.call('HKEYS', K.limits)) do
   for _, member in ipairs(redis.call('ZRANGE', K.park .. p, 0, -1)) do
     queued[#queued + 1] = task_id_of(member)

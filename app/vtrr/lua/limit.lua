@@ -6,6 +6,7 @@
 -- queued, plus one read per item in flight of the whole queue.
 -- KEYS: queue item inflight seq triggers items limits parked reps waits park live
 -- KEYS: trigger_message broker
+-- KEYS: cvt pool pools kinds kind kpools kclock
 -- ARGV[1] partition  ARGV[2] most in flight (-1: no limit)  ARGV[3] most weight held (-1: no
 -- limit)  ARGV[4] weight an item in flight uses up a second  ARGV[5] trigger cap
 -- Reply: {triggers to publish}
@@ -17,7 +18,9 @@ if n < 0 and held < 0 then
   if was then
     -- no limits any more: its items all go back into queue
     local parked = redis.call('ZRANGE', K.park .. p, 0, -1, 'WITHSCORES')
-    for i = 1, #parked, 2 do redis.call('ZADD', K.queue, parked[i + 1], parked[i]) end
+    for i = 1, #parked, 2 do
+      redis.call('ZADD', line_of(task_id_of(parked[i])), parked[i + 1], parked[i])
+    end
     if #parked > 0 then count_parked(-#parked / 2) end
     -- (its items in flight leave live as they land: other queues of its group may count them)
     redis.call('DEL', K.park .. p)
@@ -33,9 +36,10 @@ if not was then
   local entries = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
   for _, entry in ipairs(entries) do
     local member = string.sub(entry, #prefix + 1)
-    local score = redis.call('ZSCORE', K.queue, member)
+    local own = line_of(task_id_of(member))
+    local score = redis.call('ZSCORE', own, member)
     if score then
-      redis.call('ZREM', K.queue, member)
+      redis.call('ZREM', own, member)
       redis.call('ZADD', K.park .. p, score, member)
       count_parked(1)
       redis.call('HSET', item_key(task_id_of(member)), F_LIMITED, '1')

@@ -6,6 +6,7 @@
 -- back what they were charged); no other partition's item moves, and the members (so the
 -- arrival order that breaks ties) stay as they were. O(n log N) for the partition's n items.
 -- KEYS: queue item pvt pqueued items limits parked reps waits park live
+-- KEYS: cvt pool pools kinds kind kpools kclock
 -- ARGV[1] partition  ARGV[2] its new share (a positive, finite number; checked by the caller)
 -- Reply: how many queued items were charged again (0: none of the partition fairly placed).
 local p, share = ARGV[1], tonumber(ARGV[2])

@@ -1,5 +1,6 @@
 -- triggers.lua: correct the count of triggers waiting in the broker, then top it up.
 -- KEYS: queue seq triggers trigger_message broker
+-- KEYS: cvt pool pools kinds kind kpools kclock
 -- ARGV[1] "sync": the broker says ARGV[2] triggers wait; take that as the count, then top up.
 --         "topup": top up from the current count (ARGV[2] unused).
 --         "unsend": ARGV[2] counted triggers were never published; uncount them.

@@ -32,13 +32,6 @@ local function current_vt()
   return tonumber(redis.call('GET', K.cvt) or '0')
 end
 
--- The lowest score queued, or the current virtual time when nothing is queued.
-local function front_score()
-  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
-  if head[2] then return tonumber(head[2]) end
-  return current_vt()
-end
-
 local function count(stat, n)
   redis.call('HINCRBY', K.stats, stat, n)
 end

@@ -50,6 +50,14 @@
 --   usage            HASH  partition -> "<weight used, decayed> <when, us>": what its items
 --                          used, remembered with a half-life (items that carry F_HALF_LIFE)
 --   usage_at         ZSET  partition -> when its usage last changed, to forget the oldest
+--   pool             the prefix of each pool's line (lib/pools.lua): pool .. <pool> is a ZSET
+--                          member -> score, like queue, of the items of that pool that may start
+--   pools            SET   the pools used since the queue last drained
+--   kinds            SET   the kinds those pools name
+--   kind             the prefix of each kind's keys: kind .. k .. KIND_CLOCK its clock (STRING),
+--                          .. KIND_POOLS the pools naming it (SET), .. ':triggers' its triggers
+--   kpools, kclock   this call's consumer's kind's pools and clock; without a kind, kclock is
+--                          cvt itself and kpools a set never written
 -- Queues that count their partitions' items in flight together (a limits group: an account's
 -- jobs over a service's queues) share live, freed, usage and usage_at; the rest of these keys
 -- are each queue's.

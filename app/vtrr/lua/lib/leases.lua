@@ -92,7 +92,6 @@ local function credit_item(id, token, used, most)
   -- Fairly placed items of the partition, in arrival order, which is also their order in the
   -- queue (a partition's fair start times never decrease with arrival). Front-placed ones keep
   -- their place at the front. One more than the limit is read to learn whether it was reached.
-  local cvt = current_vt()
   local lim = info[5] and limits_of(p)
   local prefix = items_prefix(p)
   local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
@@ -101,11 +100,12 @@ local function credit_item(id, token, used, most)
     local member = string.sub(fair[i], #prefix + 1)
     local zset = holder(p, member, lim)
     local score = redis.call('ZSCORE', zset, member)
-    -- Each moves by the same amount, clamped at the clock, so their order stays as it was.
-    -- (A parked item may wait below the clock: it is never moved up.)
+    -- Each moves by the same amount, clamped at its pool's clock, so their order stays as it
+    -- was. (A parked item may wait below the clock: it is never moved up.)
     if score then
       score = tonumber(score)
-      redis.call('ZADD', zset, math.max(math.min(cvt, score), score - credit), member)
+      local at = pool_clock(pool_of(task_id_of(member)))
+      redis.call('ZADD', zset, math.max(math.min(at, score), score - credit), member)
     end
   end
 
@@ -115,7 +115,7 @@ local function credit_item(id, token, used, most)
   local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
   local raw = redis.call('HGET', K.pvt, p)
   if raw and #fair <= most and indexed == queued then
-    local vt = math.max(cvt, tonumber(raw) - credit)
+    local vt = math.max(low_clock(), tonumber(raw) - credit)
     redis.call('HSET', K.pvt, p, vt)
     if queued == 0 then redis.call('ZADD', K.idle, 'XX', vt, p) end
   end

@@ -6,13 +6,23 @@
 -- its fields f (as lease_next reads them), its partition's limits lim (nil: none), at t for
 -- lease_us, topping up triggers to cap. Returns dequeue's reply.
 local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
-  if not from_rear then
-    -- a limited partition's item may have waited below the clock: the clock never goes back
-    if not lim or tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
-  end
+  -- (a limited partition's item may have waited below the clock: the clocks never go back)
+  if not from_rear then clocks_reach(head[2], f[7]) end
   local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
+end
+
+-- Take the first item out of lines (lib/pools.lua: queue alone for a consumer without a kind),
+-- or queue's last one (from_rear: RedisQueue.get_last, whose items name no kinds): {member,
+-- score}, or {} when they are empty.
+local function pop_first(lines, from_rear)
+  if from_rear then return redis.call('ZPOPMAX', K.queue) end
+  if #lines == 1 then return redis.call('ZPOPMIN', K.queue) end
+  local head, from = first_of(lines)
+  if not head then return {} end
+  redis.call('ZREM', from, head[1])
+  return head
 end
 
 -- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
@@ -23,16 +33,12 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     redis.call('SET', K.triggers, 0)
   end
 
-  local head
-  if from_rear then
-    head = redis.call('ZPOPMAX', K.queue)
-  else
-    head = redis.call('ZPOPMIN', K.queue)
-  end
+  local lines = my_lines()
+  local head = pop_first(lines, from_rear)
   if not head[1] then
     -- nothing that may start: a limited partition whose wait is over may have one now
     if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
-    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    head = pop_first(lines, from_rear)
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
   local id, key, f, lim
@@ -40,7 +46,8 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
   while true do
     id = task_id_of(head[1])
     key = item_key(id)
-    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED)
+    f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED,
+                   F_POOL)
     lim = f[6] and limits_of(f[1])
     -- Another queue of its group may have started one of its partition's items since it was
     -- put here: it starts only if it still may, else it waits in its park.
@@ -53,7 +60,7 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     if at then redis.call('ZADD', K.waits, at, f[1]) end
     parked_again = parked_again + 1
     if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
-    head = redis.call(from_rear and 'ZPOPMAX' or 'ZPOPMIN', K.queue)
+    head = pop_first(lines, from_rear)
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
   return lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
@@ -65,6 +72,7 @@ end
 -- changed nothing, where lease_next would need what it does not name: to reclaim an expired
 -- lease, to wake a partition whose wait is over, or to lease a limited partition's item.
 local function lease_unlimited(lease_us, token, limit)
+  if K.kclock ~= K.cvt then return nil end  -- a consumer of a kind looks at its pools' lines too
   local t = clock()
   if limit > 0 and redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, 1)[1] then
     return nil
@@ -99,15 +107,16 @@ local function take_item(id, token, lease_us, cap)
   local member = queued_member(id)
   if not member then return {0} end
   local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
-                       F_ENTRY, F_LIMITED)
+                       F_ENTRY, F_LIMITED, F_POOL)
   local lim = f[6] and limits_of(f[1])
   local t = clock()
-  -- a limited partition's item is in queue exactly while it is its next one and may start
+  -- a limited partition's item is in its line exactly while it is its next one and may start
   if lim then refresh(f[1], lim, tonumber(t)) end
-  if not redis.call('ZSCORE', K.queue, member) then return {top_up_triggers(cap)} end
-  local head = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+  local own = line(f[7])
+  if not redis.call('ZSCORE', own, member) then return {top_up_triggers(cap)} end
+  local head = redis.call('ZRANGE', own, 0, 0, 'WITHSCORES')
   if tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
-  redis.call('ZREM', K.queue, member)
+  redis.call('ZREM', own, member)
   local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}

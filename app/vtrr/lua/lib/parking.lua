@@ -1,23 +1,24 @@
 -- lib/parking.lua: a limited partition's park: its next item in queue exactly while it may
 -- start (refresh), the parked count, waking the partitions whose wait is over, an item that
 -- leaves flight (landed), and where a queued item is in line with the parks counted (rank_of).
--- Relies on: keys.lua (K), clock.lua (task_id_of), partitions.lua (item_key), limits.lua.
+-- Relies on: keys.lua (K), clock.lua (task_id_of), pools.lua, partitions.lua (item_key), limits.lua.
 
 -- Parked items counted up or down; the count's key goes once none is parked.
 local function count_parked(delta)
   if redis.call('INCRBY', K.parked, delta) <= 0 then redis.call('DEL', K.parked) end
 end
 
--- Move a member from p's park into queue, or back, keeping reps and the parked count.
+-- Move a member from p's park into its line (queue, or its pool's), or back, keeping reps and
+-- the parked count.
 local function unpark(p, member, score)
   redis.call('ZREM', K.park .. p, member)
   count_parked(-1)
-  redis.call('ZADD', K.queue, score, member)
+  redis.call('ZADD', line_of(task_id_of(member)), score, member)
   redis.call('HSET', K.reps, p, member)
 end
 
 local function park(p, member, score)
-  redis.call('ZREM', K.queue, member)
+  redis.call('ZREM', line_of(task_id_of(member)), member)
   redis.call('HDEL', K.reps, p)
   redis.call('ZADD', K.park .. p, score, member)
   count_parked(1)
@@ -35,7 +36,7 @@ local function next_of(p)
   local rep = redis.call('HGET', K.reps, p)
   local head = redis.call('ZRANGE', K.park .. p, 0, 0, 'WITHSCORES')
   if rep then
-    local score = redis.call('ZSCORE', K.queue, rep)
+    local score = redis.call('ZSCORE', line_of(task_id_of(rep)), rep)
     if not head[1] or before(tonumber(score), rep, tonumber(head[2]), head[1]) then
       return rep, score, true
     end
@@ -95,23 +96,24 @@ local function count_before(zset, raw, member)
   return n
 end
 
--- A queued member's place in dispatch order among every item queued: those in queue and
--- those parked by each of the limited partitions named in `limited` (HKEYS of limits). O(log N)
--- per limited partition; without any, its rank in queue.
+-- A queued member's place in dispatch order among the items of its line (queue, or its pool's)
+-- and those parked by each of the limited partitions named in `limited` (HKEYS of limits).
+-- O(log N) per limited partition; without any, its rank in its line.
 local function rank_of(member, limited)
-  if #limited == 0 then return redis.call('ZRANK', K.queue, member) end
-  local raw = redis.call('ZSCORE', K.queue, member)
+  local own = line_of(task_id_of(member))
+  if #limited == 0 then return redis.call('ZRANK', own, member) end
+  local raw = redis.call('ZSCORE', own, member)
   if not raw then
     local p = redis.call('HGET', item_key(task_id_of(member)), F_PARTITION)
     raw = redis.call('ZSCORE', K.park .. p, member)
   end
-  local n = count_before(K.queue, raw, member)
+  local n = count_before(own, raw, member)
   for _, p in ipairs(limited) do n = n + count_before(K.park .. p, raw, member) end
   return n
 end
 
--- The zset that holds member of partition p (its park, or queue), for code that moves it.
+-- The zset that holds member of partition p (its park, or its line), for code that moves it.
 local function holder(p, member, lim)
   if lim and redis.call('HGET', K.reps, p) ~= member then return K.park .. p end
-  return K.queue
+  return line_of(task_id_of(member))
 end

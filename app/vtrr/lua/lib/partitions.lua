@@ -1,15 +1,16 @@
 -- lib/partitions.lua: the fair order's bookkeeping of partitions: how many of each are queued,
 -- idle partitions and their pruning, the queued weight, the reset once the queue drains, the
 -- index of queued items by partition (items), and an item's key.
--- Relies on: keys.lua (K), clock.lua (current_vt).
+-- Relies on: keys.lua (K), clock.lua (current_vt), pools.lua.
 
--- Forget idle partitions that the virtual time has passed: max(cvt, their vt) is cvt anyway.
+-- Forget idle partitions that the virtual time (every kind's clock) has passed: max(clock,
+-- their vt) is the clock anyway.
 -- The virtual time stands still while every item served is a newcomer's, so idle partitions are
 -- also capped at IDLE_SLACK more than the partitions queued: those nearest the clock go first,
 -- each forgiven less than the cost of its last item.
 local IDLE_SLACK = 64
 local function prune_idle(limit)
-  local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', current_vt(), 'LIMIT', '0', limit)
+  local gone = redis.call('ZRANGEBYSCORE', K.idle, '-inf', low_clock(), 'LIMIT', '0', limit)
   if #gone > 0 then
     redis.call('HDEL', K.pvt, unpack(gone))
     redis.call('ZREM', K.idle, unpack(gone))
@@ -42,11 +43,13 @@ local function weigh(w, sign)
   if w then redis.call(sign > 0 and 'INCRBY' or 'DECRBY', K.queued_weight, w) end
 end
 
--- Once nothing is queued, the virtual clock starts again from zero. Returns how many are queued.
+-- Once nothing is queued, the virtual clocks start again from zero. Returns how many wait
+-- that this call's consumer may take.
 local function reset_if_drained()
-  local queued = redis.call('ZCARD', K.queue)
-  if queued == 0 and not redis.call('GET', K.parked) then
+  local queued = waiting_in(my_lines())
+  if queued == 0 and not redis.call('GET', K.parked) and waiting_in(all_lines()) == 0 then
     redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight, K.items)
+    close_pools()
   end
   return queued
 end

@@ -26,7 +26,7 @@ local function first_queued(p, lim)
   local first, low
   for _, entry in ipairs(entries) do
     local member = string.sub(entry, #prefix + 1)
-    local raw = redis.call('ZSCORE', K.queue, member)
+    local raw = redis.call('ZSCORE', line_of(task_id_of(member)), member)
     local score = raw and tonumber(raw)
     if score and (not first or before(score, member, low, first)) then first, low = member, score end
   end
@@ -41,17 +41,17 @@ end
 -- put_back_item is it for the holder of the current lease: whether token held it.
 local function to_partition_front(id)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED)
+  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED, F_POOL)
   local p = f[1]
   local lim = f[3] and limits_of(p)
   redis.call('ZREM', K.inflight, id)
   if f[3] then landed(p, id) end  -- (marked while its partition had limits: counted then)
   local _, score = first_queued(p, lim)
   if not score then
-    score = math.max(current_vt(), tonumber(redis.call('HGET', K.pvt, p) or '0'))
+    score = math.max(pool_clock(f[4]), tonumber(redis.call('HGET', K.pvt, p) or '0'))
   end
   local member = front_member(id)
-  local entry = queue(p, f[2], score, member, lim)
+  local entry = queue(p, f[2], score, member, lim, f[4])
   redis.call('HDEL', key, F_LEASE)
   redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
   if lim then refresh(p, lim, tonumber(clock())) end

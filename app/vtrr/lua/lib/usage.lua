@@ -28,14 +28,14 @@ local function remember_use(p, w, h, now)
   end
 end
 
--- A partition that comes back (nothing of it queued) starts after the queue's clock by its
+-- A partition that comes back (nothing of it queued) starts after its pool's clock by its
 -- remembered usage over its share: one that used X more than another lets the other have
 -- about X of service first. Its clock only moves forward.
-local function come_back(p, h, share, now)
+local function come_back(p, h, share, now, pool)
   if redis.call('HEXISTS', K.pqueued, p) == 1 then return end
   local u = used_by(p, h, now)
   if u <= 0 then return end
-  local vt = current_vt() + u / share
+  local vt = pool_clock(pool) + u / share
   if vt > tonumber(redis.call('HGET', K.pvt, p) or '0') then
     redis.call('HSET', K.pvt, p, string.format('%.17g', vt))
   end
