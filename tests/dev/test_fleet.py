@@ -1,7 +1,8 @@
 """`fairgpu dev --worker CLASS[@HOST]`: the flags, read and refused before anything starts; each
 flag's worker gets the environment that makes it that class on that host (asked of the worker's
 own code, app/fleet/worker_class.py); the banner lists the fleet; and, with real processes, two
-classes on two simulated hosts take jobs under their own names."""
+classes on two simulated hosts take jobs under their own names, each seen by the API as its class
+on its host."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.auth import Accounts
@@ -21,7 +23,7 @@ from app.dev.stack import Stack
 from app.fleet.catalog import Catalog
 from app.fleet.worker_class import worker_class, worker_host
 from app.settings import Settings
-from tests.support import FIXTURES, fast_settings, wait_for
+from tests.support import DEMO_KEY, FIXTURES, fast_settings, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = (
@@ -241,5 +243,7 @@ def test_two_classes_on_two_hosts_take_jobs_under_their_own_names(tmp_path: Path
     fleet = plan(["big@host-a", "small@host-b"], None, MIXED, "here")
     with Stack(settings, use_given_redis=False, fleet=fleet, workdir=tmp_path) as stack:
         stack.wait_for_workers()
-        ready_now = ready.ready_workers(stack.settings)
-        assert {"big-1@host-a", "small-1@host-b"} <= ready_now
+        assert {"big-1@host-a", "small-1@host-b"} <= ready.ready_workers(stack.settings)
+        seen = httpx.get(f"{stack.url}/admin/queues", headers={"X-API-Key": DEMO_KEY}).json()
+        places = {w["name"]: (w["gpu_class"], w["host"]) for w in seen["workers"]}
+        assert places == {"big-1@host-a": ("big", "host-a"), "small-1@host-b": ("small", "host-b")}
