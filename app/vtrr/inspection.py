@@ -42,11 +42,18 @@ def read_fairness_lag(
 
 def read_head(redis: Redis, keys: Keys) -> tuple[str, str] | None:
     """The first item in line that may start: (its task id, its partition), or None (see
-    FairQueue.head)."""
-    first: list[Any] = redis.zrange(keys.queue, 0, 0)
-    if not first:
+    FairQueue.head). For a consumer of a kind, the first among the lines it leases from."""
+    lines = [keys.queue]
+    if keys.kclock != keys.current_virtual_time:
+        lines += [keys.pool_line(as_text(p)) for p in redis.smembers(keys.kpools)]
+    with redis.pipeline(transaction=False) as pipe:
+        for line in lines:
+            pipe.zrange(line, 0, 0, withscores=True)
+        heads: list[Any] = [head[0] for head in pipe.execute() if head]
+    if not heads:
         return None
-    task_id = task_id_of(first[0])
+    member, _ = min(heads, key=lambda head: (float(head[1]), as_text(head[0])))
+    task_id = task_id_of(member)
     partition = redis.hget(keys.item_key(task_id), Field.PARTITION)
     return None if partition is None else (task_id, as_text(partition))
 

@@ -216,10 +216,15 @@ class Service:
         self.celery.close()
         self.recorder.redis.close()
 
-    def job_item(self, kind: Kind, job_id: str, duration_s: float) -> Item:
-        """The fair-queue item of a job: its id, the job id as the task's argument, its weight."""
+    def job_item(
+        self, kind: Kind, job_id: str, duration_s: float, gpu_kinds: tuple[str, ...] | None = None
+    ) -> Item:
+        """The fair-queue item of a job: its id, the job id as the task's argument, its weight
+        (plain GPU-milliseconds: the same weight bounds max_held_gpu_seconds, which counts
+        plain GPU-seconds; the class's price is charged when the run ends, docs/fairness.md),
+        and in a mixed fleet the classes it may run on (app/fleet/routing.py)."""
         spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}
-        return self.tasks[kind].item(spec)
+        return replace(self.tasks[kind].item(spec), kinds=gpu_kinds)
 
 
 def build_queues(
@@ -228,9 +233,11 @@ def build_queues(
     settings: Settings,
     accounts: AccountBook,
     hooks: RunHooks | None = None,
+    gpu_kind: str | None = None,
 ) -> dict[Kind, VTRRQueue]:
     """The short and long fair queues, each carried by the Celery queue of the same name, with
-    the job store's hooks (what a worker's step runs besides the queue's own work)."""
+    the job store's hooks (what a worker's step runs besides the queue's own work); in a worker
+    of a mixed fleet, as its class of card sees them (gpu_kind: app/fleet/routing.py)."""
     return {
         kind: VTRRQueue(
             client,
@@ -250,18 +257,19 @@ def build_queues(
             # a lost run's job had its turn, and the loss was not its owner's doing: it goes
             # back to the front of its account's line, as a preempted one (docs/reliability.md)
             reclaim_to=PARTITION_FRONT,
+            kind=gpu_kind,
         )
         for kind in KINDS
     }
 
 
-def build(settings: Settings, accounts: AccountBook) -> Service:
-    """Wire the Celery app, the two queues, the job tasks and the artifact sweep; connects to
-    nothing."""
+def build(settings: Settings, accounts: AccountBook, gpu_kind: str | None = None) -> Service:
+    """Wire the Celery app, the two queues (as a worker of class gpu_kind sees them, in a mixed
+    fleet), the job tasks and the artifact sweep; connects to nothing."""
     celery_app = create_celery(settings)
     client = connections.sync_client(settings)
     hooks = RunHooks(settings)
-    queues = build_queues(client, celery_app, settings, accounts, hooks)
+    queues = build_queues(client, celery_app, settings, accounts, hooks, gpu_kind)
     tasks: dict[Kind, VTRRTask] = {}
     recorder = JobRecorder(client, settings)
     service = Service(settings, celery_app, queues, tasks, recorder, hooks)

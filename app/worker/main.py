@@ -32,8 +32,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app import logs
 from app.auth import Accounts
-from app.fleet.catalog import CatalogError
+from app.fleet.catalog import Catalog, CatalogError
 from app.fleet.place import FleetError, WorkerPlace, place_of
+from app.fleet.routing import celery_queues, queue_kind
 from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
 from app.settings import Settings, get_settings
@@ -100,14 +101,15 @@ def find_place(
 
 
 @cache
-def _worker() -> tuple[Settings, gpu.Device, Service, JobRunner]:
+def _worker(gpu_kind: str | None = None) -> tuple[Settings, gpu.Device, Service, JobRunner]:
     """The worker, built once, on first use. Not at import: the job child is started with
     `spawn`, which imports this module again in the child, where nothing of it is wanted.
     Workers never queue a job, so the accounts' shares are not theirs to know (no accounts);
-    Beat and Flower, which only want the Celery app, need no database either."""
+    Beat and Flower, which only want the Celery app, need no database either. In a mixed fleet
+    a worker's queues take what its class may run (gpu_kind: app/fleet/routing.py)."""
     settings = _settings()
     device = _device(settings)
-    service, runner = build_worker(settings, Accounts([]), device)
+    service, runner = build_worker(settings, Accounts([]), device, gpu_kind=gpu_kind)
     return settings, device, service, runner
 
 
@@ -127,8 +129,11 @@ def __getattr__(name: str) -> Celery:
 
 def main() -> None:
     """Run the worker until it is stopped."""
-    settings, device, service, runner = _worker()
-    place = find_place(settings, device)
+    settings = _settings()
+    place = find_place(settings, _device(settings))
+    catalog = Catalog.from_setting(settings.gpu_classes)
+    gpu_kind = queue_kind(catalog, place.gpu_class)
+    settings, device, service, runner = _worker(gpu_kind)
     ledger = _ledger(settings)
     logs.configure(settings.log_format, settings.log_level)
     log.info("the worker's place in the fleet: %s", place.describe())
@@ -162,7 +167,8 @@ def main() -> None:
     waker = Waker(list(service.queues.values()))
     # Preemption: asks a run to yield its GPU to a job owed one (preemption.py).
     shares = Shares(ledger.accounts.snapshot)
-    preemptor = Preemptor(service.recorder.redis, name, service.queues, shares, settings)
+    classes = [c.name for c in catalog.classes if c.name is not None] if gpu_kind else []
+    preemptor = Preemptor(service.recorder.redis, name, service.queues, shares, settings, classes)
 
     def ready(**_: object) -> None:
         beats.start()
@@ -187,7 +193,7 @@ def main() -> None:
         lambda **_: runner.hand_back_after(settings.shutdown_grace_s), weak=False
     )
     try:
-        service.celery.worker_main(worker_argv(queues, name))
+        service.celery.worker_main(worker_argv(celery_queues(queues, gpu_kind), name))
     finally:
         if broken:
             # fd 2 itself: Celery has put its logger in place of sys.stderr

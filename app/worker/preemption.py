@@ -11,6 +11,10 @@ running or waiting. Where the GPUs cannot be split evenly (one GPU, two accounts
 take turns: each wait is PREEMPT_AFTER_S at least and each run PREEMPT_MIN_RUN_S at least, so
 there are no storms. One ask per owed job at a time, and none for a run asked already.
 
+In a mixed fleet (app/fleet/routing.py) each queue has a head per class of card, the job that
+the next free card of that class would lease; it is owed a GPU when no worker of that class is
+free, and only a run on a card of that class may be asked to yield to it.
+
 Every worker runs a Preemptor thread; each tick (TICK_S) the one that takes PREEMPT_LOCK decides
 for all, from the workers' heartbeats (the runs in hand: app/store/workers.py) and the queues'
 heads. An ask is two keys that expire PREEMPT_GRACE_S + ASK_SLACK_S later (an ask whose run is
@@ -61,6 +65,10 @@ class Queue(Protocol):
         """Partitions with items queued."""
         ...
 
+    def kind_view(self, kind: str) -> Queue:
+        """The queue as the workers of one class of card see it (a mixed fleet)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Owed:
@@ -70,6 +78,12 @@ class Owed:
     account: str
     kind: str
     since: float
+    gpu_class: str | None = None  # in a mixed fleet, the class of card it is owed
+
+    def may_take(self, worker: Seen) -> bool:
+        """Whether the card of this worker may run the job: one of its queue, and of the class
+        it is owed where it is owed one."""
+        return self.kind in worker.queues and self.gpu_class in (None, worker.gpu_class)
 
 
 @dataclass(frozen=True)
@@ -103,10 +117,12 @@ def choose(
     total = sum(share(a) for a in accounts) or 1.0
     fair = {a: len(runs) * share(a) / total for a in accounts}
     taken = set(asked)
-    asks = []
+    asks: list[Ask] = []
     for need in sorted(owed, key=lambda o: (o.since, o.job)):
         if need.job in answered or now - need.since < settings.preempt_after_s:
             continue
+        if any(ask.owed.job == need.job for ask in asks):
+            continue  # owed on several classes of card: one ask is enough
         if running[need.account] >= fair[need.account]:
             continue  # its account has its share: it waits its turn
         candidates = [
@@ -115,7 +131,7 @@ def choose(
             if w.running is not None
             and w.running.preemptible
             and w.running.job not in taken
-            and need.kind in w.queues
+            and need.may_take(w)
             and w.running.account != need.account
             and now - w.running.since >= settings.preempt_min_run_s
             and running[w.running.account] > fair[w.running.account]
@@ -147,10 +163,18 @@ class Preemptor(Loop):
         queues: Mapping[Kind, Queue],
         share: Callable[[str], float],
         settings: Settings,
+        classes: Sequence[str] = (),
     ) -> None:
         super().__init__("preemptor")
         self.client, self.name, self.queues, self.share = client, name, queues, share
         self.settings = settings
+        #: Each queue's lines: (its name in PREEMPT_HEADS, kind, class of card, the queue as
+        #: the cards of that class see it); one per queue outside a mixed fleet (no classes).
+        self.lines: list[tuple[str, Kind, str | None, Queue]] = [
+            (f"{kind}.{c}", kind, c, queue.kind_view(c))
+            for kind, queue in queues.items()
+            for c in classes
+        ] or [(kind, kind, None, queue) for kind, queue in queues.items()]
 
     def step(self) -> float:
         """One tick of the thread; the pause until the next."""
@@ -188,20 +212,21 @@ class Preemptor(Loop):
         when it has been the head (kept in PREEMPT_HEADS across ticks and workers)."""
         heads = {as_text(k): as_text(v) for k, v in self.client.hgetall(PREEMPT_HEADS).items()}
         owed = []
-        for kind, queue in self.queues.items():
+        for line, kind, gpu_class, queue in self.lines:
             head = queue.head()
             if head is None:
-                if kind in heads:
-                    self.client.hdel(PREEMPT_HEADS, kind)
+                if line in heads:
+                    self.client.hdel(PREEMPT_HEADS, line)
                 continue
             job, account = head
-            was, _, since = heads.get(kind, "").partition(" ")
+            was, _, since = heads.get(line, "").partition(" ")
             if was != job:
                 since = repr(now)
-                self.client.hset(PREEMPT_HEADS, kind, f"{job} {since}")
-            serving = [w for w in workers if kind in w.queues]
+                self.client.hset(PREEMPT_HEADS, line, f"{job} {since}")
+            need = Owed(job, account, kind, float(since), gpu_class)
+            serving = [w for w in workers if need.may_take(w)]
             if serving and all(w.busy_until is not None for w in serving):
-                owed.append(Owed(job, account, kind, float(since)))
+                owed.append(need)
         return owed
 
     def _answered(self, owed: Sequence[Owed], running: set[str]) -> set[str]:

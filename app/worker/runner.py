@@ -350,11 +350,13 @@ def build_worker(
     accounts: AccountBook,
     device: gpu.Device = gpu.CPU,
     executor: Executor | None = None,
+    gpu_kind: str | None = None,
 ) -> tuple[Service, JobRunner]:
     """The service of a worker process: its job tasks run jobs on `device`, in a warm child
-    process unless another executor is given. Neither the child nor the stop listener is
-    started here: JobRunner.start() does it (the worker's main, or a test)."""
-    service = build(settings, accounts)
+    process unless another executor is given, taking the jobs its class may run (gpu_kind, in a
+    mixed fleet: app/fleet/routing.py). Neither the child nor the stop listener is started
+    here: JobRunner.start() does it (the worker's main, or a test)."""
+    service = build(settings, accounts, gpu_kind)
     name = worker_name(settings, device)
     child = None
     if executor is None:

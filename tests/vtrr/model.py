@@ -324,12 +324,20 @@ class QueueModel:
 
     def credit(self, task_id: str, token: str, used: int) -> float:
         """Give a leased item's partition back the unused part of its cost: its fairly placed
-        queued items and its virtual time move back by it, never below the queue's clock."""
+        queued items and its virtual time move back by it, never below the queue's clock. A use
+        beyond the weight moves the partition's virtual time on by the difference instead."""
         if not self.holds_lease(task_id, token):
             return 0.0
         entry = self.entries[task_id]
-        if entry.credited or used >= entry.weight:
+        if entry.credited or used == entry.weight:
             return 0.0
+        if used > entry.weight:  # a charge: the partition's next items pay what it used beyond
+            extra = entry.cost * (used - entry.weight) / entry.weight
+            entry.credited = True
+            if not self.length():  # a drained queue's clocks start again: nothing to charge
+                return 0.0
+            self.pvt[entry.partition] = max(self.pvt.get(entry.partition, 0.0), self.cvt) + extra
+            return -extra
         credit = entry.cost * (entry.weight - used) / entry.weight
         entry.credited = True
         for other in self.entries.values():

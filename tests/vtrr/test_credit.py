@@ -150,7 +150,7 @@ def test_an_item_charged_again_may_be_credited_again_and_a_released_one_not(
     assert q.stats()["credited"] == 2
 
 
-def test_used_weight_is_checked_like_a_weight_and_no_credit_beyond_the_weight(
+def test_used_weight_is_checked_like_a_weight_and_all_of_it_used_credits_nothing(
     r: redis.Redis,
 ) -> None:
     q, a = a_ahead_of_b(r)
@@ -160,9 +160,22 @@ def test_used_weight_is_checked_like_a_weight_and_no_credit_beyond_the_weight(
             q.credit(a[0], token, bad)  # type: ignore[arg-type]
     before = state(q)
     assert q.credit(a[0], token, 4) == 0.0
-    assert q.credit(a[0], token, 5) == 0.0
     assert state(q) == before
     assert q.credit(a[0], token, 3) == 1.0  # nothing was recorded: it may still be credited
+
+
+def test_a_use_beyond_the_weight_charges_the_partition_once(r: redis.Redis) -> None:
+    """An item that ran on a dearer consumer than it was charged for used more than its
+    weight: its partition's virtual time moves on by the difference, so its next item starts
+    that much later; its queued items keep their places, and a retry charges nothing more."""
+    q, a = a_ahead_of_b(r)
+    token = take_token(q, a[0])
+    queued_before = {task_id: score_of(q, task_id) for task_id in a[1:]}
+    pvt_before = float(r.hget(q.keys.partition_virtual_time, "A") or 0)
+    assert q.credit(a[0], token, 6) == -2.0
+    assert q.credit(a[0], token, 6) == 0.0
+    assert float(r.hget(q.keys.partition_virtual_time, "A") or 0) == pvt_before + 2
+    assert {task_id: score_of(q, task_id) for task_id in a[1:]} == queued_before
 
 
 def test_front_placed_items_keep_their_place(r: redis.Redis) -> None:

@@ -75,15 +75,33 @@ local function ack_unlimited(id, token)
   return 1
 end
 
--- Credit a leased item with the part of its weight it did not use (credit.lua says how);
--- returns the virtual time credited, as a string ('0' when nothing was).
+-- Charge partition p for the extra virtual time an item used beyond its weight (it ran on a
+-- dearer consumer than it was charged for: credit.lua): its virtual time moves on by extra, so
+-- its next items pay it; those already queued keep their places. Returns -extra, as a string;
+-- '0' in a queue with nothing queued, whose clocks start again anyway (reset_if_drained).
+local function charge_more(key, token, p, extra, used, half_life)
+  redis.call('HSET', key, F_CREDITED, token)
+  if half_life then remember_use(p, used, tonumber(half_life), tonumber(clock())) end
+  if redis.call('HLEN', K.pqueued) == 0 then return '0' end
+  local vt = math.max(tonumber(redis.call('HGET', K.pvt, p) or '0'), low_clock()) + extra
+  redis.call('HSET', K.pvt, p, string.format('%.17g', vt))
+  if redis.call('HEXISTS', K.pqueued, p) == 0 then redis.call('ZADD', K.idle, vt, p) end
+  return string.format('%.17g', -extra)
+end
+
+-- Credit a leased item with the part of its weight it did not use (credit.lua says how), or
+-- charge its partition for what it used beyond it; returns the virtual time credited, as a
+-- string ('0' when nothing was; negative when charged).
 local function credit_item(id, token, used, most)
   if not holds_lease(id, token) then return '0' end
   local key = item_key(id)
   local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED,
                           F_HALF_LIFE)
   local p, w = info[1], tonumber(info[3])
-  if info[4] or not w or used >= w then return '0' end
+  if info[4] or not w or used == w then return '0' end
+  if used > w then
+    return charge_more(key, token, p, tonumber(info[2]) * (used - w) / w, used, info[6])
+  end
   local credit = tonumber(info[2]) * (w - used) / w
   redis.call('HSET', key, F_CREDITED, token)
   if info[6] then remember_use(p, used, tonumber(info[6]), tonumber(clock())) end
