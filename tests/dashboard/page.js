@@ -7,7 +7,9 @@
 //    "streams": {"<task id>": "<event-stream text>"},   each job's stream (then held open)
 //    "until": [["<task id>", "<data-col>", "<text>"], ...]}   wait until each cell shows it
 //                                         ("queue:<name>" for a row of the queues panel)
+//                                         ("fleet:<host>/<class>" for a row of the fleet)
 // and prints {"rows": {id: {col: text, "title:" + col: title}}, "queues": {name: {col: text}},
+// "fleet": {"<host>/<class>": {col: text}}, "fleetClasses": <the classes' line>,
 // "waited": true|false} once every `until` holds, or after DEADLINE_MS.
 "use strict";
 
@@ -143,13 +145,23 @@ function seen(document) {
   for (const row of document.getElementById("queues-body").children) {
     queues[row.dataset.queue] = cells(row);
   }
-  return { rows, queues };
+  const fleet = {};
+  for (const row of document.getElementById("fleet-body").children) {
+    fleet[row.dataset.fleet] = cells(row);
+  }
+  return { rows, queues, fleet, fleetClasses: document.getElementById("fleet-classes").textContent };
 }
 
-// Whether every cell named shows its text; an id "queue:<name>" names a row of the queues.
+// Whether every cell named shows its text; an id "queue:<name>" names a row of the queues,
+// "fleet:<host>/<class>" one of the fleet.
 function holds(shown, until) {
   return until.every(([id, col, text]) => {
-    const row = id.startsWith("queue:") ? shown.queues[id.slice(6)] : shown.rows[id];
+    const [table, key] = id.startsWith("queue:")
+      ? [shown.queues, id.slice(6)]
+      : id.startsWith("fleet:")
+        ? [shown.fleet, id.slice(6)]
+        : [shown.rows, id];
+    const row = table[key];
     return String((row || {})[col] || "").includes(text);
   });
 }
