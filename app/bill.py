@@ -15,6 +15,10 @@ in stamp_bill), with a default (how a bill made before it reads), given a column
 a migration that adds it, and a field of BillingRecord (tests/test_bill.py checks both); the Lua
 stores a charge's fields without naming them (tests/store/test_run_end.py).
 
+A bill names the class of card its job ended on (gpu_class, issue 41; null where GPU_CLASSES is
+unset): its cost is the seconds billed times the queue's price times the class's price weight,
+while billed_ms stays plain GPU-time, so GPU-second budgets and reports count cards alike.
+
 Money is whole micro-units and time whole milliseconds, so bills add up exactly. The Lua's JSON
 (cjson) writes numbers with 14 significant digits: integers stay exact below 1e14.
 """
@@ -52,6 +56,9 @@ class Charge:
     gpu_seconds: float
     #: gpu_seconds in milliseconds, never more than the job's duration_s, at least MIN_BILLED_S.
     billed_ms: int
+    #: The class of card its last run had (GPU_CLASSES); None where no catalog is declared, and
+    #: for a bill made before classes existed. Its price weight is in cost_micros already.
+    gpu_class: str | None = None
 
     @property
     def cost(self) -> Decimal:
@@ -83,7 +90,8 @@ class Bill(Charge):
     def read(cls, raw: str | bytes | Mapping[str, Any]) -> Bill:
         """A bill as finish.lua writes it (JSON text, or parsed), of this release or an older
         one: before exact billing a bill had a float `cost` and no `billed_ms` (it was billed
-        its gpu_seconds); before job types, no `type`. Fields it does not know are left."""
+        its gpu_seconds); before job types, no `type`; before GPU classes, no `gpu_class` (it
+        reads null). Fields it does not know are left."""
         data = dict(json.loads(raw) if isinstance(raw, str | bytes) else raw)
         if "cost_micros" not in data:
             data["cost_micros"] = round(data["cost"] * MICROS)
@@ -139,5 +147,6 @@ def table(metadata: MetaData) -> Table:
         Column("billed_at", Float, nullable=False),
         Column("day", Date, nullable=False),
         Column("description", Text, nullable=False),
+        Column("gpu_class", String(64), nullable=True),
         Index("bills_by_account", "user_id", "billed_at"),
     )

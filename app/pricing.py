@@ -4,15 +4,17 @@ job's end (see app/store/lua/finish.lua and store.JobRecorder.finish).
 
 Money is counted in integer micro-units (millionths of the currency) and time in whole
 milliseconds, so bills add up exactly: a bill is the kind's price per second times the seconds
-billed, max(MIN_BILLED_S, the GPU-seconds used, rounded up to the millisecond), rounded to the
-micro-unit only when the price is not a whole thousandth per second (at most half a micro-unit,
-never to the cent). Only totals that a person reads are rounded, where they are shown.
+billed, max(MIN_BILLED_S, the GPU-seconds used, rounded up to the millisecond), times the price
+weight of the class of card it ran on (GPU_CLASSES; 1.0 without a catalog), rounded to the
+micro-unit only where that product is not whole (at most half a micro-unit, never to the cent).
+The seconds billed stay plain GPU-time whatever the class. Only totals that a person reads are
+rounded, where they are shown.
 """
 
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from app.bill import MICROS, MS, Charge
 from app.models import Kind
@@ -28,6 +30,7 @@ __all__ = [
     "micros_per_s",
     "milliseconds",
     "price",
+    "weighted_micros",
 ]
 
 DESCRIPTIONS: dict[Kind, str] = {"short": "Short GPU job", "long": "Long GPU job"}
@@ -65,19 +68,24 @@ def price(
     job_type: str = "burn",
     end: str | None = None,
     budget_s: float | None = None,
+    gpu_class: str | None = None,
+    class_price: float = 1.0,
 ) -> Charge:
     """The charge for gpu_seconds of a job of this kind: the kind's price per second times the
     seconds billed. Every run that held the GPU pays for the seconds it ran, whatever its end
     (which the description says), at least MIN_BILLED_S, and never more than its budget
     (budget_s, the job's duration_s: what admission held, so a bill cannot overrun a budget;
     the grace a job has past it to stop is the service's cost, and a run that used it ended
-    `timeout`, its work not kept: app/worker/deadline.py)."""
+    `timeout`, its work not kept: app/worker/deadline.py). On a card of a class (gpu_class,
+    which the charge names) the cost is weighted by its class_price; the seconds are not."""
     used_ms = milliseconds(gpu_seconds)
     run_ms = used_ms if budget_s is None else min(used_ms, milliseconds(budget_s))
     billed_ms = max(milliseconds(settings.min_billed_s), run_ms)
     rate = micros_per_s(settings.price_per_s(kind))
-    cost_micros = (rate * billed_ms + MS // 2) // MS  # exact when rate is a multiple of MS
+    cost_micros = weighted_micros(rate * billed_ms, class_price)
     description = DESCRIPTIONS[kind] if job_type == "burn" else f"{job_type} job ({kind} queue)"
+    if gpu_class is not None:
+        description += f" on {gpu_class} (price x{class_price:g})"
     if end in ENDED:
         description += f", {ENDED[end]} after {gpu_seconds:.1f} s"
     if billed_ms > run_ms:
@@ -89,4 +97,13 @@ def price(
         description=description,
         gpu_seconds=used_ms / MS,
         billed_ms=billed_ms,
+        gpu_class=gpu_class,
     )
+
+
+def weighted_micros(micro_ms: int, class_price: float) -> int:
+    """Micro-unit-milliseconds (a rate per second times milliseconds) in whole micro-units,
+    weighted by a class's price (its shortest decimal form, so 1.1 is 1.1): half a micro-unit
+    rounds up, and at price 1.0 the sum is what it was before classes, to the micro-unit."""
+    exact = Decimal(micro_ms) * Decimal(repr(class_price)) / MS
+    return int(exact.to_integral_value(rounding=ROUND_HALF_UP))

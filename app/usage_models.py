@@ -45,7 +45,10 @@ class BillingRecord(BaseModel):
 
     user_id: str
     task_id: str
-    cost: float = Field(description="price per second x billed_seconds, exact to the micro-unit")
+    cost: float = Field(
+        description="price per second x billed_seconds x gpu_class's price weight, exact to the "
+        "micro-unit"
+    )
     cost_micros: int = Field(description="the cost in millionths: bills add up exactly")
     description: str = Field(description="what was billed, and how the job ended if not well")
     kind: Kind = Field(description="the job's queue")
@@ -58,18 +61,26 @@ class BillingRecord(BaseModel):
     )
     billed_at: float = Field(description="when it was billed: Unix seconds, Redis's clock")
     type: str = Field("burn", description="the job's type")
+    gpu_class: str | None = Field(
+        None,
+        description="the class of card (GPU_CLASSES) its last run had, whose price weight the "
+        "cost counts; null without a catalog, and on a bill made before classes",
+    )
 
 
-GroupBy = Literal["account", "type", "queue", "day"]
+GroupBy = Literal["account", "type", "queue", "day", "gpu_class"]
 
 
 class UsageRow(BaseModel):
-    """What one group (an account, a job type, a queue, a UTC day) used."""
+    """What one group (an account, a job type, a queue, a UTC day, a class of card) used."""
 
-    key: str
-    gpu_seconds: float = Field(description="GPU-seconds used")
+    key: str | None = Field(
+        description="the group; null only for the bills with no gpu_class (a fleet without "
+        "GPU_CLASSES), grouped by gpu_class"
+    )
+    gpu_seconds: float = Field(description="GPU-seconds used: plain, whatever the class")
     jobs: int = Field(description="jobs billed")
-    cost: float
+    cost: float = Field(description="what their bills add up to, weighted by their classes")
     cost_micros: int
 
 

@@ -6,6 +6,10 @@ A budget counts what is billed in the calendar month (UTC, by Redis's clock) plu
 account's unended jobs may still be billed: each job of a budgeted account holds its most
 (its duration_s, at least MIN_BILLED_S, at its queue's price) from its submit to its end. So
 however many jobs are submitted at once, their bills cannot overrun the budget.
+
+On a fleet of classes (GPU_CLASSES) a cost budget counts money: the bills' cost, weighted by
+their cards' prices, and a job holds its most at the priciest class it may run on. A GPU-second
+budget, like max_held_gpu_seconds, counts plain GPU-seconds on any card.
 """
 
 from __future__ import annotations
@@ -25,13 +29,20 @@ from app.usage_models import MonthUse
 
 
 def budget(
-    account: Account, settings: Settings, kind: Kind, duration_s: float, job_type: str
+    account: Account,
+    settings: Settings,
+    kind: Kind,
+    duration_s: float,
+    job_type: str,
+    class_price: float = 1.0,
 ) -> Budget | None:
     """What the admit check needs of a budgeted account's job; None for an account without a
-    budget (nothing is checked or held)."""
+    budget (nothing is checked or held). class_price is the highest price weight of the
+    classes the job may run on (1.0 without a catalog): its cost is held at that, its
+    GPU-seconds plain."""
     if account.budget_gpu_seconds is None and account.budget_cost_micros is None:
         return None  # the common case, on every submit: nothing to check or hold
-    most = pricing.price(settings, kind, duration_s, job_type=job_type)
+    most = pricing.price(settings, kind, duration_s, job_type=job_type, class_price=class_price)
     limit_s = account.budget_gpu_seconds
     return Budget(
         billed_ms=None if limit_s is None else pricing.milliseconds(limit_s),

@@ -1,7 +1,8 @@
 """Usage reports: `fairgpu usage` (what was billed to the caller's account, or to every account
 for an admin's key) and `fairgpu admin usage` (every account's, admins only), summed per
-account, job type, queue or day, over a calendar month (`--month 2026-11`) or any window
-(`--from`/`--to`), as a table, CSV (`--csv`, the month-end report) or JSON.
+account, job type, queue, day or class of card (gpu_class), over a calendar month (`--month
+2026-11`) or any window (`--from`/`--to`), as a table, CSV (`--csv`, the month-end report) or
+JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from app.usage_models import UsageReport
 Month = Annotated[str | None, typer.Option(help="a calendar month, YYYY-MM (UTC)")]
 Since = Annotated[str | None, typer.Option("--from", help="from this time (ISO 8601 or Unix s)")]
 Until = Annotated[str | None, typer.Option("--to", help="until this time, excluded")]
-By = Annotated[str, typer.Option("--by", help="account, type, queue or day")]
+GROUPINGS = ("account", "type", "queue", "day", "gpu_class")
+#: How a row without a key (bills without a gpu_class: no GPU_CLASSES) is shown.
+NO_CLASS = "(none)"
+By = Annotated[str, typer.Option("--by", help="account, type, queue, day or gpu_class")]
 Csv = Annotated[bool, typer.Option("--csv", help="CSV on stdout: key,gpu_seconds,jobs,cost")]
 
 
@@ -45,8 +49,8 @@ def _report(
         if start or end:
             fail("give --month or --from/--to, not both", 2)
         start, end = month_window(month)
-    if group_by not in ("account", "type", "queue", "day"):
-        fail(f"--by {group_by!r}: account, type, queue or day", 2)
+    if group_by not in GROUPINGS:
+        fail(f"--by {group_by!r}: account, type, queue, day or gpu_class", 2)
     with session(url, key) as client:
         return client.usage(start=start, end=end, group_by=group_by)
 
@@ -59,7 +63,8 @@ def _print_usage(report: UsageReport, as_csv: bool, as_json: bool) -> None:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow([report.group_by, "gpu_seconds", "jobs", "cost"])
         for row in [*report.rows, report.total]:
-            writer.writerow([row.key, f"{row.gpu_seconds:g}", row.jobs, money(row.cost_micros)])
+            key = "" if row.key is None else row.key  # CSV's own empty field
+            writer.writerow([key, f"{row.gpu_seconds:g}", row.jobs, money(row.cost_micros)])
         return
     columns = [
         Column(report.group_by, footer="total"),
@@ -67,7 +72,10 @@ def _print_usage(report: UsageReport, as_csv: bool, as_json: bool) -> None:
         Column("jobs", justify="right", footer=str(report.total.jobs)),
         Column("cost", justify="right", footer=money(report.total.cost_micros)),
     ]
-    rows = [[r.key, f"{r.gpu_seconds:g}", str(r.jobs), money(r.cost_micros)] for r in report.rows]
+    rows = [
+        [r.key or NO_CLASS, f"{r.gpu_seconds:g}", str(r.jobs), money(r.cost_micros)]
+        for r in report.rows
+    ]
     console = out()
     console.print(fitted_table(columns, rows, console.width))
 
@@ -82,8 +90,8 @@ def usage(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What was billed, summed per account, job type, queue or day: yours (an admin's key:
-    every account's)."""
+    """What was billed, summed per account, job type, queue, day or class of card: yours (an
+    admin's key: every account's)."""
     _print_usage(_report(month, start, end, group_by, url, key), as_csv, as_json)
 
 

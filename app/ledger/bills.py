@@ -16,12 +16,13 @@ from sqlalchemy.orm import Session
 from app.bill import Bill
 from app.ledger.schema import BILLS
 
-GroupBy = Literal["account", "type", "queue", "day"]
+GroupBy = Literal["account", "type", "queue", "day", "gpu_class"]
 _GROUPS = {
     "account": BILLS.c.user_id,
     "type": BILLS.c.type,
     "queue": BILLS.c.queue,
     "day": BILLS.c.day,
+    "gpu_class": BILLS.c.gpu_class,  # null: a bill of a fleet without GPU_CLASSES
 }
 
 
@@ -78,9 +79,10 @@ def bills(
 
 @dataclass(frozen=True)
 class Usage:
-    """What one group used: GPU-seconds, jobs billed and their cost (micro-units)."""
+    """What one group used: GPU-seconds, jobs billed and their cost (micro-units). The key is
+    None for the bills with no gpu_class, grouped by it."""
 
-    key: str
+    key: str | None
     gpu_seconds: float
     jobs: int
     cost_micros: int
@@ -94,18 +96,28 @@ def usage(
     start: float | None = None,
     end: float | None = None,
 ) -> list[Usage]:
-    """Usage in [start, end), per group, for one account (None: every account)."""
+    """Usage in [start, end), per group, for one account (None: every account), in the order
+    of their keys (the group without one last, as every database puts it)."""
     column = _GROUPS[group_by]
     query = (
         select(column, func.sum(BILLS.c.gpu_seconds), func.count(), func.sum(BILLS.c.cost_micros))
         .where(*_window(user_id, start, end))
         .group_by(column)
-        .order_by(column)
     )
-    return [
-        Usage(str(key), float(gpu or 0), int(jobs), int(cost or 0))
+    found = [
+        Usage(_key(key), float(gpu or 0), int(jobs), int(cost or 0))
         for key, gpu, jobs, cost in session.execute(query)
     ]
+    return sorted(found, key=_order)
+
+
+def _key(value: object) -> str | None:
+    """A group's key as a report names it (a day in ISO form); None stays None."""
+    return None if value is None else str(value)
+
+
+def _order(used: Usage) -> tuple[bool, str]:
+    return used.key is None, used.key or ""
 
 
 def _within(bill: Bill, start: float | None, end: float | None) -> bool:
@@ -163,7 +175,7 @@ def usage_with(
     for bill in mine:
         if bill.task_id in held:
             continue
-        key = str(bill.row()[_GROUPS[group_by].key])
+        key = _key(bill.row()[_GROUPS[group_by].key])
         old = sums.get(key, Usage(key, 0.0, 0, 0))
         sums[key] = Usage(
             key,
@@ -171,4 +183,4 @@ def usage_with(
             old.jobs + 1,
             old.cost_micros + bill.cost_micros,
         )
-    return [sums[key] for key in sorted(sums)]
+    return sorted(sums.values(), key=_order)

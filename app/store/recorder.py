@@ -69,8 +69,8 @@ class RunEnd:
     (status, and for one that did not succeed its error_kind: 'exception' for a FAILURE and
     'cancelled' for a REVOKED unless said); the seconds the run measured (what its charge was
     priced from); what it left (the error's text, its output as JSON text, the JSON list of
-    the artifacts stored for a SUCCESS, its peaks, the facts the job noted); and its charge
-    (None bills nothing)."""
+    the artifacts stored for a SUCCESS, its peaks, the facts the job noted); where it ran;
+    and its charge (None bills nothing)."""
 
     job_id: str
     owner: str
@@ -86,6 +86,10 @@ class RunEnd:
     artifacts: str | None = None
     #: What the job noted of its run (ctx.note), one JSON object; the hash's `facts`.
     facts: str | None = None
+    #: Where the run was: its worker's host and class of card (app/fleet/place.py; None: no
+    #: catalog), the hash's `host` and `gpu_class`, which the job's result shows.
+    host: str | None = None
+    gpu_class: str | None = None
 
     def how(self) -> ErrorKind | None:
         """How the run ended where it did not succeed: its error_kind, or the status's."""
@@ -107,6 +111,8 @@ class RunEnd:
             "peak_rss_bytes": self.peak_rss_bytes,
             "artifacts": self.artifacts,
             "facts": self.facts,
+            "host": self.host,
+            "gpu_class": self.gpu_class,
             # the run's seconds where it is billed: the status's runs and ran_s, as the bill
             "run_s": self.seconds if self.charge is not None else None,
         }
@@ -140,6 +146,8 @@ def internal_end(end: RunEnd) -> RunEnd:
         error=INTERNAL_ERROR,
         error_kind="internal",
         facts=end.facts,  # what the run noted stands, whoever failed after it
+        host=end.host,
+        gpu_class=end.gpu_class,
     )
 
 

@@ -4,32 +4,58 @@ failed setup() are not, a run that lost its lease leaves it to the next: the end
 end_reason.Why, says which stop it was, as the run's stop check heard it), how much (the seconds
 it ran, never more than its budget, at least MIN_BILLED_S), and what the status says; where
 working that out fails, a bug of ours and not the job's, the run ends `internal` all the same.
+
+Where the run was (the worker's place: app/fleet/place.py) goes with each end: its host and class
+are written on the job for its result, and the class's price weights the bill's cost and the
+fair-share charge (used_weight); without a catalog the price is 1.0 and nothing changes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import replace
+from decimal import Decimal
 
 from app import pricing
 from app.bill import Charge
+from app.fleet.place import WorkerPlace
+from app.fleet.worker_class import worker_host
 from app.models import Kind, Status
 from app.settings import Settings
 from app.store import RunEnd, Started
 from app.store.recorder import INTERNAL_ERROR, internal_end
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
+from app.wiring.service import job_weight
 from app.worker.calls import Ended
 from app.worker.end_reason import Why
 
 log = logging.getLogger(__name__)
 
 
-class RunEnds:
-    """The end to record of each run, for one worker."""
+def unplaced(settings: Settings) -> WorkerPlace:
+    """The place of a worker told none: this host, no class, price 1.0 (a fleet without
+    GPU_CLASSES)."""
+    return WorkerPlace(host=worker_host(settings), gpu_class=None, memory_gb=None, price=1.0)
 
-    def __init__(self, settings: Settings) -> None:
+
+class RunEnds:
+    """The end to record of each run, for one worker, at its place (unplaced() where None)."""
+
+    def __init__(self, settings: Settings, place: WorkerPlace | None = None) -> None:
         self._settings = settings
+        #: Where this worker's runs are: their host, class and the class's price.
+        self.place = place or unplaced(settings)
+
+    def used_weight(self, seconds: float) -> int:
+        """The fair-share charge of a run's seconds (its earlier runs' too): the fair queue's
+        weight of those seconds (job_weight: milliseconds, at least 1 s worth) times the class's
+        price, rounded up; exactly job_weight at price 1.0."""
+        plain = job_weight(seconds)
+        if self.place.price == 1.0:
+            return plain
+        return math.ceil(plain * Decimal(repr(self.place.price)))
 
     def of(
         self, kind: Kind, job_id: str, started: Started, ended: Ended
@@ -55,6 +81,8 @@ class RunEnds:
             charge=charge,
             seconds=ended.seconds,
             facts=ended.facts,
+            host=self.place.host,
+            gpu_class=self.place.gpu_class,
         )
         return "failed: internal", internal_end(end)
 
@@ -70,6 +98,8 @@ class RunEnds:
             job_type=started.type,
             end=end,
             budget_s=started.duration_s,
+            gpu_class=self.place.gpu_class,
+            class_price=self.place.price,
         )
         # its earlier runs, preempted or lost after a checkpoint (ran_runs counts both; the
         # store reads a job preempted before the field existed as its preemptions)
@@ -100,6 +130,7 @@ class RunEnds:
             output=ended.output, tflops=_tflops(started.type, ended.output),
             peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes, artifacts=ended.artifacts, facts=ended.facts,
+            host=self.place.host, gpu_class=self.place.gpu_class,
         )  # fmt: skip
         return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
 
@@ -121,6 +152,7 @@ class RunEnds:
             charge=charge if why.billed else None, seconds=ended.seconds,
             error_kind="cancelled", peak_gpu_memory_bytes=ended.peak_gpu_memory_bytes,
             peak_rss_bytes=ended.peak_rss_bytes, facts=ended.facts,
+            host=self.place.host, gpu_class=self.place.gpu_class,
         )  # fmt: skip
         return ("cancelled" if why is Why.CANCEL else "stopped by an operator"), end
 

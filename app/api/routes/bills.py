@@ -103,8 +103,9 @@ async def usage(
     end: To = None,
     group_by: Annotated[GroupBy, Query(description="what a row sums")] = "account",
 ) -> UsageReport:
-    """GPU-seconds, jobs and cost billed in [from, to), per account, job type, queue or UTC
-    day: every account's for an admin, the caller's own for anyone else."""
+    """GPU-seconds, jobs and cost billed in [from, to), per account, job type, queue, UTC day
+    or class of card (gpu_class; its row key null for bills without one): every account's for
+    an admin, the caller's own for anyone else."""
     begins, ends = unix(start), unix(end)
     user_id = None if caller.account.admin else caller.account.user_id
     unwritten = await runtime.store.unwritten_bills(user_id)
