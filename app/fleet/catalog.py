@@ -187,6 +187,12 @@ class Catalog:
             and (min_memory_gb is None or c.memory_gb >= min_memory_gb)
         )
 
+    def dearest_price(self, names: Sequence[str] = ()) -> float:
+        """The highest price weight among the named classes (all of the catalog's where none
+        are named): the most a job that may run on them can cost a GPU-second."""
+        chosen = [c for c in self.classes if not names or c.name in names]
+        return max((c.price for c in chosen), default=1.0)
+
     def describe(self) -> str:
         """The catalog in one line, for errors and logs."""
         if not self.declared:

@@ -101,15 +101,18 @@ def find_place(
 
 
 @cache
-def _worker(gpu_kind: str | None = None) -> tuple[Settings, gpu.Device, Service, JobRunner]:
+def _worker(
+    gpu_kind: str | None = None, place: WorkerPlace | None = None
+) -> tuple[Settings, gpu.Device, Service, JobRunner]:
     """The worker, built once, on first use. Not at import: the job child is started with
     `spawn`, which imports this module again in the child, where nothing of it is wanted.
     Workers never queue a job, so the accounts' shares are not theirs to know (no accounts);
     Beat and Flower, which only want the Celery app, need no database either. In a mixed fleet
-    a worker's queues take what its class may run (gpu_kind: app/fleet/routing.py)."""
+    a worker's queues take what its class may run (gpu_kind: app/fleet/routing.py); its runs
+    are priced by its place's class."""
     settings = _settings()
     device = _device(settings)
-    service, runner = build_worker(settings, Accounts([]), device, gpu_kind=gpu_kind)
+    service, runner = build_worker(settings, Accounts([]), device, gpu_kind=gpu_kind, place=place)
     return settings, device, service, runner
 
 
@@ -133,7 +136,7 @@ def main() -> None:
     place = find_place(settings, _device(settings))
     catalog = Catalog.from_setting(settings.gpu_classes)
     gpu_kind = queue_kind(catalog, place.gpu_class)
-    settings, device, service, runner = _worker(gpu_kind)
+    settings, device, service, runner = _worker(gpu_kind, place)
     ledger = _ledger(settings)
     logs.configure(settings.log_format, settings.log_level)
     log.info("the worker's place in the fleet: %s", place.describe())
@@ -142,7 +145,6 @@ def main() -> None:
     queues = settings.worker_queues
     name = worker_name(settings, device)
     beats = Presence(service.recorder.redis, name, queues, settings.heartbeat_seconds, place)
-    runner.ends.place = place  # each run's end names the host and class, priced by the class
     # Every worker also moves bills from Redis to the SQL ledger (app/ledger/outbox.py).
     claim_ms = round(settings.ledger_claim_s * 1000)
     writer = LedgerWriter(service.recorder.redis, ledger.db, name, idle_ms=claim_ms)

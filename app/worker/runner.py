@@ -28,6 +28,7 @@ from tenacity import (
 
 from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import AccountBook
+from app.fleet.place import WorkerPlace
 from app.models import ChildReplacement, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
@@ -35,7 +36,7 @@ from app.store.keys import MOVES
 from app.store.workers import Running
 from app.vtrr import VTRRQueue
 from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job's failure
-from app.wiring.service import Service, build, job_weight
+from app.wiring.service import Service, build
 from app.worker import gpu, handback
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
 from app.worker.child import JobChild
@@ -109,11 +110,12 @@ class JobRunner:
         executor: Executor,
         stops: StopListener,
         artifacts: ArtifactStore,
+        place: WorkerPlace | None = None,
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
         self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
         self.artifacts = artifacts
-        self.ends = RunEnds(settings)
+        self.ends = RunEnds(settings, place)  # prices its runs by its place's class
         #: Told when a run starts (in how many seconds it should end, and the run) and ends
         #: (None): the worker's heartbeat passes it on, for the start estimates of queued jobs
         #: and for the preemption policy.
@@ -151,7 +153,7 @@ class JobRunner:
             return Ran(started.reason, None)
         if (spent := self.yields.spent(started)) is not None:  # resumed with no time left
             outcome, end = self.ends.of(kind, job_id, started, spent)
-            return Ran(outcome, end, job_weight(started.ran_s))
+            return Ran(outcome, end, self.ends.used_weight(started.ran_s))
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         run = Running(job_id, started.owner, kind, preemptible=started.preemptible)
@@ -188,7 +190,7 @@ class JobRunner:
         if yielded is not None:
             return Ran(yielded, None)
         outcome, end = self.ends.of(kind, job_id, started, ended)
-        return Ran(outcome, end, job_weight(started.ran_s + ended.seconds))
+        return Ran(outcome, end, self.ends.used_weight(started.ran_s + ended.seconds))
 
     def take_owed(self) -> tuple[Kind, str, str] | None:
         """Lease the job that the last run yielded its GPU to (Yields.take_owed)."""
@@ -351,6 +353,7 @@ def build_worker(
     device: gpu.Device = gpu.CPU,
     executor: Executor | None = None,
     gpu_kind: str | None = None,
+    place: WorkerPlace | None = None,
 ) -> tuple[Service, JobRunner]:
     """The service of a worker process: its job tasks run jobs on `device`, in a warm child
     process unless another executor is given, taking the jobs its class may run (gpu_kind, in a
@@ -373,7 +376,7 @@ def build_worker(
     stops = StopListener(service.recorder.redis)
     artifacts = open_artifacts(settings)
     runner = JobRunner(
-        settings, service.recorder, service.queues, device, name, executor, stops, artifacts
+        settings, service.recorder, service.queues, device, name, executor, stops, artifacts, place
     )
     if child is not None:
         child.on_replace = runner.count_replacement

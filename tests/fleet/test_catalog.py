@@ -156,3 +156,13 @@ def test_by_name_is_exact() -> None:
 def test_describe_is_one_line() -> None:
     line = Catalog.from_json(json.dumps(FLEET)).describe()
     assert line == "big (80 GB, match 'A100'), mid (24 GB), small (16 GB, match 'T4')"
+
+
+def test_the_dearest_price_among_a_jobs_classes_holds_its_budget() -> None:
+    catalog = Catalog.from_json(
+        '{"big": {"memory_gb": 80, "price": 2.5}, "small": {"memory_gb": 24, "price": 1.0}}'
+    )
+    assert catalog.dearest_price(["small"]) == 1.0
+    assert catalog.dearest_price(["small", "big"]) == 2.5
+    assert catalog.dearest_price() == 2.5  # any card: the dearest of all
+    assert Catalog.single().dearest_price() == 1.0
