@@ -2,11 +2,12 @@
 class and memory (app/store/workers.py Seen), and their counts by host and by class.
 
 The fleet is wider than the workers alive now: a worker silent for less than FLEET_TTL_S
-(default 600 s) keeps its place, so that a host that restarts, or a worker that dies and comes
-back, does not make the jobs only its class can run look unservable meanwhile. A broken worker
-(its device is unusable) is out of it until it is replaced; a worker stopped on purpose says
-goodbye (its heartbeat is deleted) and leaves at once. Reads are one HGETALL of the workers'
-hash: one field per GPU, never per job.
+(default 600 s) keeps its place, whether it died or was stopped on purpose, so that a host that
+restarts, or a worker that dies and comes back, does not make the jobs only its class can run
+look unservable meanwhile. Its heartbeat is written twice for that: to the workers' hash, which
+a goodbye empties, and to the fleet's (FLEET), which only time does (each read forgets the
+entries older than the TTL). A broken worker (its device is unusable) is out of it until it is
+replaced. Reads are one HGETALL of the fleet's hash: one field per GPU, never per job.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import redis
 import redis.asyncio
 
 from app.fleet.catalog import Catalog
-from app.store.keys import WORKERS
+from app.store.keys import FLEET
 from app.store.workers import ALIVE_BEATS, Seen, parse
 
 
@@ -27,14 +28,25 @@ def in_fleet(workers: Iterable[Seen], ttl_s: float, now: float) -> list[Seen]:
     return [w for w in workers if w.seen >= now - ttl_s and w.broken is None]
 
 
+def stale(workers: Iterable[Seen], ttl_s: float, now: float) -> list[str]:
+    """The names of the workers not heard within ttl_s: the fleet's hash forgets them."""
+    return [w.name for w in workers if w.seen < now - ttl_s]
+
+
 def live_fleet(client: redis.Redis, ttl_s: float, now: float) -> list[Seen]:
     """The fleet: every worker heard within ttl_s (FLEET_TTL_S) of now and not broken."""
-    return in_fleet(parse(client.hgetall(WORKERS)), ttl_s, now)
+    heard = parse(client.hgetall(FLEET))
+    if gone := stale(heard, ttl_s, now):
+        client.hdel(FLEET, *gone)
+    return in_fleet(heard, ttl_s, now)
 
 
 async def live_fleet_async(client: redis.asyncio.Redis, ttl_s: float, now: float) -> list[Seen]:
     """live_fleet for the API's event loop."""
-    return in_fleet(parse(await client.hgetall(WORKERS)), ttl_s, now)
+    heard = parse(await client.hgetall(FLEET))
+    if gone := stale(heard, ttl_s, now):
+        await client.hdel(FLEET, *gone)
+    return in_fleet(heard, ttl_s, now)
 
 
 def live_classes(fleet: Iterable[Seen]) -> set[str]:

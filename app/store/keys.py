@@ -80,6 +80,9 @@ CHANNEL = "fairgpu:changes"  # the scripts publish on channel .. ':' .. job id, 
 MOVES = f"{CHANNEL}:moves"
 METRICS = "fairgpu:metrics"
 WORKERS = "fairgpu:workers"
+#: The fleet (app/fleet/view.py): each worker's last heartbeat again, kept when it stops on
+#: purpose (a restart keeps its place) and forgotten FLEET_TTL_S after it was last heard.
+FLEET = "fairgpu:fleet"
 #: Workers listen here, so that a cancel reaches a running job at once, without polling.
 STOPS = "fairgpu:stops"
 #: How long a key's counter of one second is kept, from its latest request.

@@ -16,7 +16,7 @@ import redis
 from redis.exceptions import RedisError
 
 from app.fleet.place import WorkerPlace
-from app.store.keys import WORKERS
+from app.store.keys import FLEET, WORKERS
 from app.store.workers import Running, Seen
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,11 @@ class Presence:
             entry = replace(
                 entry, host=place.host, gpu_class=place.gpu_class, memory_gb=place.memory_gb
             )
-        self.client.hset(WORKERS, self.name, entry.encode())
+        encoded = entry.encode()
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hset(WORKERS, self.name, encoded)
+            pipe.hset(FLEET, self.name, encoded)  # kept when it stops: its place in the fleet
+            pipe.execute()
 
     def busy(self, for_s: float | None, run: Running | None = None) -> None:
         """Say that a job started and should end in `for_s` seconds (the run being `run`, its

@@ -13,7 +13,7 @@ import redis
 
 from app.fleet.place import WorkerPlace
 from app.settings import Settings
-from app.store.keys import WORKERS
+from app.store.keys import FLEET
 from app.store.workers import Seen
 from app.worker.presence import Presence
 from tests.api.conftest import Api, open_api
@@ -73,7 +73,7 @@ async def test_the_fleet_counts_workers_by_host_and_class(api: Api, r: redis.Red
     silent = Seen(
         "gpu1@node-b", ("long",), redis_now(r) - 60, None, None, None, "node-b", "small", 24.0
     )
-    r.hset(WORKERS, silent.name, silent.encode())
+    r.hset(FLEET, silent.name, silent.encode())  # (its goodbye left only its place)
 
     body = await fleet_of(api)
     fleet = body["fleet"]

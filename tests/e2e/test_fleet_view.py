@@ -1,6 +1,7 @@
 """The fleet of real worker processes, as an operator sees it in GET /admin/queues: each worker
 says its host and class (WORKER_HOST, WORKER_GPU_CLASS) in its heartbeat; a worker that dies
-without a goodbye keeps its place in the fleet, no longer alive; one stopped on purpose leaves."""
+without a goodbye keeps its place in the fleet, no longer alive, and so does one stopped on
+purpose (a host that restarts keeps its cards for FLEET_TTL_S)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_real_workers_make_the_fleet_by_host_and_class(make_stack: Callable[...,
     stack.kill_worker("small1")  # dies without a goodbye: keeps its place, not alive
     gone = {**everyone, ("node-b", "small"): (1, 0)}
     wait_for(lambda: by_host(fleet_of(stack)) == gone, 30, "the killed worker silent")
-    stack.workers["small0"].terminate()  # stopped on purpose (SIGTERM): leaves the fleet
+    stack.workers["small0"].terminate()  # stopped on purpose (SIGTERM): keeps its place
     stack.workers["small0"].wait(timeout=60)
-    left = {("node-a", "big"): (1, 1), ("node-b", "small"): (1, 0)}
-    wait_for(lambda: by_host(fleet_of(stack)) == left, 30, "the stopped worker gone")
+    kept = {**gone, ("node-a", "small"): (1, 0)}
+    wait_for(lambda: by_host(fleet_of(stack)) == kept, 30, "the stopped worker not alive")

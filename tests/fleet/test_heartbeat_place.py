@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from app.fleet.place import WorkerPlace
-from app.store.keys import WORKERS
+from app.fleet.view import live_fleet
+from app.store.keys import FLEET, WORKERS
 from app.store.workers import Seen, parse, read
 from app.worker.presence import Presence
 
@@ -30,6 +31,20 @@ def test_each_beat_says_the_workers_host_class_and_memory(r: redis.Redis) -> Non
     assert "price" not in written  # the catalog has it: a heartbeat says what the worker is
     [worker] = read(r, redis_now(r))
     assert (worker.host, worker.gpu_class, worker.memory_gb) == ("node-1", "big", 80.0)
+
+
+def test_a_worker_stopped_on_purpose_leaves_the_workers_but_keeps_its_place(
+    r: redis.Redis,
+) -> None:
+    """A goodbye empties the worker's heartbeat, not its place in the fleet: a host that
+    restarts its workers keeps its cards for FLEET_TTL_S."""
+    beats = Presence(r, "gpu0@node-1", ["short", "long"], every=1, place=BIG)
+    beats.beat()
+    beats.stop()
+    assert not r.hexists(WORKERS, "gpu0@node-1")
+    assert r.hexists(FLEET, "gpu0@node-1")
+    [kept] = live_fleet(r, 600.0, redis_now(r))
+    assert (kept.name, kept.host, kept.gpu_class) == ("gpu0@node-1", "node-1", "big")
 
 
 def test_the_place_stays_through_busy_idle_and_broken_beats(r: redis.Redis) -> None:

@@ -11,7 +11,7 @@ import redis
 
 from app.fleet import view
 from app.fleet.catalog import Catalog
-from app.store.keys import WORKERS
+from app.store.keys import FLEET
 from app.store.workers import ALIVE_BEATS, Seen, parse
 
 TTL_S, EVERY = 600.0, 10.0
@@ -37,7 +37,7 @@ def worker(name: str, seen: float, host: str, gpu_class: str | None, **fields: o
 
 
 def beat(r: redis.Redis, *workers: Seen) -> None:
-    r.hset(WORKERS, mapping={w.name: w.encode() for w in workers})
+    r.hset(FLEET, mapping={w.name: w.encode() for w in workers})
 
 
 def test_the_fleet_is_the_workers_heard_within_the_ttl(r: redis.Redis) -> None:
@@ -50,8 +50,9 @@ def test_the_fleet_is_the_workers_heard_within_the_ttl(r: redis.Redis) -> None:
     )
     assert sorted(w.name for w in view.live_fleet(r, TTL_S, now)) == ["gpu0@a", "gpu1@a"]
     assert view.live_classes(view.live_fleet(r, TTL_S, now)) == {"big"}
-    # The same workers, with a wider window, include the one gone longer.
-    assert len(view.live_fleet(r, TTL_S + 10, now)) == 3
+    # The one gone longer is forgotten: the fleet's hash does not grow with every name ever.
+    assert not r.hexists(FLEET, "gpu0@b")
+    assert len(view.live_fleet(r, TTL_S + 10, now)) == 2
 
 
 def test_a_broken_worker_is_out_of_the_fleet(r: redis.Redis) -> None:

@@ -84,7 +84,7 @@ async def queues(admin: AdminDep, runtime: RuntimeDep) -> QueuesView:
     return QueuesView(
         queues=list(views),
         workers=_workers(runtime, seen, now),
-        fleet=await _fleet(runtime, seen, now),
+        fleet=await _fleet(runtime, now),
     )
 
 
@@ -109,9 +109,10 @@ def _workers(runtime: Runtime, seen: list[heartbeats.Seen], now: float) -> list[
     ]
 
 
-async def _fleet(runtime: Runtime, seen: list[heartbeats.Seen], now: float) -> FleetView:
+async def _fleet(runtime: Runtime, now: float) -> FleetView:
     """The fleet (app/fleet/view.py) by host and by class, with every class of the catalog."""
     settings = runtime.settings
+    seen = await fleet.live_fleet_async(runtime.redis, settings.fleet_ttl_s, now)
     try:  # GPU_CLASSES may name a file: read off the event loop
         catalog = await asyncio.to_thread(Catalog.from_setting, settings.gpu_classes)
     except CatalogError as exc:  # checked at start; a file changed since: show what is heard
