@@ -7,7 +7,8 @@ items queued to the end of a round, so that no partition goes idle: the steady p
 
 - floor: dequeue_floor's two functions, the least any leased dequeue+ack costs;
 - library: `FairQueue.dequeue()` then `ack()`, no kinds anywhere (a one-class fleet: its cost
-  must stay within 2.3x the floor, as issue 26 left it);
+  must stay within 2.3x the floor, as issue 26 left it); the same pairs as dequeue_floor's
+  library variant, with the checks below;
 - kind-0: a consumer of kind "a" over items that name no kinds (the full dequeue, which a
   consumer of a kind always takes, with no pool to look at);
 - kind-1, kind-2, kind-4: a consumer of kind "a" over items spread evenly over 1, 2 or 4 pools
@@ -19,37 +20,52 @@ lone consumer's leases to be spread evenly over the partitions, as fair order do
 that leased otherwise stops the run with an error rather than print a number.
 
     uv run python scripts/bench_kinds.py --redis-server <a Redis 7 redis-server>
+
+With --instructions, each variant runs one round (1,000 items of 100 partitions) on a
+redis-server under callgrind instead, and prints its instructions per dequeue+ack: a count
+that the machine's load does not move (needs valgrind).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
+from app.dev import redis_server
+from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from app.vtrr.wire import as_text
 from scripts.benchkit.dequeue_floor import (
     fcall_usec,
-    floor_pairs,
-    library_pairs,
+    floor_backlog,
+    floor_drain,
     load,
     measured_on_own_redis,
 )
+from scripts.benchkit.instructions import count, wrapper
 from scripts.benchkit.stats import alternate, median, ratio
 
 Pool = tuple[str, ...]
 #: The pools each variant's items are spread over (None: no kinds), and its consumers' kinds.
 POOLS: dict[str, tuple[Pool | None, ...]] = {
+    "library": (None,),
     "kind-0": (None,),
     "kind-1": (("a",),),
     "kind-2": (("a",), ("a", "b")),
     "kind-4": (("a",), ("a", "b"), ("a", "c"), ("a", "b", "c")),
     "a+b": (("a",), ("b",), ("a", "b"), ("a", "b", "c")),
 }
-CONSUMERS = {name: ("a", "b") if name == "a+b" else ("a",) for name in POOLS}
-VARIANTS = ("floor", "library", *POOLS)
+CONSUMERS: dict[str, tuple[str | None, ...]] = {"library": (None,), "a+b": ("a", "b")}
+VARIANTS = ("floor", *POOLS)
+#: The backlog of a count under callgrind (--instructions), which runs some 50 times slower.
+INSTRUCTION_ITEMS, INSTRUCTION_PARTITIONS = 1000, 100
 #: Issue 26's bar for a dequeue+ack without kinds, over the floor.
 FLOOR_BAR = 2.3
 PAYLOAD_SIZE = 100
@@ -73,10 +89,24 @@ def pooled_backlog(client: redis.Redis, variant: str, n: int, partitions: int) -
         queue.enqueue(f"p{p}", [Item(payload(f"p{p}", k), kinds=k) for k in kinds])
 
 
-def kinds_pairs(client: redis.Redis, variant: str, n: int, partitions: int) -> float:
-    """µs of Redis time per dequeue+ack by the variant's consumers in turn (pooled_backlog)."""
+@dataclass(frozen=True)
+class Round:
+    """One variant's round, its backlog queued: the pairs to run, how many, and the check of
+    what they leased (run after, outside what is measured)."""
+
+    run: Callable[[], None]
+    pairs: int
+    check: Callable[[], None]
+
+
+def prepared(client: redis.Redis, variant: str, n: int, partitions: int) -> Round:
+    """Queue the variant's backlog; its round over it."""
+    if variant == "floor":
+        floor_backlog(client, n)
+        return Round(lambda: floor_drain(client), n, lambda: None)
     pooled_backlog(client, variant, n, partitions)
-    consumers = [FairQueue(client, variant, kind=kind) for kind in CONSUMERS[variant]]
+    kinds = CONSUMERS.get(variant, ("a",))
+    consumers = [FairQueue(client, variant, kind=kind) for kind in kinds]
     taken = n // partitions * partitions
     leased: Counter[str] = Counter()
 
@@ -86,16 +116,14 @@ def kinds_pairs(client: redis.Redis, variant: str, n: int, partitions: int) -> f
             lease = consumer.dequeue()
             if lease is None:
                 raise RuntimeError(f"{variant}: kind {consumer.kind} found nothing, pair {i}")
-            partition, kinds, _ = lease.payload.split("|", 2)
-            if kinds and consumer.kind not in kinds.split(","):
-                raise RuntimeError(f"{variant}: kind {consumer.kind} leased an item of {kinds}")
+            partition, named, _ = lease.payload.split("|", 2)
+            if named and consumer.kind not in named.split(","):
+                raise RuntimeError(f"{variant}: kind {consumer.kind} leased an item of {named}")
             if not consumer.ack(lease.task_id, lease.token):
                 raise RuntimeError(f"{variant}: the ack of {lease.task_id} was refused")
             leased[partition] += 1
 
-    usec = fcall_usec(client, pairs) / taken
-    check_steady(client, variant, partitions, leased)
-    return usec
+    return Round(pairs, taken, lambda: check_steady(client, variant, partitions, leased))
 
 
 def check_steady(client: redis.Redis, variant: str, partitions: int, leased: Counter[str]) -> None:
@@ -106,7 +134,7 @@ def check_steady(client: redis.Redis, variant: str, partitions: int, leased: Cou
     idle = [f"p{p}" for p in range(partitions) if left.get(f"p{p}", 0) <= 0]
     if idle:
         raise RuntimeError(f"{variant}: partitions went idle, off the steady path: {idle}")
-    if len(CONSUMERS[variant]) == 1 and len(set(leased.values())) > 1:
+    if len(CONSUMERS.get(variant, ("a",))) == 1 and len(set(leased.values())) > 1:
         raise RuntimeError(f"{variant}: leases not spread evenly over partitions: {leased}")
 
 
@@ -116,29 +144,66 @@ def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, lis
     load(client)
     found: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _, name in alternate(rounds, VARIANTS):
-        if name == "floor":
-            found[name].append(floor_pairs(client, items))
-        elif name == "library":
-            found[name].append(library_pairs(client, items, partitions))
-        else:
-            found[name].append(kinds_pairs(client, name, items, partitions))
+        one = prepared(client, name, items, partitions)
+        found[name].append(fcall_usec(client, one.run) / one.pairs)
+        one.check()
         client.flushall()  # each round starts from an empty server (functions stay loaded)
     client.close()
     return found
 
 
+def instructions(binary: str | None, items: int, partitions: int) -> dict[str, float]:
+    """Each variant's redis-server instructions per dequeue+ack, one round each under callgrind
+    (scripts/benchkit/instructions.py): a count that the machine's load does not move."""
+    if binary:
+        os.environ["FAIRGPU_REDIS_SERVER"] = binary
+    found: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        os.environ["FAIRGPU_REDIS_SERVER"] = str(wrapper(Path(tmp), out))
+        redis_server.START_TIMEOUT_S = 60.0  # valgrind starts slowly
+        with RedisServer(Path(tmp) / "redis") as server:
+            assert server.process is not None
+            client = redis.Redis.from_url(server.url, socket_timeout=60)
+            load(client)
+            for name in VARIANTS:
+                one = prepared(client, name, items, partitions)
+                found[name] = count(server.process.pid, out, one.run) / one.pairs
+                one.check()
+                client.flushall()
+            client.close()
+    return found
+
+
+def report(mid: dict[str, float], *, timed: bool) -> None:
+    """Print the ratios of each variant's mid value to the floor's and the library's."""
+    one_class = ratio(mid["library"], mid["floor"])
+    verdict = "within" if one_class <= FLOOR_BAR else "NOT within"
+    bar = f"{verdict} the {FLOOR_BAR}x bar" if timed else "the bar is on time, not instructions"
+    print(f"library / floor = {one_class:.2f} ({bar})")
+    for name in POOLS:
+        if name != "library":
+            to_floor, to_library = ratio(mid[name], mid["floor"]), ratio(mid[name], mid["library"])
+            print(f"{name} / floor = {to_floor:.2f}, / library = {to_library:.2f}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print each variant's median µs per dequeue+ack, and its ratios to the floor and to the
-    library without kinds."""
+    """Print each variant's median µs per dequeue+ack (or with --instructions, its
+    redis-server instructions), and its ratios to the floor and to the library without kinds."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--redis-server")
+    known, _ = parser.parse_known_args(argv)  # the timed rounds read the rest
+    if known.instructions:
+        counted = instructions(known.redis_server, INSTRUCTION_ITEMS, INSTRUCTION_PARTITIONS)
+        for name, value in counted.items():
+            print(f"{name}: {value:,.0f} instructions per dequeue+ack")
+        report(counted, timed=False)
+        return 0
     found = measured_on_own_redis(__doc__, argv, measure)
     mid = {name: median(values) for name, values in found.items()}
     for name, values in found.items():
         each = ", ".join(f"{v:.1f}" for v in values)
         print(f"{name}: {mid[name]:.1f} µs per dequeue+ack (rounds: {each})")
-    one_class = ratio(mid["library"], mid["floor"])
-    verdict = "within" if one_class <= FLOOR_BAR else "NOT within"
-    print(f"library / floor = {one_class:.2f} ({verdict} the {FLOOR_BAR}x bar)")
-    for name in POOLS:
-        to_floor, to_library = ratio(mid[name], mid["floor"]), ratio(mid[name], mid["library"])
-        print(f"{name} / floor = {to_floor:.2f}, / library = {to_library:.2f}")
+    report(mid, timed=True)
     return 0
