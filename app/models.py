@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from app.fleet.needs import GpuNeed
 from app.webhook_url import WebhookUrl
 
 #: The two queues: short jobs (at most MAX_SHORT_S) and long ones.
@@ -15,9 +16,10 @@ Kind = Literal["short", "long"]
 KINDS: tuple[Kind, ...] = ("short", "long")
 #: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
 StoppedBy = Literal["owner", "operator"]
-#: Why a queued job waits (the first that holds): its account is at a limit of its own, it is
-#: next and every worker of its queue is busy, or other jobs go first.
-WaitingFor = Literal["account_limit", "gpu", "turn"]
+#: Why a queued job waits (the first that holds): no live worker has a card of a class it may
+#: run on, its account is at a limit of its own, it is next and every worker of its queue is
+#: busy, or other jobs go first.
+WaitingFor = Literal["gpu_class", "account_limit", "gpu", "turn"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
 #: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
 #: out of GPU memory, its type's setup() failed (the job never began: not billed), the service
@@ -117,6 +119,11 @@ class TypedEnqueueRequest(BaseModel):
         description="script jobs only: whether the scheduler may ask a run to yield its GPU "
         "(SIGTERM; it resumes later from its checkpoint folder); a typed job's type decides, "
         "and the field is a 422 there",
+    )
+    gpu: GpuNeed | None = Field(
+        None,
+        description="narrows what the job's type needs of its card (GET /job-types): the GPU "
+        "classes it may run on, the memory it needs; never widens it (a 422 naming the field)",
     )
 
     @field_validator("duration_s", mode="before")
@@ -252,7 +259,8 @@ class TaskStatus(BaseModel):
     position: int | None = Field(None, description="0-based place in its queue while PENDING")
     waiting_for: WaitingFor | None = Field(
         None,
-        description="while PENDING, why it waits: its account is at its max_running or "
+        description="while PENDING, why it waits: no live worker has a card of a GPU class it "
+        "may run on (gpu_class); its account is at its max_running or "
         "max_held_gpu_seconds (account_limit); it is next and the workers are busy (gpu); "
         "other jobs go first, by fair share or the short/long rule (turn)",
     )
@@ -305,6 +313,18 @@ class JobTypeView(BaseModel):
         False,
         description="whether a run of it may be asked to yield its GPU to a job that is owed "
         "one, and resumed later from its checkpoint (docs/jobs.md)",
+    )
+    gpu: list[str] | None = Field(
+        None, description="the GPU classes its jobs may run on, in order of preference; null: any"
+    )
+    min_gpu_memory_gb: float | None = Field(
+        None, description="the memory of one card its jobs need, in GB; null: any card"
+    )
+    gpu_classes: list[str] | None = Field(
+        None,
+        description="the catalog's classes that can serve its jobs, in its order of preference "
+        "(its own, else the cheapest first); null without a catalog (any card); empty when "
+        "none can (a submit of it is a 422)",
     )
 
 

@@ -15,6 +15,9 @@ from app.api.deps import NOT_FOUND
 from app.api.live import held
 from app.api.runtime import Runtime
 from app.auth import Account
+from app.fleet.needs import catalog_of
+from app.fleet.routing import mixed
+from app.fleet.view import live_classes, live_fleet_async
 from app.models import ErrorBody, Status, TaskStatus, WaitingFor
 from app.store import JobRecord
 from app.wiring.limits import limits_for
@@ -78,12 +81,15 @@ async def job_status(runtime: Runtime, job: JobRecord) -> TaskStatus:
 
 
 async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) -> TaskStatus:
-    """A queued job's status at a place in line, with its estimated start and why it waits: its
-    account's limits first (its start is then when they should let it, its account's jobs ahead
+    """A queued job's status at a place in line, with its estimated start and why it waits: no
+    worker of the fleet has a card of a class it may run on (gpu_class: no estimate then), else
+    its account's limits (its start is then when they should let it, its account's jobs ahead
     of it walked in order: app/api/live/held.py), else it is next (a GPU), else other jobs go
     first (its turn)."""
     if position is None:
         return job.status_view(position, None)
+    if not await _served(runtime, job):
+        return job.status_view(position, None, "gpu_class")
     account = runtime.accounts.get(job.owner)
     if account is None or limits_for(account).none:
         # an account without limits is never held back: no read of the queue's limits for it
@@ -101,3 +107,14 @@ async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) 
     if line.hold is not None:
         waiting_for = "account_limit"
     return job.status_view(position, start_at, waiting_for)
+
+
+async def _served(runtime: Runtime, job: JobRecord) -> bool:
+    """Whether a live worker (one heard within FLEET_TTL_S) has a card of a class the job may
+    run on. Asked only in a mixed fleet: with one class (or none) every worker serves every job,
+    and the status costs what it did before the catalog."""
+    settings = runtime.settings
+    if not job.gpu_classes or not mixed(catalog_of(settings.gpu_classes)):
+        return True
+    fleet = await live_fleet_async(runtime.redis, settings.fleet_ttl_s, runtime.clock.now())
+    return not live_classes(fleet).isdisjoint(job.gpu_classes)

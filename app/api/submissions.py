@@ -16,6 +16,7 @@ from fastapi import HTTPException, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from app.fleet.needs import GpuNeed, NeedError, allowed_classes, catalog_of
 from app.jobs import JobType, Registry
 from app.models import EnqueueRequest, Kind, TypedEnqueueRequest
 from app.settings import Settings
@@ -45,13 +46,17 @@ class Submission:
     preemptible: bool = False
     #: The uploaded code a script job runs (its input's `code`); None for any other type.
     code: str | None = None
+    #: The GPU classes it may run on, in order of preference; () for any card.
+    gpu_classes: tuple[str, ...] = ()
+    #: The body's `gpu`, as it asked (part of the request's fingerprint); None when not given.
+    gpu: GpuNeed | None = None
 
     def fingerprint(self) -> str:
         """What identifies the request for an Idempotency-Key. A burn job without input keeps
         the original body's fingerprint, so both spellings of it (and keys remembered from
         before types) match; any other job adds its type and a digest of its input, and a
-        script job whether it is preemptible (the body's say, not its type's). A webhook adds a
-        digest of its URL."""
+        script job whether it is preemptible (the body's say, not its type's). A body's `gpu`
+        adds the need it states, and a webhook a digest of its URL."""
         if self.type == BURN and self.input_json == NO_INPUT:
             job = f"{self.kind}:{self.duration_s!r}"
         else:
@@ -59,6 +64,8 @@ class Submission:
             job = f"{self.type}:{self.kind}:{self.duration_s!r}:{digest}"
             if self.type == SCRIPT and self.preemptible:
                 job = f"{job}:preemptible"
+        if self.gpu is not None:
+            job = f"{job}:gpu:{self.gpu.fingerprint()}"
         if self.webhook is None:
             return job
         return f"{job}:webhook:{hashlib.sha256(self.webhook.encode()).hexdigest()}"
@@ -86,7 +93,18 @@ def submission(
             f"only a script job says whether it is preemptible; type {job_type.name}'s runs "
             f"{'may' if job_type.preemptible else 'may not'} be asked to yield, as its type says",
         )
-    return Submission(job_type.name, input_json, kind, duration_s, body.webhook, preemptible, code)
+    gpu_classes = _gpu_classes(job_type, body.gpu, settings)
+    return Submission(
+        job_type.name,
+        input_json,
+        kind,
+        duration_s,
+        body.webhook,
+        preemptible,
+        code,
+        gpu_classes,
+        body.gpu,
+    )
 
 
 def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Submission:
@@ -98,8 +116,25 @@ def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Subm
     limit = settings.max_duration_s(body.kind)
     duration_s = _duration(job_type, body.kind, body.duration_s, limit)
     return Submission(
-        job_type.name, input_json, body.kind, duration_s, body.webhook, job_type.preemptible
+        job_type.name,
+        input_json,
+        body.kind,
+        duration_s,
+        body.webhook,
+        job_type.preemptible,
+        gpu_classes=_gpu_classes(job_type, None, settings),
     )
+
+
+def _gpu_classes(job_type: JobType, body: GpuNeed | None, settings: Settings) -> tuple[str, ...]:
+    """The classes the job may run on (app/fleet/needs.py); a 422 naming the field when its
+    need names a class the catalog lacks, widens its type's, or no class of the catalog meets
+    it."""
+    catalog = catalog_of(settings.gpu_classes)
+    try:
+        return allowed_classes(catalog, job_type.gpu, job_type.min_gpu_memory_gb, body)
+    except NeedError as exc:
+        raise _invalid(tuple(exc.field.split(".")), exc.kind, exc.message) from None
 
 
 async def checked_submission(

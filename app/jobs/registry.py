@@ -7,8 +7,10 @@ JSON and strictly, whatever its model's own config says: no value is coerced (no
 for an integer), and a field the model does not name is refused; a type opts out with
 `@job(..., strict_input=False)`, and its model then reads inputs as it says. A type declared with
 `@job(..., preemptible=True)` may have a run asked to yield its GPU and resumed later from its
-checkpoint (JobContext.preempted, checkpoint_dir); no other type's run is ever preempted. The
-registry imports
+checkpoint (JobContext.preempted, checkpoint_dir); no other type's run is ever preempted. A type
+may say what it needs of its card (`gpu=[classes, in order of preference]`,
+`min_gpu_memory_gb=N`: app/fleet/needs.py); a need is checked here for its form, and at submit
+against the deployment's catalog. The registry imports
 the built-in types (app.jobs.builtin), the modules named by JOB_MODULES and the entry points
 of the group `fairgpu.jobs`, and collects every JobType it finds there. A name registered twice,
 or a module that cannot be imported, is a RegistryError: the process stops at start.
@@ -21,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +72,10 @@ class JobType:
     requires: tuple[str, ...] = ()
     strict_input: bool = True
     preemptible: bool = False
+    #: The GPU classes its jobs may run on, in order of preference; None: any class.
+    gpu: tuple[str, ...] | None = None
+    #: The memory of one card its jobs need, in GB (10^9 bytes); None: any card.
+    min_gpu_memory_gb: float | None = None
 
     @property
     def module(self) -> str:
@@ -143,12 +150,16 @@ def job(
     requires: Sequence[str] = (),
     strict_input: bool = True,
     preemptible: bool = False,
+    gpu: Sequence[str] | None = None,
+    min_gpu_memory_gb: float | None = None,
 ) -> Callable[[Callable[..., Any]], JobType]:
     """Register a function or class as a job type (see the module's docstring). `requires` names
     importable packages it needs; where one is missing the type is listed as unavailable.
     `strict_input=False` reads inputs as the input model's own config says, coercion and
     unknown fields included, instead of strictly. `preemptible=True` lets the scheduler ask its
-    runs to yield their GPU (docs/jobs.md, "Preemptible jobs and checkpoints")."""
+    runs to yield their GPU (docs/jobs.md, "Preemptible jobs and checkpoints"). `gpu` names the
+    GPU classes its jobs may run on, in order of preference, and `min_gpu_memory_gb` the memory
+    they need (docs/jobs.md, "What a job needs of its card")."""
 
     def register(target: Callable[..., Any]) -> JobType:
         _checked_name(name)  # before the annotations: the name is what an error names
@@ -168,6 +179,8 @@ def job(
             requires=tuple(requires),
             strict_input=strict_input,
             preemptible=_checked_flag(name, "preemptible", preemptible),
+            gpu=_checked_classes(name, gpu),
+            min_gpu_memory_gb=_checked_memory(name, min_gpu_memory_gb),
         )
 
     return register
@@ -193,6 +206,40 @@ def _checked_flag(name: str, flag: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise RegistryError(f"job type {name!r}: {flag} is True or False, got {value!r}")
     return value
+
+
+def _checked_classes(name: str, gpu: object) -> tuple[str, ...] | None:
+    """The classes a type names: a non-empty list of distinct class names (a bare string is
+    refused: it would read as a list of letters)."""
+    if gpu is None:
+        return None
+    if isinstance(gpu, str) or not isinstance(gpu, Sequence) or not gpu:
+        raise RegistryError(
+            f"job type {name!r}: gpu is a non-empty list of GPU class names, got {gpu!r}"
+        )
+    classes = tuple(gpu)
+    if not all(isinstance(c, str) and NAME.match(c) for c in classes):
+        raise RegistryError(
+            f"job type {name!r}: gpu names classes as the catalog does (1 to 64 of a-z, 0-9, "
+            f"'.', '_', '-'), got {gpu!r}"
+        )
+    if len(set(classes)) != len(classes):
+        raise RegistryError(f"job type {name!r}: gpu names a class twice: {gpu!r}")
+    return classes
+
+
+def _checked_memory(name: str, memory_gb: object) -> float | None:
+    if memory_gb is None:
+        return None
+    if (
+        isinstance(memory_gb, bool)
+        or not isinstance(memory_gb, int | float)
+        or not 0 < memory_gb < math.inf
+    ):
+        raise RegistryError(
+            f"job type {name!r}: min_gpu_memory_gb is a positive number of GB, got {memory_gb!r}"
+        )
+    return float(memory_gb)
 
 
 def _checked_budget(name: str, seconds: float) -> float:

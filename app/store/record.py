@@ -142,6 +142,8 @@ class JobRecord:
     ran_runs: int | None = None  # how many earlier runs those are (absent: its preemptions)
     run_s: float | None = None  # the seconds of its last run, once ended and billed
     facts: str | None = None  # JSON text, what its last run noted (ctx.note)
+    #: The GPU classes it may run on, in order of preference; () any card (app/fleet/needs.py).
+    gpu_classes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -176,6 +178,7 @@ class JobRecord:
             ran_runs=_whole(fields, "ran_runs"),
             run_s=_number(fields, "run_s"),
             facts=fields.get("facts"),
+            gpu_classes=tuple(filter(None, fields.get("gpu_classes", "").split(","))),
         )
 
     @property

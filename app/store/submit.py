@@ -59,6 +59,8 @@ class NewJob:
     once: tuple[str, str] | None = None
     budget: Budget | None = None
     preemptible: bool = False
+    #: The GPU classes it may run on, in order of preference (app/fleet/needs.py); () any card.
+    gpu_classes: tuple[str, ...] = ()
 
 
 def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
@@ -85,6 +87,7 @@ def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
         CHANNEL,
         *_budget_args(job.budget),
         "1" if job.preemptible else "",
+        ",".join(job.gpu_classes),  # a class's name holds no comma (app/fleet/catalog.py NAME)
     ]
 
 
