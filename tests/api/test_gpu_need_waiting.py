@@ -82,9 +82,18 @@ async def test_a_job_any_class_serves_waits_as_before(api: Api, r: redis.Redis) 
     assert (await waiting_for(api, await queued(api, ())))[0] == "turn"
 
 
-async def test_a_submit_the_fleet_cannot_serve_yet_is_accepted(api: Api) -> None:
+async def test_a_submit_the_fleet_cannot_serve_yet_is_accepted_and_waits(
+    api: Api, r: redis.Redis
+) -> None:
     response = await api.client.post("/enqueue-task", json={"type": MEMORY}, headers=KEY)
     assert response.status_code == 200, response.text
+    job_id = response.json()["task_id"]
+    job = await api.runtime.store.get(job_id)
+    assert job is not None and job.gpu_classes == ("big",)
+    heard(r, "small-1", "small")
+    assert await waiting_for(api, job_id) == ("gpu_class", None)
+    heard(r, "big-1", "big")
+    assert (await waiting_for(api, job_id))[0] == "gpu"
 
 
 async def test_without_a_catalog_any_card_serves(settings: Settings) -> None:
