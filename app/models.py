@@ -203,6 +203,16 @@ class JobResult(BaseModel):
 
     worker: str | None = None
     gpu_id: int | None = None
+    gpu_class: str | None = Field(
+        None,
+        description="the class of card (GPU_CLASSES) its run ended on; null without a catalog, "
+        "and until the run has ended",
+    )
+    host: str | None = Field(
+        None,
+        description="the host of the worker its run ended on (WORKER_HOST, else the machine's "
+        "name); null until the run has ended",
+    )
     duration_s: float
     enqueued_at: float
     started_at: float | None = None

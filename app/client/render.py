@@ -70,6 +70,7 @@ def about(before: str, task_id: str, after: str) -> Text:
 
 #: Why a queued job waits, in words (TaskStatus.waiting_for).
 WAITING_FOR: dict[WaitingFor, str] = {
+    "gpu_class": "a card of its class: no worker of the fleet has one",
     "account_limit": "its account's limit (max_running or max_held_gpu_seconds)",
     "gpu": "a GPU: it is next",
     "turn": "its turn: other jobs go first",

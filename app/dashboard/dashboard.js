@@ -546,6 +546,7 @@
 
   // Why a queued job waits (its status's waiting_for), after its place in line.
   const WAITING_FOR = {
+    gpu_class: "waiting for a card of its class",
     account_limit: "held by your account's limit",
     gpu: "waiting for a GPU",
     turn: "waiting for its turn",

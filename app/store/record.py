@@ -144,6 +144,8 @@ class JobRecord:
     facts: str | None = None  # JSON text, what its last run noted (ctx.note)
     #: The GPU classes it may run on, in order of preference; () any card (app/fleet/needs.py).
     gpu_classes: tuple[str, ...] = ()
+    host: str | None = None  # where its run ended: its worker's host and class of card
+    gpu_class: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -179,6 +181,8 @@ class JobRecord:
             run_s=_number(fields, "run_s"),
             facts=fields.get("facts"),
             gpu_classes=tuple(filter(None, fields.get("gpu_classes", "").split(","))),
+            host=fields.get("host"),
+            gpu_class=fields.get("gpu_class"),
         )
 
     @property
@@ -209,6 +213,8 @@ class JobRecord:
             result = JobResult(
                 worker=self.worker,
                 gpu_id=self.gpu_id,
+                gpu_class=self.gpu_class,
+                host=self.host,
                 duration_s=self.duration_s,
                 enqueued_at=self.enqueued_at,
                 started_at=self.started_at,

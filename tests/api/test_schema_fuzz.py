@@ -81,7 +81,16 @@ NOT_APPLICABLE = {
 #: address that is not public (a name is resolved at delivery only, never at submit). Errors
 #: under the body's `input` are its type's (GET /job-types).
 BEYOND_THE_SCHEMA = frozenset(
-    {"job_type", "job_type_unavailable", "webhooks_disabled", "webhook_address"}
+    {
+        "job_type",
+        "job_type_unavailable",
+        "webhooks_disabled",
+        "webhook_address",
+        # only the catalog (GPU_CLASSES) decides whether a class exists and meets a need
+        "gpu_class_unknown",
+        "gpu_class_not_allowed",
+        "gpu_need_unmet",
+    }
 )
 OVER_THE_LIMIT = "duration_s must be at most "
 #: A job whose GPU-seconds pass its account's max_held_gpu_seconds (an admin's PATCH may set it).

@@ -21,6 +21,8 @@ from app.api.runtime import Runtime
 from app.api.submissions import Submission, checked_submission
 from app.auth import Account
 from app.errors import IdempotencyMismatchError, from_reply
+from app.fleet.needs import catalog_of
+from app.fleet.routing import item_kinds
 from app.models import (
     EnqueueBody,
     EnqueueResponse,
@@ -86,7 +88,8 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
             "description": "an invalid job (an unknown or unavailable type, an input that its "
             "type refuses, a duration over the limit, a webhook this deployment does not send "
             "to, `preemptible` on a job that is not a script job, a script job's `input.code` "
-            "that names no code of the account's), a job whose GPU-seconds pass the account's "
+            "that names no code of the account's, a `gpu` need its type does not allow or that "
+            "no class of the catalog meets), a job whose GPU-seconds pass the account's "
             "max_held_gpu_seconds (it could never start), a body not sent as application/json, "
             "or an Idempotency-Key used before with another body",
         },
@@ -150,8 +153,16 @@ async def submit(
         webhook=job.webhook,
         rate=runtime.limiter.counter(caller.key_digest),
         once=None if idempotency_key is None else (idempotency_key, job.fingerprint()),
-        budget=budget(caller.account, runtime.settings, job.kind, job.duration_s, job.type),
+        budget=budget(
+            caller.account,
+            runtime.settings,
+            job.kind,
+            job.duration_s,
+            job.type,
+            class_price=catalog_of(runtime.settings.gpu_classes).dearest_price(job.gpu_classes),
+        ),
         preemptible=job.preemptible,
+        gpu_classes=job.gpu_classes,
     )
     most = caller.account.max_queued or runtime.settings.max_queued_per_account
     try:
@@ -218,7 +229,8 @@ async def _admit_and_enqueue(
 ) -> tuple[str, bool]:
     """The one call: (the job's id, whether it was created); the store's hooks' error replies
     become the store's exceptions. The triggers it asks for are published before the answer."""
-    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s)
+    kinds = item_kinds(catalog_of(runtime.settings.gpu_classes), new.gpu_classes)
+    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s, kinds)
     args = hook_args(owner, new, runtime.settings)
     try:
         admitted = await runtime.queues[new.kind].admit_and_enqueue(
@@ -229,6 +241,8 @@ async def _admit_and_enqueue(
     if admitted.triggers:
         publish = runtime.service.queues[new.kind].publish_triggers
         await asyncio.to_thread(publish, admitted.triggers)  # Celery's publish blocks the loop
+    if kinds and admitted.queued:  # a mixed fleet: wake a card of each class it may run on
+        await asyncio.to_thread(runtime.service.queues[new.kind].trigger_kinds, kinds)
     return submitted(new, admitted)
 
 
