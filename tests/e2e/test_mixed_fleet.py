@@ -23,7 +23,7 @@ WORKERS = {"big0": ("big", "node-a"), "small0": ("small", "node-b"), "small1": (
 
 
 def submit(stack: Stack, duration_s: float, gpu: dict[str, Any] | None = None) -> str:
-    body: dict[str, Any] = {"duration_s": duration_s, "kind": "short"}
+    body: dict[str, Any] = {"type": "burn", "duration_s": duration_s, "kind": "short"}
     if gpu is not None:
         body["gpu"] = gpu
     reply = post_job(stack, body)
@@ -42,7 +42,9 @@ def test_jobs_run_only_on_the_cards_they_may_use(make_stack: Callable[..., Stack
         stack.start_worker(name, env={"WORKER_GPU_CLASS": gpu_class, "WORKER_HOST": host})
     stack.wait_for_workers()
 
-    refused = post_job(stack, {"duration_s": 0.1, "kind": "short", "gpu": {"min_memory_gb": 100}})
+    refused = post_job(
+        stack, {"type": "burn", "duration_s": 0.1, "kind": "short", "gpu": {"min_memory_gb": 100}}
+    )
     assert refused.status_code == 422, refused.text
     assert "gpu" in refused.text
 
