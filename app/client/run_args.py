@@ -62,6 +62,17 @@ def check_gpus(count: int) -> None:
         )
 
 
+def gpu_need(classes: list[str] | None, memory_gb: float | None) -> dict[str, object] | None:
+    """The submit's `gpu` from --gpu-class and --gpu-memory; None when neither is given (the
+    server checks the names and the memory against its catalog: a 422 says what is wrong)."""
+    need: dict[str, object] = {}
+    if classes:
+        need["classes"] = classes
+    if memory_gb is not None:
+        need["min_memory_gb"] = memory_gb
+    return need or None
+
+
 def refused_name(name: str) -> str | None:
     """Why the script may not be given a variable of this name, or None when it may."""
     if not NAME.match(name):

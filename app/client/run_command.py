@@ -27,6 +27,7 @@ from app.client.run_args import (
     ArgumentError,
     check_command,
     check_gpus,
+    gpu_need,
     parse_duration,
     parse_env,
 )
@@ -59,6 +60,24 @@ def run(
             help="GPUs the job needs: 1 for now (jobs of several GPUs come with issue 42)",
         ),
     ] = 1,
+    gpu_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-class",
+            metavar="CLASS",
+            help="a class of card it may run on (GPU_CLASSES); repeat for more",
+            show_default=False,
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-memory",
+            metavar="GB",
+            help="the card memory it needs, in GB: only classes that hold it run it",
+            show_default=False,
+        ),
+    ] = None,
     duration: Annotated[
         str | None,
         typer.Option(
@@ -129,7 +148,8 @@ def run(
             job["code"] = send_code(client, Path.cwd(), include_env=include_env)
         except KeyboardInterrupt:
             fail("interrupted: nothing was submitted", INTERRUPTED)
-        task_id = _submit(client, job, budget, queue, preemptible=preemptible)
+        need = gpu_need(gpu_class, gpu_memory)
+        task_id = _submit(client, job, budget, queue, preemptible=preemptible, gpu=need)
         try:
             state = follow(client, task_id)
             code = _show_result(client, state, download)
@@ -175,8 +195,9 @@ def _submit(
     queue: Kind,
     *,
     preemptible: bool,
+    gpu: dict[str, object] | None = None,
 ) -> str:
-    """Submit the script job; its task id."""
+    """Submit the script job (with its need of a card, if any); its task id."""
 
     def send() -> str:
         reply = client.submit_job(
@@ -185,6 +206,7 @@ def _submit(
             duration_s=budget,
             kind=queue,
             preemptible=True if preemptible else None,
+            gpu=gpu,
         )
         return reply.task_id
 

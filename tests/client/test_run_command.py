@@ -94,6 +94,13 @@ def test_one_gpu_is_taken_and_more_wait_for_jobs_of_several_gpus() -> None:
             check_gpus(count)
 
 
+def test_gpu_flags_become_the_submits_need_of_a_card() -> None:
+    assert run_args.gpu_need(None, None) is None
+    assert run_args.gpu_need(["big", "small"], None) == {"classes": ["big", "small"]}
+    assert run_args.gpu_need([], 40.0) == {"min_memory_gb": 40.0}
+    assert run_args.gpu_need(["big"], 40.0) == {"classes": ["big"], "min_memory_gb": 40.0}
+
+
 def test_variables_are_name_value_pairs_the_last_winning() -> None:
     given = ["LR=0.1", "URL=http://x/?a=b", "EMPTY=", "LR=0.2"]
     assert parse_env(given, {}) == {"LR": "0.2", "URL": "http://x/?a=b", "EMPTY": ""}
