@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.fleet.catalog import Catalog
-from app.vtrr.celery_queue import kind_celery_queue
+from app.vtrr.celery_task import kind_celery_queue
 
 
 def mixed(catalog: Catalog) -> bool:

@@ -16,10 +16,9 @@ trigger of any of them then runs the item that a policy of the application picks
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, overload
+from collections.abc import Callable, Iterable
+from typing import Any, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
@@ -29,14 +28,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.vtrr.aio import AsyncFairQueue
+from app.vtrr.celery_task import TASK_OPTIONS, VTRRTask, kind_celery_queue
 from app.vtrr.delivery import Delivery, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
 from app.vtrr.group import QueueGroup
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
-from app.vtrr.item import Item, Shares
+from app.vtrr.item import Shares
 from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND, Placement
-from app.vtrr.pool import check_kind
 from app.vtrr.queue import FairQueue
 from app.vtrr.scripts import Scripts, no_trigger_push
 from app.vtrr.trigger_push import broker_is, trigger_message
@@ -44,80 +43,12 @@ from app.vtrr.wire import as_text
 
 log = logging.getLogger(__name__)
 
-#: The Celery options that @vtrr.task passes on; `bind` is accepted and ignored (always bound).
-TASK_OPTIONS = frozenset(
-    {
-        "base",
-        "max_retries",
-        "default_retry_delay",
-        "autoretry_for",
-        "retry_backoff",
-        "retry_backoff_max",
-        "retry_jitter",
-        "retry_kwargs",
-        "soft_time_limit",
-        "time_limit",
-        "acks_late",
-        "reject_on_worker_lost",
-    }
-)
-ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
 _FINAL_STATES = frozenset({celery_states.SUCCESS, celery_states.FAILURE})
 #: A task that raised one of these could not reach Redis: it keeps its lease (see after_return).
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 #: A process's stored trigger message expires unless it publishes again: messages of processes
 #: long gone do not pile up, and a live one stores its message again at the next top-up.
 TRIGGER_MESSAGE_TTL_S = 86_400
-
-
-def kind_celery_queue(celery_queue: str, kind: str) -> str:
-    """The Celery queue of the triggers for the consumers of one kind (pool.py)."""
-    return f"{celery_queue}.{check_kind(kind)}"
-
-
-class Policy(Protocol):
-    """How a worker that serves several queues together chooses among them (serve_together)."""
-
-    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
-        """The queues to lease from for a run of a trigger of `trigger`, preferred first: the
-        fairest item of the first one with any queued runs."""
-        ...
-
-    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
-        """Told after each lease where it came from (None: every queue was empty) and how many
-        items each queue (by name) still has queued."""
-        ...
-
-
-class VTRRTask:
-    """What @vtrr.task returns: `queue()` puts work in line; `celery_task` is what workers run."""
-
-    def __init__(self, vtrr: VTRRQueue, celery_task: Task) -> None:  # type: ignore[type-arg]
-        self.vtrr = vtrr
-        self.celery_task = celery_task
-        self.name: str = celery_task.name
-
-    def queue(self, partition_key: str, tasks: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Enqueue tasks of one partition in one Redis round trip; returns their task ids.
-
-        Each task is a dict with optional "id", "weight" (positive int, default 1), "args" and
-        "kwargs"; anything else is a TypeError, and nothing is queued.
-        """
-        items = [self.item(spec) for spec in tasks]
-        return self.vtrr.enqueue(partition_key, items)
-
-    def item(self, spec: Mapping[str, Any]) -> Item:
-        """The queue item for one task dict (what queue() writes), e.g. for an AsyncFairQueue."""
-        unknown = set(spec) - ITEM_FIELDS
-        if unknown:
-            raise TypeError(
-                f"unknown task fields {sorted(unknown)}; allowed: {sorted(ITEM_FIELDS)}"
-            )
-        args, kwargs = spec.get("args", []), spec.get("kwargs", {})
-        if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-            raise TypeError("a task's args must be a list and its kwargs a dict")
-        payload = json.dumps({"task": self.name, "args": list(args), "kwargs": kwargs})
-        return Item(payload=payload, id=spec.get("id"), weight=spec.get("weight", 1))
 
 
 class VTRRQueue(FairQueue):

@@ -18,7 +18,7 @@ from celery import Celery, Task
 
 from app.dev.redis_server import RedisServer
 from app.vtrr import VTRRQueue, VTRRTask
-from app.vtrr.celery_queue import TASK_OPTIONS
+from app.vtrr.celery_task import TASK_OPTIONS
 
 BROKER_DB = 1
 

@@ -1,0 +1,87 @@
+"""What @VTRRQueue.task makes (VTRRTask: the task and its queue() of items), the options it
+passes on to Celery, the policy of queues served together, and the Celery queue of a kind's
+triggers: the pieces of celery_queue.py that do not need the queue itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from celery import Task
+
+from app.vtrr.item import Item
+from app.vtrr.pool import check_kind
+
+if TYPE_CHECKING:
+    from app.vtrr.celery_queue import VTRRQueue
+
+
+def kind_celery_queue(celery_queue: str, kind: str) -> str:
+    """The Celery queue of the triggers for the consumers of one kind (pool.py)."""
+    return f"{celery_queue}.{check_kind(kind)}"
+
+
+#: The Celery options that @vtrr.task passes on; `bind` is accepted and ignored (always bound).
+TASK_OPTIONS = frozenset(
+    {
+        "base",
+        "max_retries",
+        "default_retry_delay",
+        "autoretry_for",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "retry_kwargs",
+        "soft_time_limit",
+        "time_limit",
+        "acks_late",
+        "reject_on_worker_lost",
+    }
+)
+ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
+
+
+class Policy(Protocol):
+    """How a worker that serves several queues together chooses among them (serve_together)."""
+
+    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
+        """The queues to lease from for a run of a trigger of `trigger`, preferred first: the
+        fairest item of the first one with any queued runs."""
+        ...
+
+    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
+        """Told after each lease where it came from (None: every queue was empty) and how many
+        items each queue (by name) still has queued."""
+        ...
+
+
+class VTRRTask:
+    """What @vtrr.task returns: `queue()` puts work in line; `celery_task` is what workers run."""
+
+    def __init__(self, vtrr: VTRRQueue, celery_task: Task) -> None:  # type: ignore[type-arg]
+        self.vtrr = vtrr
+        self.celery_task = celery_task
+        self.name: str = celery_task.name
+
+    def queue(self, partition_key: str, tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Enqueue tasks of one partition in one Redis round trip; returns their task ids.
+
+        Each task is a dict with optional "id", "weight" (positive int, default 1), "args" and
+        "kwargs"; anything else is a TypeError, and nothing is queued.
+        """
+        items = [self.item(spec) for spec in tasks]
+        return self.vtrr.enqueue(partition_key, items)
+
+    def item(self, spec: Mapping[str, Any]) -> Item:
+        """The queue item for one task dict (what queue() writes), e.g. for an AsyncFairQueue."""
+        unknown = set(spec) - ITEM_FIELDS
+        if unknown:
+            raise TypeError(
+                f"unknown task fields {sorted(unknown)}; allowed: {sorted(ITEM_FIELDS)}"
+            )
+        args, kwargs = spec.get("args", []), spec.get("kwargs", {})
+        if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+            raise TypeError("a task's args must be a list and its kwargs a dict")
+        payload = json.dumps({"task": self.name, "args": list(args), "kwargs": kwargs})
+        return Item(payload=payload, id=spec.get("id"), weight=spec.get("weight", 1))
