@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from scripts.benchkit.fairness import memory, preemption, report, reshare
+from scripts.benchkit.fairness import fleet, memory, preemption, report, reshare
 from scripts.benchkit.fairness.analysis import Result, analyse, verdicts
 from scripts.benchkit.fairness.runner import run_scenario, warm_up
 from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, Scenario
@@ -43,7 +43,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenario",
         required=True,
         help=f"a scenario, a comma list, or all: {', '.join([*SCENARIOS, reshare.NAME])}; "
-        f"{memory.NAME} (three stacks of its own) and {preemption.NAME} (two) run only when named",
+        f"{memory.NAME} (three stacks of its own), {preemption.NAME} (two) and {fleet.NAME} (a "
+        "mixed fleet, one) run only when named",
     )
     p.add_argument("--scale", type=float, default=1.0, help="multiply job counts (default 1)")
     p.add_argument("--job-s", type=float, default=0.05, help="GPU-seconds per job (0.05)")
@@ -54,7 +55,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     a = p.parse_args(argv)
     names = [*SCENARIOS, reshare.NAME] if a.scenario == "all" else a.scenario.split(",")
-    alone = (reshare.NAME, memory.NAME, preemption.NAME)  # each on stacks of its own
+    alone = (reshare.NAME, memory.NAME, preemption.NAME, fleet.NAME)  # each on stacks of its own
     unknown = [n for n in names if n not in SCENARIOS and n not in alone]
     if unknown:
         every = ", ".join([*SCENARIOS, *alone])
@@ -62,6 +63,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a.reshare = reshare.NAME in names
     a.memory = memory.NAME in names
     a.preemption = preemption.NAME in names
+    a.mixed = fleet.NAME in names
     names = [n for n in names if n not in alone]
     if a.scale <= 0 or a.job_s <= 0 or a.workers < 1:
         p.error("--scale and --job-s must be positive, --workers at least 1")
@@ -155,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         preemption.report(outcomes).render(console)
         run["scenarios"][preemption.NAME] = [o.as_json() for o in outcomes]
         md.append(f"**preemption**: {preemption.summary(outcomes).removeprefix('preemption: ')}.")
+    if a.mixed:  # two classes of card, three accounts: a stack of its own
+        log("scenario mixed")
+        rounds = fleet.run(params)
+        fleet.report(rounds).render(console)
+        run["scenarios"][fleet.NAME] = [o.as_json() for o in rounds]
+        md += [f"**mixed ({o.arrivals})**: {fleet.summary(o).split(': ', 1)[1]}." for o in rounds]
     # the whole command's, the reshare scenario's stack too
     run["machine"].update(load_after=os.getloadavg(), seconds=time.monotonic() - began)
     if a.markdown is not None:
