@@ -2,9 +2,11 @@
 
 The stack's catalog has `big` (80 GB, price 2.0) and `small` (24 GB, price 1.0) cards; its
 CPU workers act as two big cards on host node-a and two small ones on node-b. Three accounts of
-share 1 submit burn jobs of JOB_S at once, interleaved: `mixed-big` a flood that needs 40 GB
-(only a big card may run it), `mixed-any` jobs that name no need (either class; the catalog's
-order prefers the cheaper small card), `mixed-small` jobs that ask for the small class.
+share 1 submit burn jobs of JOB_S: `mixed-big` a flood that needs 40 GB (only a big card may run
+it), `mixed-any` jobs that name no need (either class; the catalog's order prefers the cheaper
+small card), `mixed-small` jobs that ask for the small class. The same jobs run twice on the
+same stack: a backlog (all submitted at once, interleaved), then steady arrivals (each account
+keeps STEADY_DEPTH jobs outstanding).
 
 What it reports, per account: the jobs' waits (queued to started), which class ran them, the
 price-weighted GPU-seconds they used (run seconds x the class's price), and the account's share
