@@ -11,8 +11,8 @@
 This package imports redis and celery only; nothing else of fairgpu.
 """
 
-from app.vtrr.celery_queue import VTRRQueue
-from app.vtrr.celery_task import Policy, VTRRTask
+from app.vtrr.celery_queue import Policy, VTRRQueue
+from app.vtrr.celery_task import VTRRTask
 from app.vtrr.delivery import Delivery, Taken
 from app.vtrr.errors import (
     DropRefusedError,

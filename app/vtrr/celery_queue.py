@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, overload
 
 from celery import Celery, Task
 from celery import states as celery_states
@@ -49,6 +49,20 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 #: A process's stored trigger message expires unless it publishes again: messages of processes
 #: long gone do not pile up, and a live one stores its message again at the next top-up.
 TRIGGER_MESSAGE_TTL_S = 86_400
+
+
+class Policy(Protocol):
+    """How a worker that serves several queues together chooses among them (serve_together)."""
+
+    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
+        """The queues to lease from for a run of a trigger of `trigger`, preferred first: the
+        fairest item of the first one with any queued runs."""
+        ...
+
+    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
+        """Told after each lease where it came from (None: every queue was empty) and how many
+        items each queue (by name) still has queued."""
+        ...
 
 
 class VTRRQueue(FairQueue):

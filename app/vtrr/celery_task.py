@@ -1,20 +1,23 @@
 """What @VTRRQueue.task makes (VTRRTask: the task and its queue() of items), the options it
-passes on to Celery, the policy of queues served together, and the Celery queue of a kind's
-triggers: the pieces of celery_queue.py that do not need the queue itself."""
+passes on to Celery, and the Celery queue of a kind's triggers: the pieces of celery_queue.py
+that need nothing of the queue but its enqueue."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from celery import Task
 
 from app.vtrr.item import Item
 from app.vtrr.pool import check_kind
 
-if TYPE_CHECKING:
-    from app.vtrr.celery_queue import VTRRQueue
+
+class Enqueues(Protocol):
+    """What a VTRRTask's queue() needs of its queue (a VTRRQueue)."""
+
+    def enqueue(self, partition_key: str, items: Sequence[Item]) -> list[str]: ...
 
 
 def kind_celery_queue(celery_queue: str, kind: str) -> str:
@@ -42,24 +45,10 @@ TASK_OPTIONS = frozenset(
 ITEM_FIELDS = frozenset({"id", "weight", "args", "kwargs"})
 
 
-class Policy(Protocol):
-    """How a worker that serves several queues together chooses among them (serve_together)."""
-
-    def order(self, trigger: VTRRQueue) -> Sequence[VTRRQueue]:
-        """The queues to lease from for a run of a trigger of `trigger`, preferred first: the
-        fairest item of the first one with any queued runs."""
-        ...
-
-    def took(self, queue: VTRRQueue | None, queued: Mapping[str, int]) -> None:
-        """Told after each lease where it came from (None: every queue was empty) and how many
-        items each queue (by name) still has queued."""
-        ...
-
-
 class VTRRTask:
     """What @vtrr.task returns: `queue()` puts work in line; `celery_task` is what workers run."""
 
-    def __init__(self, vtrr: VTRRQueue, celery_task: Task) -> None:  # type: ignore[type-arg]
+    def __init__(self, vtrr: Enqueues, celery_task: Task) -> None:  # type: ignore[type-arg]
         self.vtrr = vtrr
         self.celery_task = celery_task
         self.name: str = celery_task.name

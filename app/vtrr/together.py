@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.vtrr.celery_queue import VTRRQueue
-from app.vtrr.celery_task import Policy
+from app.vtrr.celery_queue import Policy, VTRRQueue
 from app.vtrr.group import QueueGroup
 
 
