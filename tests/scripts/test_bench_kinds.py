@@ -23,7 +23,7 @@ def test_every_variant_runs_once_and_prints_its_ratios(
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines[: len(VARIANTS)]] == list(VARIANTS)
     ratios = lines[len(VARIANTS) :]
-    assert list(POOLS)[0] == "library"
+    assert next(iter(POOLS)) == "library"
     assert ratios[0].startswith("library / floor = ")
     assert "2.3x bar" in ratios[0]
     assert [line.split(" / floor = ")[0] for line in ratios[1:]] == list(POOLS)[1:]
