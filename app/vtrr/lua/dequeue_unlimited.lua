@@ -1,11 +1,12 @@
 -- dequeue_unlimited.lua: dequeue.lua on the fair path: the front, for a queue that keeps no
 -- triggers, consuming none. It names none of the limits' keys but waits, so that the fair
 -- path's dequeue costs what it did before limits; where dequeue.lua would need them (an expired
--- lease to reclaim, a partition whose wait is over, a limited partition's item at the front)
--- it changes nothing and answers nil, for dequeue.lua (a call of its own: the two are one
--- dequeue). It counts nothing, as dequeue.lua.
+-- lease to reclaim, a partition whose wait is over, a limited partition's item at the front,
+-- the last item of queue) it changes nothing and answers nil, for dequeue.lua (a call of its
+-- own: the two are one dequeue). It counts nothing, as dequeue.lua. Of the kinds' keys it
+-- names those that a partition going idle reads (its pruning looks at every kind's clock).
 -- KEYS: queue item inflight cvt pvt pqueued idle queued_weight items parked waits
--- KEYS: pool pools kinds kind kpools kclock
+-- KEYS: kinds kind
 -- ARGV[1] lease microseconds  ARGV[2] lease token  ARGV[3] 0 when it must not reclaim, else
 -- dequeue.lua's ARGV[5] (most expired leases to reclaim)
 -- Reply: dequeue.lua's, or nil (nothing done: call dequeue.lua)

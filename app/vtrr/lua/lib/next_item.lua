@@ -70,9 +70,10 @@ end
 -- keeping none (cap < 0), by an operation that names none of the limits' keys but waits, so
 -- that it costs what a dequeue did before limits. Returns dequeue's reply; or nil, having
 -- changed nothing, where lease_next would need what it does not name: to reclaim an expired
--- lease, to wake a partition whose wait is over, or to lease a limited partition's item.
+-- lease, to wake a partition whose wait is over, to lease a limited partition's item, or to
+-- lease queue's last item (the queue may drain: its pools' lines are then looked at). Only a
+-- consumer without a kind calls it (FairQueue): one of a kind leases from its pools too.
 local function lease_unlimited(lease_us, token, limit)
-  if K.kclock ~= K.cvt then return nil end  -- a consumer of a kind looks at its pools' lines too
   local t = clock()
   if limit > 0 and redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, 1)[1] then
     return nil
@@ -87,14 +88,14 @@ local function lease_unlimited(lease_us, token, limit)
   local id = task_id_of(head[1])
   local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
                        F_ENTRY, F_LIMITED)
-  if f[6] then
+  if f[6] or redis.call('ZCARD', K.queue) == 0 then
     redis.call('ZADD', K.queue, head[2], head[1])  -- back as it was (its score as Redis wrote it)
     return nil
   end
-  -- lease_head's steps for an item without limits, from the front, and no triggers kept
+  -- lease_head's steps for an item without limits, from the front, and no triggers kept; queue
+  -- still holds an item, so it has not drained
   redis.call('SET', K.cvt, head[2])
   local expiry = lease_queued(id, f[1], f[2], f[5], nil, token, t, lease_us)
-  reset_if_drained()
   return {0, id, f[3], f[4] or '0', expiry}
 end
 
