@@ -37,6 +37,14 @@ def item_kinds(catalog: Catalog, allowed: Sequence[str]) -> tuple[str, ...] | No
     return tuple(c.name for c in catalog.cheapest_then_smallest() if c.name is not None)
 
 
+def cheapest_price(catalog: Catalog, kinds: Sequence[str] | None) -> float:
+    """The price a job's fair-share charge is taken at when it is queued: its cheapest class's
+    (1.0 outside a mixed fleet); the run's end corrects it to its card's."""
+    if not kinds:
+        return 1.0
+    return min(c.price for c in catalog.classes if c.name in kinds)
+
+
 def celery_queues(queues: Sequence[str], kind: str | None) -> list[str]:
     """The Celery queues a worker of this kind takes its triggers from: its own kind's queue of
     each fair queue it serves; the queues themselves for a worker without a kind."""

@@ -24,13 +24,16 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Item:
-    """One unit of work to enqueue: an opaque payload, an optional id and a weight; and the
-    kinds of consumer that may take it (None: any; pool.py)."""
+    """One unit of work to enqueue: an opaque payload, an optional id and a weight; the kinds
+    of consumer that may take it (None: any; pool.py); and the price of its weight: its
+    partition is charged weight x price / share (a credit's used weight is in those units;
+    per-partition limits count the plain weight)."""
 
     payload: str
     id: str | None = None
     weight: int = 1
     kinds: tuple[str, ...] | None = None
+    price: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,15 @@ def share_of(shares: Shares | None, partition_key: str) -> float:
     return float(share)
 
 
+def check_price(price: object) -> float:
+    """An item's price, or a ValueError unless it is a positive, finite number."""
+    if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price):
+        raise ValueError(f"an item's price must be a finite number, got {price!r}")
+    if price <= 0:
+        raise ValueError(f"an item's price must be positive, got {price!r}")
+    return float(price)
+
+
 def kinds_in(items: Iterable[Item]) -> list[str]:
     """The kinds that the items name, each once, in the order first named (their consumers'
     triggers are topped up in that order: the first kind of an item is its first choice)."""
@@ -78,7 +90,9 @@ def enqueue_args(
         task_id = secrets.token_hex(16) if item.id is None else item.id
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task id must be a non-empty string, got {task_id!r}")
-        weight = check_weight(item.weight)
-        args += [task_id, repr(weight / share), str(weight), item.payload, pool_name(item.kinds)]
+        weight, price = check_weight(item.weight), check_price(item.price)
+        priced = "" if price == 1.0 else repr(price)
+        cost = repr(weight * price / share)
+        args += [task_id, cost, str(weight), item.payload, pool_name(item.kinds), priced]
         ids.append(task_id)
     return ids, args

@@ -35,6 +35,7 @@ class Field(StrEnum):
     LIMITED = "q"
     HALF_LIFE = "h"
     POOL = "o"
+    PRICE = "r"
 
 
 class Stat(StrEnum):

@@ -217,14 +217,20 @@ class Service:
         self.recorder.redis.close()
 
     def job_item(
-        self, kind: Kind, job_id: str, duration_s: float, gpu_kinds: tuple[str, ...] | None = None
+        self,
+        kind: Kind,
+        job_id: str,
+        duration_s: float,
+        gpu_kinds: tuple[str, ...] | None = None,
+        price: float = 1.0,
     ) -> Item:
         """The fair-queue item of a job: its id, the job id as the task's argument, its weight
-        (plain GPU-milliseconds: the same weight bounds max_held_gpu_seconds, which counts
-        plain GPU-seconds; the class's price is charged when the run ends, docs/fairness.md),
-        and in a mixed fleet the classes it may run on (app/fleet/routing.py)."""
+        (plain GPU-milliseconds, which max_held_gpu_seconds counts), the price its fair-share
+        charge is taken at (its cheapest class's, corrected when its run ends on a card:
+        docs/operations.md), and in a mixed fleet the classes it may run on
+        (app/fleet/routing.py)."""
         spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}
-        return replace(self.tasks[kind].item(spec), kinds=gpu_kinds)
+        return replace(self.tasks[kind].item(spec), kinds=gpu_kinds, price=price)
 
 
 def build_queues(

@@ -5,7 +5,7 @@ where it needs none in particular) and a worker of a class takes its own trigger
 from __future__ import annotations
 
 from app.fleet.catalog import Catalog
-from app.fleet.routing import celery_queues, item_kinds, mixed, queue_kind
+from app.fleet.routing import celery_queues, cheapest_price, item_kinds, mixed, queue_kind
 
 TWO = Catalog.from_json(
     '{"big": {"memory_gb": 80, "price": 2.0}, "small": {"memory_gb": 24, "price": 1.0}}'
@@ -34,3 +34,9 @@ def test_in_a_mixed_fleet_a_job_names_its_classes_in_its_order() -> None:
 
 def test_a_worker_of_a_class_takes_its_own_trigger_queues() -> None:
     assert celery_queues(["short", "long"], "big") == ["short.big", "long.big"]
+
+
+def test_a_job_is_charged_at_its_cheapest_class_when_queued() -> None:
+    assert cheapest_price(TWO, ("big",)) == 2.0
+    assert cheapest_price(TWO, ("big", "small")) == 1.0
+    assert cheapest_price(TWO, None) == 1.0

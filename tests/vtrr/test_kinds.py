@@ -159,3 +159,36 @@ def test_bad_kinds_are_refused_before_redis_is_touched(r: redis.Redis) -> None:
     with pytest.raises(ValueError, match="a kind is"):
         FairQueue(r, "jobs", kind="no spaces")
     assert producer.length() == 0
+
+
+def test_an_items_price_multiplies_what_its_partition_is_charged(r: redis.Redis) -> None:
+    """A's items cost twice B's (price 2.0, a dearer kind): B gets two turns for each of A's."""
+    q = consumer(r, None)
+    for i in range(3):
+        q.enqueue("A", [Item(f"A{i}", id=f"A{i}", price=2.0)])
+    for i in range(4):
+        q.enqueue("B", [Item(f"B{i}", id=f"B{i}")])
+    assert [taken(q) for _ in range(7)] == ["A0", "B0", "B1", "A1", "B2", "B3", "A2"]
+
+
+def test_a_credit_counts_the_used_weight_at_the_items_price(r: redis.Redis) -> None:
+    """Charged 10 at price 2.0 (20): a used 20 credits nothing, a used 10 (a card of half the
+    price) gives half back, and a used 30 charges the partition 10 more."""
+    q = consumer(r, None)
+    for i in range(4):
+        q.enqueue("A", [Item(f"A{i}", id=f"A{i}", weight=10, price=2.0)])
+    credits = []
+    for used in (20, 10, 30):
+        lease = q.dequeue()
+        assert lease is not None
+        credits.append(q.credit(lease.task_id, lease.token, used))
+        assert q.ack(lease.task_id, lease.token)
+    assert credits == [0.0, 10.0, -10.0]
+
+
+def test_a_bad_price_is_refused_before_redis_is_touched(r: redis.Redis) -> None:
+    q = consumer(r, None)
+    for price in (0, -1.0, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="price"):
+            q.enqueue("A", [Item("x", price=price)])  # type: ignore[arg-type]
+    assert q.length() == 0

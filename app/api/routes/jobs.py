@@ -22,7 +22,7 @@ from app.api.submissions import Submission, checked_submission
 from app.auth import Account
 from app.errors import IdempotencyMismatchError, from_reply
 from app.fleet.needs import catalog_of
-from app.fleet.routing import item_kinds
+from app.fleet.routing import cheapest_price, item_kinds
 from app.models import (
     EnqueueBody,
     EnqueueResponse,
@@ -229,8 +229,10 @@ async def _admit_and_enqueue(
 ) -> tuple[str, bool]:
     """The one call: (the job's id, whether it was created); the store's hooks' error replies
     become the store's exceptions. The triggers it asks for are published before the answer."""
-    kinds = item_kinds(catalog_of(runtime.settings.gpu_classes), new.gpu_classes)
-    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s, kinds)
+    catalog = catalog_of(runtime.settings.gpu_classes)
+    kinds = item_kinds(catalog, new.gpu_classes)
+    price = cheapest_price(catalog, kinds)
+    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s, kinds, price)
     args = hook_args(owner, new, runtime.settings)
     try:
         admitted = await runtime.queues[new.kind].admit_and_enqueue(

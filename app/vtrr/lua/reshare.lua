@@ -22,7 +22,8 @@ for _, entry in ipairs(fair) do
   local key = item_key(task_id_of(member))
   local zset = holder(p, member, lim)
   first = first or tonumber(redis.call('ZSCORE', zset, member))
-  local w = tonumber(redis.call('HGET', key, F_WEIGHT))
+  local wp = redis.call('HMGET', key, F_WEIGHT, F_PRICE)
+  local w = tonumber(wp[1]) * (tonumber(wp[2]) or 1)  -- its weight at its price
   -- From the first start and the whole weight ahead (an exact integer), not a running sum of
   -- costs: the rounding of w / share does not pile up, so ties the arithmetic makes stay ties.
   redis.call('ZADD', zset, first + before / share, member)

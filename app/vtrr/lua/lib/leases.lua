@@ -37,11 +37,11 @@ end
 -- remembered where its queue keeps usage (F_HALF_LIFE: half_life). A credit since its last
 -- charge remembered that already, under this lease or one before a put_back or release, which
 -- charge nothing (credited); else it used its weight w.
-local function finish(id, key, p, w, half_life, credited)
+local function finish(id, key, p, w, half_life, credited, price)
   redis.call('ZREM', K.inflight, id)
   redis.call('DEL', key)
   if half_life and not credited then
-    remember_use(p, tonumber(w), tonumber(half_life), tonumber(clock()))
+    remember_use(p, tonumber(w) * (tonumber(price) or 1), tonumber(half_life), tonumber(clock()))
   end
 end
 
@@ -50,9 +50,9 @@ end
 local function ack_item(id, token)
   local key = item_key(id)
   local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE, F_CREDITED,
-                       F_WEIGHT)
+                       F_WEIGHT, F_PRICE)
   if f[1] ~= token then return 0 end
-  finish(id, key, f[3], f[6], f[4], f[5])
+  finish(id, key, f[3], f[6], f[4], f[5], f[7])
   if f[2] then
     landed(f[3], id)
     refresh(f[3], limits_of(f[3]), tonumber(clock()))
@@ -70,8 +70,8 @@ local function ack_unlimited(id, token)
   if f[1] ~= token then return 0 end
   if f[2] then return nil end
   local used = {}
-  if f[3] then used = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_CREDITED) end
-  finish(id, key, used[1], used[2], f[3], used[3])
+  if f[3] then used = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_CREDITED, F_PRICE) end
+  finish(id, key, used[1], used[2], f[3], used[3], used[4])
   return 1
 end
 
@@ -96,8 +96,9 @@ local function credit_item(id, token, used, most)
   if not holds_lease(id, token) then return '0' end
   local key = item_key(id)
   local info = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_CREDITED, F_LIMITED,
-                          F_HALF_LIFE)
-  local p, w = info[1], tonumber(info[3])
+                          F_HALF_LIFE, F_PRICE)
+  -- what it was charged, in the units of `used`: its weight at its price (enqueue's Item.price)
+  local p, w = info[1], info[3] and tonumber(info[3]) * (tonumber(info[7]) or 1)
   if info[4] or not w or used == w then return '0' end
   if used > w then
     return charge_more(key, token, p, tonumber(info[2]) * (used - w) / w, used, info[6])
