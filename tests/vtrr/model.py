@@ -336,6 +336,9 @@ class QueueModel:
             entry.credited = True
             if not self.length():  # a drained queue's clocks start again: nothing to charge
                 return 0.0
+            for other in self.entries.values():  # its queued fair items pay it too
+                if other.partition == entry.partition and other.member.startswith("1"):
+                    other.score += extra
             self.pvt[entry.partition] = max(self.pvt.get(entry.partition, 0.0), self.cvt) + extra
             return -extra
         credit = entry.cost * (entry.weight - used) / entry.weight

@@ -166,8 +166,8 @@ def test_used_weight_is_checked_like_a_weight_and_all_of_it_used_credits_nothing
 
 def test_a_use_beyond_the_weight_charges_the_partition_once(r: redis.Redis) -> None:
     """An item that ran on a dearer consumer than it was charged for used more than its
-    weight: its partition's virtual time moves on by the difference, so its next item starts
-    that much later; its queued items keep their places, and a retry charges nothing more."""
+    weight: its partition's queued items and its virtual time move back by the difference, so
+    its backlog and its next item pay it; a retry charges nothing more."""
     q, a = a_ahead_of_b(r)
     token = take_token(q, a[0])
     queued_before = {task_id: score_of(q, task_id) for task_id in a[1:]}
@@ -175,7 +175,9 @@ def test_a_use_beyond_the_weight_charges_the_partition_once(r: redis.Redis) -> N
     assert q.credit(a[0], token, 6) == -2.0
     assert q.credit(a[0], token, 6) == 0.0
     assert float(r.hget(q.keys.partition_virtual_time, "A") or 0) == pvt_before + 2
-    assert {task_id: score_of(q, task_id) for task_id in a[1:]} == queued_before
+    assert {task_id: score_of(q, task_id) for task_id in a[1:]} == {
+        task_id: score + 2 for task_id, score in queued_before.items()
+    }
 
 
 def test_front_placed_items_keep_their_place(r: redis.Redis) -> None:

@@ -76,16 +76,33 @@ local function ack_unlimited(id, token)
 end
 
 -- Charge partition p for the extra virtual time an item used beyond its weight (it ran on a
--- dearer consumer than it was charged for: credit.lua): its virtual time moves on by extra, so
--- its next items pay it; those already queued keep their places. Returns -extra, as a string;
--- '0' in a queue with nothing queued, whose clocks start again anyway (reset_if_drained).
-local function charge_more(key, token, p, extra, used, half_life)
+-- dearer consumer than it was charged for: credit.lua), credit's mirror: its fairly placed
+-- queued items move back by extra, one shift for all so their order stays, and its virtual
+-- time moves on by it, so that its backlog and its next items pay it. Where it has more than
+-- `most` of them queued (or items queued before the index), none moves, since the first ones
+-- would pass the rest: only its next items pay. Returns -extra, as a string; '0' in a queue
+-- with nothing queued, whose clocks start again anyway (reset_if_drained).
+local function charge_more(key, token, p, extra, used, half_life, lim, most)
   redis.call('HSET', key, F_CREDITED, token)
   if half_life then remember_use(p, used, tonumber(half_life), tonumber(clock())) end
   if redis.call('HLEN', K.pqueued) == 0 then return '0' end
+  local queued = tonumber(redis.call('HGET', K.pqueued, p) or '0')
+  local prefix = items_prefix(p)
+  local fair = redis.call('ZRANGEBYLEX', K.items, '[' .. prefix .. FAIR_MARK,
+                          '(' .. prefix .. AFTER_FAIR_MARK, 'LIMIT', 0, most + 1)
+  local indexed = redis.call('ZLEXCOUNT', K.items, '[' .. prefix, '(' .. prefix .. AFTER_FAIR_MARK)
+  if #fair <= most and indexed == queued then
+    for _, entry in ipairs(fair) do
+      local member = string.sub(entry, #prefix + 1)
+      local zset = holder(p, member, lim)
+      local score = redis.call('ZSCORE', zset, member)
+      if score then redis.call('ZADD', zset, tonumber(score) + extra, member) end
+    end
+  end
   local vt = math.max(tonumber(redis.call('HGET', K.pvt, p) or '0'), low_clock()) + extra
   redis.call('HSET', K.pvt, p, string.format('%.17g', vt))
-  if redis.call('HEXISTS', K.pqueued, p) == 0 then redis.call('ZADD', K.idle, vt, p) end
+  if queued == 0 then redis.call('ZADD', K.idle, vt, p) end
+  if lim then refresh(p, lim, tonumber(clock())) end
   return string.format('%.17g', -extra)
 end
 
@@ -101,7 +118,8 @@ local function credit_item(id, token, used, most)
   local p, w = info[1], info[3] and tonumber(info[3]) * (tonumber(info[7]) or 1)
   if info[4] or not w or used == w then return '0' end
   if used > w then
-    return charge_more(key, token, p, tonumber(info[2]) * (used - w) / w, used, info[6])
+    local extra = tonumber(info[2]) * (used - w) / w
+    return charge_more(key, token, p, extra, used, info[6], info[5] and limits_of(p), most)
   end
   local credit = tonumber(info[2]) * (w - used) / w
   redis.call('HSET', key, F_CREDITED, token)
