@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.fleet.catalog import Catalog
+from app.models import KINDS
 from app.vtrr.celery_task import kind_celery_queue
 
 
@@ -47,7 +48,8 @@ def cheapest_price(catalog: Catalog, kinds: Sequence[str] | None) -> float:
 
 def celery_queues(queues: Sequence[str], kind: str | None) -> list[str]:
     """The Celery queues a worker of this kind takes its triggers from: its own kind's queue of
-    each fair queue it serves; the queues themselves for a worker without a kind."""
+    each fair queue it serves (short, long), the others (the reclaim queue) as they are; the
+    queues themselves for a worker without a kind."""
     if kind is None:
         return list(queues)
-    return [kind_celery_queue(queue, kind) for queue in queues]
+    return [kind_celery_queue(queue, kind) if queue in KINDS else queue for queue in queues]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from app.fleet.catalog import Catalog
 from app.fleet.routing import celery_queues, cheapest_price, item_kinds, mixed, queue_kind
+from app.models import RECLAIM_QUEUE
 
 TWO = Catalog.from_json(
     '{"big": {"memory_gb": 80, "price": 2.0}, "small": {"memory_gb": 24, "price": 1.0}}'
@@ -34,6 +35,8 @@ def test_in_a_mixed_fleet_a_job_names_its_classes_in_its_order() -> None:
 
 def test_a_worker_of_a_class_takes_its_own_trigger_queues() -> None:
     assert celery_queues(["short", "long"], "big") == ["short.big", "long.big"]
+    # the reclaim queue is the whole queue's, whatever the worker's class
+    assert celery_queues(["short", RECLAIM_QUEUE], "big") == ["short.big", RECLAIM_QUEUE]
 
 
 def test_a_job_is_charged_at_its_cheapest_class_when_queued() -> None:
