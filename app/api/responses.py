@@ -93,14 +93,16 @@ async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) 
     account = runtime.accounts.get(job.owner)
     if account is None or limits_for(account).none:
         # an account without limits is never held back: no read of the queue's limits for it
-        start_at = await runtime.estimator.start_at(job.kind, position, job.duration_s)
+        start_at = await runtime.estimator.start_at(
+            job.kind, position, job.duration_s, job.gpu_classes
+        )
         return job.status_view(position, start_at, "gpu" if position == 0 else "turn")
     line = await held.read(runtime.queues[job.kind], job.owner, job.task_id)
     ahead = 0 if line.walk is None else line.walk.ahead
     # the queue's estimate for the jobs of other accounts ahead of it; its own account's are
     # the walk's to play out
     others = max(0, position - ahead)
-    start_at = await runtime.estimator.start_at(job.kind, others, job.duration_s)
+    start_at = await runtime.estimator.start_at(job.kind, others, job.duration_s, job.gpu_classes)
     if start_at is not None and line.walk is not None:
         start_at = held.start_at(line.walk, job_weight(job.duration_s) / WEIGHT_PER_S, start_at)
     waiting_for: WaitingFor = "gpu" if position == 0 else "turn"

@@ -17,6 +17,7 @@ from app.models import KINDS, Kind
 from app.store import workers as heartbeats
 from app.store.keys import WORKERS
 from app.vtrr.keys import Keys
+from app.vtrr.wire import as_text
 from app.wiring.service import WEIGHT_PER_S, job_weight
 
 SNAPSHOT_S = 1.0
@@ -28,6 +29,7 @@ class QueueLoad:
 
     free_at: list[float]  # for each live worker serving the queue, when it is free (Unix s)
     shared: list[bool]  # for each of them, whether it serves the other queue too
+    classes: list[str | None]  # for each of them, its class of card (a mixed fleet's)
     line: eta.Line  # this queue's jobs queued and their declared seconds
     other: eta.Line  # the other queue's
     read_at: float
@@ -48,17 +50,33 @@ class Estimator:
         self.clock = clock  # heartbeats and busy_until are Redis's time: so is "now" here
         self._loads: dict[Kind, QueueLoad] = {}
 
-    async def start_at(self, kind: Kind, position: int, duration_s: float) -> float | None:
-        """When the job at `position` in `kind` should start; None when no worker serves it."""
+    async def start_at(
+        self, kind: Kind, position: int, duration_s: float, gpu_classes: tuple[str, ...] = ()
+    ) -> float | None:
+        """When the job at `position` in `kind` should start; None when no worker serves it. A
+        job of a mixed fleet (gpu_classes) counts only the workers of its classes."""
         load = await self.load(kind)
         own_s = job_weight(duration_s) / WEIGHT_PER_S  # as the queue's sum counts it
         ahead = eta.work_ahead_s(position, load.line, own_s)
         workers = [
             eta.Worker(t - load.read_at, shared)
-            for t, shared in zip(load.free_at, load.shared, strict=True)
+            for t, shared, gpu_class in zip(load.free_at, load.shared, load.classes, strict=True)
+            if not gpu_classes or gpu_class in gpu_classes
         ]
         wait = eta.wait_s(kind, position, ahead, workers, load.other, self.long_every)
         return None if wait is None else load.read_at + wait
+
+    async def _pooled(self, pools: dict[Kind, set[bytes]]) -> dict[Kind, int]:
+        """The jobs queued in each queue's pools' lines (a mixed fleet), one read of them all."""
+        lines = [(k, Keys.for_queue(k).pool_line(as_text(p))) for k in KINDS for p in pools[k]]
+        counts = dict.fromkeys(KINDS, 0)
+        if lines:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for _, line in lines:
+                    pipe.zcard(line)
+                for (k, _), n in zip(lines, await pipe.execute(), strict=True):
+                    counts[k] += int(n)
+        return counts
 
     async def load(self, kind: Kind, fresh: bool = False) -> QueueLoad:
         """The queue's snapshot, read again when older than SNAPSHOT_S (or when fresh)."""
@@ -72,9 +90,11 @@ class Estimator:
                 keys = Keys.for_queue(k)
                 pipe.zcard(keys.queue)
                 pipe.get(keys.queued_weight)  # a running sum kept by the queue's scripts
+                pipe.smembers(keys.pools)  # a mixed fleet's lines of jobs (vtrr's kinds)
             workers_raw, *sums = await pipe.execute()
+        pooled = await self._pooled({k: sums[3 * i + 2] for i, k in enumerate(KINDS)})
         lines = {
-            k: eta.Line(int(sums[2 * i]), int(sums[2 * i + 1] or 0) / WEIGHT_PER_S)
+            k: eta.Line(int(sums[3 * i]) + pooled[k], int(sums[3 * i + 1] or 0) / WEIGHT_PER_S)
             for i, k in enumerate(KINDS)
         }
         seen = heartbeats.parse(workers_raw)
@@ -83,6 +103,7 @@ class Estimator:
             self._loads[k] = QueueLoad(
                 free_at=[w.busy_until or now for w in workers],  # busy with a job of either queue
                 shared=[set(KINDS) <= set(w.queues) for w in workers],
+                classes=[w.gpu_class for w in workers],
                 line=lines[k],
                 other=next(lines[o] for o in KINDS if o != k),
                 read_at=now,
