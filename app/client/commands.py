@@ -23,6 +23,7 @@ from app.client.render import (
     tasks_table,
     types_table,
 )
+from app.client.run_args import gpu_need
 from app.client.transport import DEFAULT_URL, RequestError
 from app.client.words import money, span
 from app.models import EnqueueResponse, Kind, Status, TaskPage, TaskStatus
@@ -52,6 +53,21 @@ def submit(
     queue: Annotated[
         Kind | None, typer.Option("--kind", help="with --type: its queue (default: the type's)")
     ] = None,
+    gpu_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-class",
+            metavar="CLASS",
+            help="a class of card it may run on (GPU_CLASSES); repeat for more",
+            show_default=False,
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-memory", metavar="GB", help="the card memory it needs, in GB", show_default=False
+        ),
+    ] = None,
     watch_it: Annotated[
         bool,
         typer.Option("--watch", help="follow the job to its end: status, progress and log lines"),
@@ -66,13 +82,18 @@ def submit(
 ) -> None:
     """Submit a job: KIND DURATION (a burn job) or --type NAME [--input JSON].
 
-    With --watch, follow it to its end."""
-    once = idempotency_key
+    With --watch, follow it to its end. --gpu-class and --gpu-memory say what it needs of its
+    card, in a mixed fleet."""
+    once, need = idempotency_key, gpu_need(gpu_class, gpu_memory)
     if job_type is None:
         burn = _burn_job(kind, duration, job_input, budget, queue)
         what = f"{burn[0]}, {span(burn[1])}"
 
         def send(client: Client) -> EnqueueResponse:
+            if need is not None:  # (the short body has no `gpu`: a typed burn job does)
+                return client.submit_job(
+                    "burn", None, duration_s=burn[1], kind=burn[0], idempotency_key=once, gpu=need
+                )
             return client.submit(*burn, idempotency_key=once)
 
     else:
@@ -83,7 +104,7 @@ def submit(
 
         def send(client: Client) -> EnqueueResponse:
             return client.submit_job(
-                name, parsed, duration_s=budget, kind=queue, idempotency_key=once
+                name, parsed, duration_s=budget, kind=queue, idempotency_key=once, gpu=need
             )
 
     with session(url, key) as client:

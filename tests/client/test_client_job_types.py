@@ -119,6 +119,21 @@ def test_a_refused_typed_job_is_one_line_naming_the_field(url: str) -> None:
     assert line.startswith(f"fairgpu: 422 duration_s must be at most 10 for a job of type {ECHO}")
 
 
+def test_a_need_of_a_card_reaches_the_server_which_checks_it_against_its_catalog(
+    url: str,
+) -> None:
+    """This server has no GPU_CLASSES: a class is unknown to it, whether the job is typed or a
+    burn job (sent as a typed one, the short body having no `gpu`); a memory alone it takes."""
+    typed = ["--type", ECHO, "--input", '{"text": "x"}', "--gpu-class", "big"]
+    line = one_error_line(fairgpu(url, "submit", *typed))
+    assert line.startswith("fairgpu: 422 gpu.classes: this deployment has no GPU classes"), line
+    line = one_error_line(fairgpu(url, "submit", "short", "5", "--gpu-class", "big"))
+    assert line.startswith("fairgpu: 422 gpu.classes: this deployment has no GPU classes"), line
+    task_id = submit(url, "short", "5", "--gpu-memory", "16")
+    state = as_json(fairgpu(url, "status", task_id, "--json"))
+    assert (state["type"], state["kind"]) == ("burn", "short")
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
