@@ -13,7 +13,14 @@ from app.client.admin_tables import other_limits
 from app.client.errors import USAGE, fail, session
 from app.client.follow import bill, watch_to_end
 from app.client.http import Client
-from app.client.options import JsonOption, KeyOption, TaskId, UrlOption
+from app.client.options import (
+    GpuClassOption,
+    GpuMemoryOption,
+    JsonOption,
+    KeyOption,
+    TaskId,
+    UrlOption,
+)
 from app.client.render import (
     about,
     billing_table,
@@ -53,21 +60,8 @@ def submit(
     queue: Annotated[
         Kind | None, typer.Option("--kind", help="with --type: its queue (default: the type's)")
     ] = None,
-    gpu_class: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--gpu-class",
-            metavar="CLASS",
-            help="a class of card it may run on (GPU_CLASSES); repeat for more",
-            show_default=False,
-        ),
-    ] = None,
-    gpu_memory: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory", metavar="GB", help="the card memory it needs, in GB", show_default=False
-        ),
-    ] = None,
+    gpu_class: GpuClassOption = None,
+    gpu_memory: GpuMemoryOption = None,
     watch_it: Annotated[
         bool,
         typer.Option("--watch", help="follow the job to its end: status, progress and log lines"),

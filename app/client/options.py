@@ -66,3 +66,23 @@ RootKeyOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for scripts, not tables")]
 TaskId = Annotated[str, typer.Argument(help="the task's id, as submit printed it")]
+#: What a submitted job needs of its card, in a mixed fleet (`fairgpu submit`, `fairgpu run`):
+#: the server's catalog checks both (run_args.gpu_need makes the body's `gpu` of them).
+GpuClassOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--gpu-class",
+        metavar="CLASS",
+        help="a class of card it may run on (GPU_CLASSES); repeat for more",
+        show_default=False,
+    ),
+]
+GpuMemoryOption = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory",
+        metavar="GB",
+        help="the card memory it needs, in GB: only classes that hold it run it",
+        show_default=False,
+    ),
+]

@@ -20,7 +20,7 @@ from app.client.artifacts import fetch_all, no_artifacts, say_saved
 from app.client.errors import FAILED, INTERRUPTED, USAGE, fail, session
 from app.client.follow import Follower, bill
 from app.client.http import Client, StreamPlace
-from app.client.options import KeyOption, UrlOption
+from app.client.options import GpuClassOption, GpuMemoryOption, KeyOption, UrlOption
 from app.client.pack import PackError, pack
 from app.client.render import about, out
 from app.client.run_args import (
@@ -60,24 +60,8 @@ def run(
             help="GPUs the job needs: 1 for now (jobs of several GPUs come with issue 42)",
         ),
     ] = 1,
-    gpu_class: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--gpu-class",
-            metavar="CLASS",
-            help="a class of card it may run on (GPU_CLASSES); repeat for more",
-            show_default=False,
-        ),
-    ] = None,
-    gpu_memory: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory",
-            metavar="GB",
-            help="the card memory it needs, in GB: only classes that hold it run it",
-            show_default=False,
-        ),
-    ] = None,
+    gpu_class: GpuClassOption = None,
+    gpu_memory: GpuMemoryOption = None,
     duration: Annotated[
         str | None,
         typer.Option(
