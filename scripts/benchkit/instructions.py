@@ -13,7 +13,8 @@ import os
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -63,12 +64,10 @@ def totals(out: Path, pid: int, before: set[Path]) -> int:
     return 0
 
 
-def main() -> int:
-    """Count and print instructions per enqueue and per dequeue+ack."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=1000, help="items queued while measuring")
-    parser.add_argument("--ops", type=int, default=300, help="operations counted of each kind")
-    args = parser.parse_args()
+@contextmanager
+def under_callgrind() -> Iterator[tuple[redis.Redis, int, Path]]:
+    """A redis-server (find_binary's) started under callgrind, instrumentation off: a client on
+    it, its pid and its dumps' path, for count()."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         os.environ["FAIRGPU_REDIS_SERVER"] = str(wrapper(Path(tmp), out))
@@ -76,23 +75,35 @@ def main() -> int:
         with RedisServer(Path(tmp) / "redis") as server:
             assert server.process is not None
             client = redis.Redis.from_url(server.url, socket_timeout=60)
-            queue = FairQueue(client, "bench")
-            for start in range(0, args.depth, 1000):
-                queue.enqueue("a", [Item(PAYLOAD) for _ in range(min(1000, args.depth - start))])
+            try:
+                yield client, server.process.pid, out
+            finally:
+                client.close()
 
-            def dequeue_ack() -> None:
-                for _ in range(args.ops):
-                    lease = queue.dequeue()
-                    assert lease is not None
-                    queue.ack(lease.task_id, lease.token)
 
-            def enqueue() -> None:
-                for _ in range(args.ops):
-                    queue.enqueue("a", [Item(PAYLOAD)])
+def main() -> int:
+    """Count and print instructions per enqueue and per dequeue+ack."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depth", type=int, default=1000, help="items queued while measuring")
+    parser.add_argument("--ops", type=int, default=300, help="operations counted of each kind")
+    args = parser.parse_args()
+    with under_callgrind() as (client, pid, out):
+        queue = FairQueue(client, "bench")
+        for start in range(0, args.depth, 1000):
+            queue.enqueue("a", [Item(PAYLOAD) for _ in range(min(1000, args.depth - start))])
 
-            pid = server.process.pid
-            dequeued = count(pid, out, dequeue_ack)
-            enqueued = count(pid, out, enqueue)
+        def dequeue_ack() -> None:
+            for _ in range(args.ops):
+                lease = queue.dequeue()
+                assert lease is not None
+                queue.ack(lease.task_id, lease.token)
+
+        def enqueue() -> None:
+            for _ in range(args.ops):
+                queue.enqueue("a", [Item(PAYLOAD)])
+
+        dequeued = count(pid, out, dequeue_ack)
+        enqueued = count(pid, out, enqueue)
     version = redis.__version__
     print(f"depth {args.depth}, {args.ops} ops each (redis-py {version}):")
     print(f"  dequeue+ack  {dequeued / args.ops:>10,.0f} instructions")

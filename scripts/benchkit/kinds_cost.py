@@ -30,16 +30,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import redis
 
-from app.dev import redis_server
-from app.dev.redis_server import RedisServer
 from app.vtrr import FairQueue, Item
 from app.vtrr.wire import as_text
 from scripts.benchkit.dequeue_floor import (
@@ -49,7 +45,7 @@ from scripts.benchkit.dequeue_floor import (
     load,
     measured_on_own_redis,
 )
-from scripts.benchkit.instructions import count, wrapper
+from scripts.benchkit.instructions import count, under_callgrind
 from scripts.benchkit.stats import alternate, median, ratio
 
 Pool = tuple[str, ...]
@@ -158,20 +154,13 @@ def instructions(binary: str | None, items: int, partitions: int) -> dict[str, f
     if binary:
         os.environ["FAIRGPU_REDIS_SERVER"] = binary
     found: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        os.environ["FAIRGPU_REDIS_SERVER"] = str(wrapper(Path(tmp), out))
-        redis_server.START_TIMEOUT_S = 60.0  # valgrind starts slowly
-        with RedisServer(Path(tmp) / "redis") as server:
-            assert server.process is not None
-            client = redis.Redis.from_url(server.url, socket_timeout=60)
-            load(client)
-            for name in VARIANTS:
-                one = prepared(client, name, items, partitions)
-                found[name] = count(server.process.pid, out, one.run) / one.pairs
-                one.check()
-                client.flushall()
-            client.close()
+    with under_callgrind() as (client, pid, out):
+        load(client)
+        for name in VARIANTS:
+            one = prepared(client, name, items, partitions)
+            found[name] = count(pid, out, one.run) / one.pairs
+            one.check()
+            client.flushall()
     return found
 
 

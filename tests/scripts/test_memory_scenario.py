@@ -4,30 +4,16 @@ what is compared is which jobs started before which)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.scripts.test_fairness_smoke import ROOT
-from tests.support import child_environment
+from tests.scripts.scenario_run import scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def test_memory_gives_the_light_account_the_heavy_ones_burst_first() -> None:
-    run = subprocess.run(
-        [sys.executable, "scripts/load.py", "--scenario", "memory", "--scale", "0.4", "--json"],
-        cwd=ROOT,
-        env=child_environment(),
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    outcomes = {o["system"]: o for o in json.loads(run.stdout)["scenarios"]["memory"]}
+    found, tables = scenario("memory", "0.4")
+    outcomes = {o["system"]: o for o in found}
     assert set(outcomes) == {"fairgpu", "fairgpu+memory", "fifo"}
     burst = outcomes["fairgpu"]["burst_s"]
     assert burst > 0
@@ -35,4 +21,4 @@ def test_memory_gives_the_light_account_the_heavy_ones_burst_first() -> None:
     job_s = 0.05  # MIN_JOB_S: without memory, at most the one job the other worker took first
     for forgetful in ("fairgpu", "fifo"):
         assert outcomes[forgetful]["light_first_s"] <= job_s + 1e-9, forgetful
-    assert "memory: heavy used" in run.stderr
+    assert "memory: heavy used" in tables

@@ -6,15 +6,10 @@ checked: those are the full run's to report (docs/fairness.md, "A mixed fleet").
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from scripts.benchkit.fairness.fleet import ideal_shares
-from tests.scripts.test_fairness_smoke import ROOT
-from tests.support import child_environment
+from tests.scripts.scenario_run import scenario
 
 ACCOUNTS = {"mixed-big": "big", "mixed-any": "small or big", "mixed-small": "small"}
 
@@ -22,17 +17,7 @@ ACCOUNTS = {"mixed-big": "big", "mixed-any": "small or big", "mixed-small": "sma
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_the_mixed_scenario_keeps_every_job_on_its_cards() -> None:
-    run = subprocess.run(
-        [sys.executable, "scripts/load.py", "--scenario", "mixed", "--scale", "0.1", "--json"],
-        cwd=ROOT,
-        env=child_environment(),
-        capture_output=True,
-        text=True,
-        timeout=230,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rounds = json.loads(run.stdout)["scenarios"]["mixed"]
+    rounds, tables = scenario("mixed", "0.1")
     assert [r["arrivals"] for r in rounds] == ["backlog", "steady"]
     for outcome in rounds:
         assert set(outcome["checks"].values()) == {0}, outcome["checks"]
@@ -41,7 +26,7 @@ def test_the_mixed_scenario_keeps_every_job_on_its_cards() -> None:
         assert rows["mixed-big"]["ran_on"].startswith("big ")
         assert rows["mixed-small"]["ran_on"].startswith("small ")
         assert sum(row["ideal"] for row in rows.values()) == pytest.approx(1.0)
-    assert "mixed, steady: price-weighted shares" in run.stderr
+    assert "mixed, steady: price-weighted shares" in tables
 
 
 def test_the_ideal_gives_a_bottlenecked_account_all_it_can_reach() -> None:
