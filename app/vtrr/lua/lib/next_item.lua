@@ -4,12 +4,12 @@
 
 -- Lease head, the item just popped from the front of queue (or its rear: from_rear): item id,
 -- its fields f (as lease_next reads them), its partition's limits lim (nil: none), at t for
--- lease_us, topping up triggers to cap. Returns dequeue's reply.
-local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
+-- lease_us, topping up triggers to cap; lines, those it was taken from. Returns dequeue's reply.
+local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap, lines)
   -- (a limited partition's item may have waited below the clock: the clocks never go back)
   if not from_rear then clocks_reach(head[2], f[7]) end
   local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
-  local queued = reset_if_drained()
+  local queued = reset_if_drained(lines)
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
 
@@ -63,7 +63,7 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     head = pop_first(lines, from_rear)
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
-  return lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap)
+  return lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap, lines)
 end
 
 -- lease_next on the fair path (dequeue_unlimited.lua): from the front, consuming no trigger and

@@ -1,7 +1,8 @@
 -- lib/parking.lua: a limited partition's park: its next item in queue exactly while it may
 -- start (refresh), the parked count, waking the partitions whose wait is over, an item that
 -- leaves flight (landed), and where a queued item is in line with the parks counted (rank_of).
--- Relies on: keys.lua (K), clock.lua (task_id_of), pools.lua, partitions.lua (item_key), limits.lua.
+-- Relies on: keys.lua (K), clock.lua (task_id_of), pools.lua, partitions.lua (item_key),
+-- limits.lua.
 
 -- Parked items counted up or down; the count's key goes once none is parked.
 local function count_parked(delta)

@@ -44,9 +44,9 @@ local function weigh(w, sign)
 end
 
 -- Once nothing is queued, the virtual clocks start again from zero. Returns how many wait
--- that this call's consumer may take.
-local function reset_if_drained()
-  local queued = waiting_in(my_lines())
+-- that this call's consumer may take (in `lines`, its lines, where the caller has them).
+local function reset_if_drained(lines)
+  local queued = waiting_in(lines or my_lines())
   if queued == 0 and not redis.call('GET', K.parked) and waiting_in(all_lines()) == 0 then
     redis.call('DEL', K.cvt, K.pvt, K.idle, K.pqueued, K.queued_weight, K.items)
     close_pools()

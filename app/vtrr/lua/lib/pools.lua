@@ -74,7 +74,9 @@ end
 local function my_lines()
   local lines = {K.queue}
   if K.kclock ~= K.cvt then
-    for _, pool in ipairs(redis.call('SMEMBERS', K.kpools)) do lines[#lines + 1] = K.pool .. pool end
+    for _, pool in ipairs(redis.call('SMEMBERS', K.kpools)) do
+      lines[#lines + 1] = K.pool .. pool
+    end
   end
   return lines
 end
