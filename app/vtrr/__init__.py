@@ -22,6 +22,7 @@ from app.vtrr.errors import (
     QueueFullError,
     VTRRError,
 )
+from app.vtrr.fleet_cards import Tick
 from app.vtrr.group import QueueGroup, wake_together
 from app.vtrr.heartbeat import Heartbeat
 from app.vtrr.held import HeldLease, held_lease
@@ -30,6 +31,7 @@ from app.vtrr.item import Dropped, Item, Lease
 from app.vtrr.limits import Hold, Limits, Woken
 from app.vtrr.queue import FairQueue
 from app.vtrr.redq import RedisQueue, Task
+from app.vtrr.slots import Held, Placement, Reservation, Slot
 from app.vtrr.together import serve_together
 from app.vtrr.wire import Admitted
 
@@ -41,6 +43,7 @@ __all__ = [
     "DuplicateTaskError",
     "FairQueue",
     "Heartbeat",
+    "Held",
     "HeldLease",
     "Hold",
     "Hooks",
@@ -49,12 +52,16 @@ __all__ = [
     "Limits",
     "NotReplicatedError",
     "OverLimitError",
+    "Placement",
     "Policy",
     "QueueFullError",
     "QueueGroup",
     "RedisQueue",
+    "Reservation",
+    "Slot",
     "Taken",
     "Task",
+    "Tick",
     "VTRRError",
     "VTRRQueue",
     "VTRRTask",

@@ -38,6 +38,7 @@ from app.vtrr.item import Shares
 from app.vtrr.layout import FAIR, TRIGGERS_SYNC, TRIGGERS_TOPUP, TRIGGERS_UNSEND, Placement
 from app.vtrr.queue import FairQueue
 from app.vtrr.scripts import Scripts, no_trigger_push
+from app.vtrr.slots import Slot
 from app.vtrr.trigger_push import broker_is, trigger_message
 from app.vtrr.wire import as_text
 
@@ -88,6 +89,7 @@ class VTRRQueue(FairQueue):
         usage_half_life_s: float | None = None,
         reclaim_to: Placement = FAIR,
         kind: str | None = None,
+        slot: Slot | None = None,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -103,6 +105,7 @@ class VTRRQueue(FairQueue):
             usage_half_life_s=usage_half_life_s,
             reclaim_to=reclaim_to,
             kind=kind,
+            slot=slot,
         )
         self.celery_app = celery_app
         #: The Celery queue of the triggers of items that any consumer may take; a consumer of a

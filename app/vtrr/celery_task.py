@@ -10,12 +10,15 @@ from typing import Any, Protocol
 
 from celery import Task
 
-from app.vtrr.item import Item
+from app.vtrr.held import LEASE_KWARG
+from app.vtrr.item import Item, Lease
 from app.vtrr.pool import check_kind
 
 
 class Enqueues(Protocol):
     """What a VTRRTask's queue() needs of its queue (a VTRRQueue)."""
+
+    name: str
 
     def enqueue(self, partition_key: str, items: Sequence[Item]) -> list[str]: ...
 
@@ -61,6 +64,13 @@ class VTRRTask:
         """
         items = [self.item(spec) for spec in tasks]
         return self.vtrr.enqueue(partition_key, items)
+
+    def run_held(self, lease: Lease, **options: Any) -> None:
+        """Send a run of the task that resumes `lease`, held by this queue's consumer already
+        (one it claimed by tick(): slots.py), with Celery's apply_async options: e.g. its
+        worker's own queue (celery.utils.worker_direct), so that this worker runs it."""
+        held = {LEASE_KWARG: [lease.task_id, lease.token, self.vtrr.name]}
+        self.celery_task.apply_async(kwargs=held, **options)
 
     def item(self, spec: Mapping[str, Any]) -> Item:
         """The queue item for one task dict (what queue() writes), e.g. for an AsyncFairQueue."""

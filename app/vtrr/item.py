@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from app.vtrr.pool import pool_name
-from app.vtrr.wire import check_weight
+from app.vtrr.slots import check_size, check_span
+from app.vtrr.wire import check_weight, micros
 
 Shares = Mapping[str, float] | Callable[[str], float]
 
@@ -27,13 +28,17 @@ class Item:
     """One unit of work to enqueue: an opaque payload, an optional id and a weight; the kinds
     of consumer that may take it (None: any; pool.py); and the price of its weight: its
     partition is charged weight x price / share (a credit's used weight is in those units;
-    per-partition limits count the plain weight)."""
+    per-partition limits count the plain weight). `size` is the cards (slots) it takes at once
+    on one host of a fleet, and `span` the seconds it may run at most once started, which
+    reservations and backfill go by (None: unknown; docs/vtrr.md, "Items of several cards")."""
 
     payload: str
     id: str | None = None
     weight: int = 1
     kinds: tuple[str, ...] | None = None
     price: float = 1.0
+    size: int = 1
+    span: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ def enqueue_args(
         weight, price = check_weight(item.weight), check_price(item.price)
         priced = "" if price == 1.0 else repr(price)
         cost = repr(weight * price / share)
+        size, span = check_size(item.size), check_span(item.span)
         args += [task_id, cost, str(weight), item.payload, pool_name(item.kinds), priced]
+        args += ["" if size == 1 else str(size), "" if span is None else str(micros(span))]
         ids.append(task_id)
     return ids, args

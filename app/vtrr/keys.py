@@ -6,6 +6,7 @@ from dataclasses import astuple, dataclass
 
 from app.vtrr.layout import KIND_CLOCK, KIND_POOLS, KIND_TRIGGERS
 from app.vtrr.pool import check_kind
+from app.vtrr.slots import check_name
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,18 @@ class Keys:
     kind: str
     kpools: str
     kclock: str
+    card: str
+    resv: str
+    fleet: str
 
     @classmethod
-    def for_queue(cls, name: str, limits_group: str | None = None, kind: str | None = None) -> Keys:
+    def for_queue(
+        cls,
+        name: str,
+        limits_group: str | None = None,
+        kind: str | None = None,
+        slot: tuple[str, str] | None = None,
+    ) -> Keys:
         """The keys of the queue called name; braces would break the hash tag and are refused.
         Queues of one limits_group count their partitions' items in flight, and remember their
         usage, together: `live`, `freed`, `usage` and `usage_at` are the group's (and so,
@@ -53,7 +63,11 @@ class Keys:
         A consumer of a kind (pool.py) sees the queue through its kind's own keys: `kpools` (the
         pools it may take from), `kclock` (its clock) and `triggers` (its triggers). Without a
         kind, `kclock` is the queue's clock itself, which tells the Lua that the consumer has
-        none, and `kpools` a set that is never written."""
+        none, and `kpools` a set that is never written.
+
+        The fleet's cards (lua/lib/cards.lua) are the limits group's (else the queue's): `fleet`
+        is their prefix; a slotted consumer (slot: its host and card) sees its own card and its
+        host's reservation as `card` and `resv`, one without a slot keys never written."""
         for word in (name, limits_group or "-"):
             if not word or "{" in word or "}" in word:
                 raise ValueError(f"queue name must be non-empty and free of braces, got {word!r}")
@@ -69,6 +83,12 @@ class Keys:
             own = parts["kind"] + check_kind(kind)
             parts["kclock"], parts["kpools"] = own + KIND_CLOCK, own + KIND_POOLS
             parts["triggers"] = own + KIND_TRIGGERS
+        parts["fleet"] = f"vtrr:fleet:{{{limits_group or name}}}:"
+        parts["card"], parts["resv"] = parts["fleet"] + "card:", parts["fleet"] + "resv:"
+        if slot is not None:
+            host, card = (check_name(word) for word in slot)
+            parts["card"] += f"{host}:{card}"
+            parts["resv"] += host
         return cls(**parts)
 
     def pool_line(self, pool: str) -> str:

@@ -36,6 +36,10 @@ class Field(StrEnum):
     HALF_LIFE = "h"
     POOL = "o"
     PRICE = "r"
+    SIZE = "z"
+    SPAN = "s"
+    HELD = "g"
+    RESV = "v"
 
 
 class Stat(StrEnum):
@@ -65,6 +69,17 @@ POOL_JOIN: Final = ","
 KIND_CLOCK: Final = ":vt"
 KIND_POOLS: Final = ":pools"
 KIND_TRIGGERS: Final = ":triggers"
+
+#: enqueue.lua's arguments per item (item.enqueue_args builds them).
+ITEM_ARGS: Final = 8
+#: What a card of a fleet is doing for the item that holds it (lua/lib/cards.lua): running it
+#: (its own consumer's, one card), leading it (its consumer runs an item of several cards), or
+#: lent to one.
+CARD_RUN: Final = "run"
+CARD_LEAD: Final = "lead"
+CARD_LENT: Final = "lent"
+#: A reservation's cards are joined by CARDS_JOIN, which no card's name holds (slots.py).
+CARDS_JOIN: Final = ","
 
 #: Where an item goes (enqueue's and a reclaim's ARGV): after its partition's, or at the front;
 #: a reclaim may also put it at the front of its own partition, as put_back does.
@@ -129,6 +144,12 @@ def constants() -> dict[str, LuaValue]:
         "KIND_CLOCK": KIND_CLOCK,
         "KIND_POOLS": KIND_POOLS,
         "KIND_TRIGGERS": KIND_TRIGGERS,
+        "ITEM_ARGS": ITEM_ARGS,
+        "CARD_RUN": CARD_RUN,
+        "CARD_LEAD": CARD_LEAD,
+        "CARD_LENT": CARD_LENT,
+        "CARDS_JOIN": CARDS_JOIN,
+        "CARD_IN_LIST": f"[^{CARDS_JOIN}]+",  # a Lua pattern: one card of a reservation's list
     }
 
 

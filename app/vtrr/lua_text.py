@@ -30,12 +30,14 @@ LIBRARY = (
     "limits",
     "parking",
     "usage",
+    "cards",
     "placing",
     "triggers",
     "leases",
     "put_back",
     "reclaim",
     "next_item",
+    "gangs",
 )
 NAMES = (
     "enqueue",
@@ -61,6 +63,8 @@ NAMES = (
     "reshare",
     "limit",
     "wake",
+    "tick",
+    "lend",
 )
 #: lib/keys.lua's names for the queue's keys (Keys' fields, in order), then the two trigger keys.
 QUEUE_KEYS = (
@@ -92,6 +96,9 @@ QUEUE_KEYS = (
     "kind",
     "kpools",
     "kclock",
+    "card",
+    "resv",
+    "fleet",
 )
 TRIGGER_KEYS = ("trigger_message", "broker")
 #: What an operation over several queues declares (step.lua): each queue's keys in turn, in the

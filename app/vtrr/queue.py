@@ -15,6 +15,7 @@ from typing import Any
 
 from redis import Redis
 
+from app.vtrr.fleet_cards import RESERVATION_GRACE_S, FleetCards
 from app.vtrr.group import QueueGroup
 from app.vtrr.hooks import Hooks, NoHooks
 from app.vtrr.item import Item, Lease, Shares, enqueue_args, kinds_in, share_of
@@ -24,6 +25,7 @@ from app.vtrr.limits import Limits, Woken, check_half_life
 from app.vtrr.line import QueueLine
 from app.vtrr.replicated import REPLICA_PATIENCE_S, REPLICA_WAIT_MS, until_replicated
 from app.vtrr.scripts import Scripts
+from app.vtrr.slots import Slot
 from app.vtrr.wire import (
     as_text,
     credit_args,
@@ -39,7 +41,7 @@ RECLAIM_BATCH = 100
 FULL_PATH_CALLS = 32
 
 
-class FairQueue(QueueLine):
+class FairQueue(QueueLine, FleetCards):
     """One fair queue: enqueue, dequeue (lease), ack, extend, release, put back, take, credit,
     reshare, reclaim and limits; its line's reads and an operator's changes are QueueLine's."""
 
@@ -57,6 +59,8 @@ class FairQueue(QueueLine):
         limits_group: str | None = None,
         usage_half_life_s: float | None = None,
         kind: str | None = None,
+        slot: Slot | None = None,
+        reservation_grace_s: float = RESERVATION_GRACE_S,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
@@ -66,7 +70,11 @@ class FairQueue(QueueLine):
         self.name = name
         #: The kind of consumer this is (pool.py): it leases items that name no kinds, or its own.
         self.kind = kind
-        self.keys = Keys.for_queue(name, limits_group, kind)
+        #: The card this consumer stands for, if any (slots.py: items of several cards).
+        self.slot = slot
+        self.reservation_grace_s = reservation_grace_s
+        where = None if slot is None else (slot.host, slot.card)
+        self.keys = Keys.for_queue(name, limits_group, kind, where)
         self.limits_group = limits_group
         self.lease_seconds = lease_seconds
         self.redis = redis_client
@@ -133,7 +141,8 @@ class FairQueue(QueueLine):
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
-        plain = self.kind is None  # (a consumer of a kind looks at its pools too: dequeue.lua)
+        # (a consumer of a kind looks at its pools too, a slotted one at its card: dequeue.lua)
+        plain = self.kind is None and self.slot is None
         if (
             plain
             and not (consumes_trigger or from_rear or self.trigger_cap >= 0)

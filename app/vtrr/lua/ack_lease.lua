@@ -4,6 +4,7 @@
 -- KEYS: limits parked reps waits park live freed usage usage_at
 -- KEYS: trigger_message broker
 -- KEYS: pool pools kinds kind kpools kclock
+-- KEYS: card resv fleet
 -- ARGV[1] task id  ARGV[2] its lease token  ARGV[3..9] as dequeue.lua's ARGV[1..7]
 -- Reply: {1 when acked, 0 when the token was stale; then dequeue.lua's reply}
 local acked = ack_item(ARGV[1], ARGV[2])

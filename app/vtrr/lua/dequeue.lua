@@ -4,6 +4,7 @@
 -- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
 -- KEYS: pool pools kinds kind kpools kclock
+-- KEYS: card resv fleet
 -- Before taking, reclaims up to ARGV[5] expired leases. Only items that may start are in
 -- queue (limited partitions: lib/keys.lua); when none is, the partitions whose wait is over are
 -- woken first.

@@ -4,6 +4,7 @@
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers wake queued_weight items
 -- KEYS: trigger_message broker stats limits parked reps waits park live freed
 -- KEYS: pool pools kinds kind kpools kclock
+-- KEYS: card resv fleet
 -- ARGV: none
 -- Reply: {ids that were queued, ids that were in flight}, so that the caller can tell their
 --        owners; nothing is lost without a word.
@@ -28,8 +29,9 @@ end
 local in_flight = redis.call('ZRANGE', K.inflight, 0, -1)
 for _, id in ipairs(in_flight) do
   -- live is shared with the queue's group: take out this queue's items only
-  local f = redis.call('HMGET', item_key(id), F_LIMITED, F_PARTITION)
+  local f = redis.call('HMGET', item_key(id), F_LIMITED, F_PARTITION, F_HELD)
   if f[1] then redis.call('HDEL', K.live .. f[2], id) end
+  free_cards(id, f[3])
 end
 for _, ids in ipairs({queued, in_flight}) do
   for i = 1, #ids, 500 do
@@ -42,6 +44,8 @@ local doomed = {}
 for _, key in ipairs(KEYS) do
   -- item, park and live are prefixes, not keys
   local kept = key == K.item or key == K.stats or key == K.limits or key == K.park
+  -- the fleet's cards are shared with the group's other queues
+  kept = kept or key == K.card or key == K.resv or key == K.fleet
   if not (kept or key == K.live or key == K.freed) then doomed[#doomed + 1] = key end
 end
 redis.call('DEL', unpack(doomed))

@@ -9,8 +9,9 @@
 -- ARGV[5] most items the partition may have queued (-1: no limit)
 -- ARGV[6] half-life of the partitions' remembered usage, seconds (0: no memory)
 -- ARGV[7] m, the number of arguments for the hooks (0: no hook runs)  ARGV[8 .. 7+m] those
--- ARGV[8+m ..] per item, six each: task id, cost (weight x price / share), weight, payload,
--- pool ("": any consumer; else the kinds that may take it, lib/pools.lua), price ("": 1)
+-- ARGV[8+m ..] per item, ITEM_ARGS each: task id, cost (weight x price / share), weight,
+-- payload, pool ("": any consumer; else the kinds that may take it, lib/pools.lua), price
+-- ("": 1), size (cards it takes at once, "": 1; lib/cards.lua), span (us, "": unknown)
 -- The hooks (Hooks.lua; none by default) are called, when m > 0, as admit(partition, args)
 -- before anything else: a value other than nil stops the call, nothing of the queue written;
 -- then, once the queue's checks have passed and before its writes, enqueued(partition, args).
@@ -25,7 +26,7 @@
 local partition, cap, front, wake = ARGV[1], tonumber(ARGV[2]), ARGV[3] == FRONT, ARGV[4] == '1'
 local limit, half_life, m = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local first = 8 + m
-local n = (#ARGV - first + 1) / 6
+local n = (#ARGV - first + 1) / ITEM_ARGS
 local hook_args = {}
 for i = 8, 7 + m do hook_args[#hook_args + 1] = ARGV[i] end
 local hooked = m > 0
@@ -44,14 +45,14 @@ if limit >= 0 and tonumber(redis.call('HGET', K.pqueued, partition) or '0') + n 
 end
 local lim = limits_of(partition)
 if lim and lim.held >= 0 then
-  for i = first + 2, #ARGV, 6 do
+  for i = first + 2, #ARGV, ITEM_ARGS do
     if tonumber(ARGV[i]) > lim.held then
       return redis.error_reply(OVERLIMIT .. ' ' .. string.format('%.17g', lim.held))
     end
   end
 end
 local seen = {}
-for i = first, #ARGV, 6 do
+for i = first, #ARGV, ITEM_ARGS do
   local id = ARGV[i]
   if seen[id] or redis.call('EXISTS', item_key(id)) == 1 then
     return redis.error_reply(DUPLICATE .. ' ' .. id)
@@ -71,7 +72,7 @@ if half_life > 0 and not front then
   local pool = ARGV[first + 4] ~= '' and ARGV[first + 4]  -- (the first item's: its clock)
   come_back(partition, half_life, share, tonumber(clock()), pool)
 end
-for i = first, #ARGV, 6 do
+for i = first, #ARGV, ITEM_ARGS do
   local id, cost, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local pool = ARGV[i + 4] ~= '' and ARGV[i + 4]
   local score, member = placement(id, partition, cost, front, pool)
@@ -81,6 +82,8 @@ for i = first, #ARGV, 6 do
   if pool then redis.call('HSET', item_key(id), F_POOL, pool) end
   if ARGV[i + 5] ~= '' then redis.call('HSET', item_key(id), F_PRICE, ARGV[i + 5]) end
   if lim then redis.call('HSET', item_key(id), F_LIMITED, '1') end
+  if ARGV[i + 6] ~= '' then redis.call('HSET', item_key(id), F_SIZE, ARGV[i + 6]) end
+  if ARGV[i + 7] ~= '' then redis.call('HSET', item_key(id), F_SPAN, ARGV[i + 7]) end
   if half_life > 0 then redis.call('HSET', item_key(id), F_HALF_LIFE, ARGV[6]) end
   reply[#reply + 1] = tostring(score)
 end

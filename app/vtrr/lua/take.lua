@@ -6,6 +6,7 @@
 -- KEYS: limits parked reps waits park live
 -- KEYS: trigger_message broker
 -- KEYS: pool pools kinds kind kpools kclock
+-- KEYS: card resv fleet
 -- ARGV[1] task id  ARGV[2] lease microseconds  ARGV[3] lease token
 -- ARGV[4] trigger cap (-1: no triggers)
 -- Reply: {triggers to publish} when the item is not queued, or may not start now, else

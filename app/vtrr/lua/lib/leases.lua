@@ -34,11 +34,13 @@ local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
 end
 
 -- A leased item's end, its lease checked: out of flight, its hash (key) gone, and what it used
--- remembered where its queue keeps usage (F_HALF_LIFE: half_life). A credit since its last
+-- remembered where its queue keeps usage (F_HALF_LIFE: half_life), and the cards it held free
+-- (held: its F_HELD). A credit since its last
 -- charge remembered that already, under this lease or one before a put_back or release, which
 -- charge nothing (credited); else it used its weight w.
-local function finish(id, key, p, w, half_life, credited, price)
+local function finish(id, key, p, w, half_life, credited, price, held)
   redis.call('ZREM', K.inflight, id)
+  free_cards(id, held)
   redis.call('DEL', key)
   if half_life and not credited then
     remember_use(p, tonumber(w) * (tonumber(price) or 1), tonumber(half_life), tonumber(clock()))
@@ -50,9 +52,9 @@ end
 local function ack_item(id, token)
   local key = item_key(id)
   local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_PARTITION, F_HALF_LIFE, F_CREDITED,
-                       F_WEIGHT, F_PRICE)
+                       F_WEIGHT, F_PRICE, F_HELD)
   if f[1] ~= token then return 0 end
-  finish(id, key, f[3], f[6], f[4], f[5], f[7])
+  finish(id, key, f[3], f[6], f[4], f[5], f[7], f[8])
   if f[2] then
     landed(f[3], id)
     refresh(f[3], limits_of(f[3]), tonumber(clock()))
@@ -66,12 +68,12 @@ end
 -- fields that only usage needs are read only where the item keeps usage.
 local function ack_unlimited(id, token)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_HALF_LIFE)
+  local f = redis.call('HMGET', key, F_LEASE, F_LIMITED, F_HALF_LIFE, F_HELD)
   if f[1] ~= token then return 0 end
   if f[2] then return nil end
   local used = {}
   if f[3] then used = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_CREDITED, F_PRICE) end
-  finish(id, key, used[1], used[2], f[3], used[3], used[4])
+  finish(id, key, used[1], used[2], f[3], used[3], used[4], f[4])
   return 1
 end
 

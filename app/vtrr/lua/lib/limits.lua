@@ -19,14 +19,18 @@ local function limits_of(p)
 end
 
 -- What each of p's items in flight still holds at now (us): its weight less what it has used
--- since its lease began, never below 0; and their sum.
+-- since its lease began, never below 0; and their sum. An item of several cards uses its
+-- weight up on each at once: it counts as that many items, each of its weight over its size.
 local function still_held(p, lim, now)
   local left, sum = {}, 0
-  for i, v in ipairs(redis.call('HVALS', K.live .. p)) do
-    local start, w = string.match(v, '^(%d+) (%S+)$')
-    local l = math.max(0, tonumber(w) - (now - tonumber(start)) * lim.rate / 1e6)
-    left[i] = l
-    sum = sum + l
+  for _, v in ipairs(redis.call('HVALS', K.live .. p)) do
+    local start, w, z = string.match(v, '^(%d+) (%S+) ?(%d*)$')
+    local cards = tonumber(z) or 1
+    local l = math.max(0, tonumber(w) / cards - (now - tonumber(start)) * lim.rate / 1e6)
+    for _ = 1, cards do
+      left[#left + 1] = l
+      sum = sum + l
+    end
   end
   return left, sum
 end
@@ -49,12 +53,23 @@ local HELD_SLACK = 1e-9  -- what float sums may be off by
 local WAKE_BATCH = 16  -- most partitions a dequeue that found nothing wakes
 local RECHECKS = 8  -- most items one lease may find it must park again (their group's doing)
 
--- Whether limited partition p may start one more item, of weight w, at now (us); when only
+-- Whether limited partition p may start one more item, of weight w and size cards (nil: 1), at
+-- now (us), its items in flight counted by the cards they hold; when only
 -- the weight it holds stops it and that runs down, also when it may (us). An item starts
 -- alone whatever its weight: nothing waits forever for a limit lowered below it.
-local function may_start(p, lim, w, now)
+local function may_start(p, lim, w, now, size)
   local running = redis.call('HLEN', K.live .. p)
-  if lim.n >= 0 and running >= lim.n then return false, nil end
+  if lim.n >= 0 and running > 0 then
+    -- what its items in flight hold counts in cards: an item of several holds its size
+    running = 0
+    for _, v in ipairs(redis.call('HVALS', K.live .. p)) do
+      running = running + tonumber(string.match(v, '^%S+ %S+ (%S+)$') or '1')
+    end
+  end
+  size = size or 1
+  if lim.n >= 0 and (running >= lim.n or (running > 0 and running + size > lim.n)) then
+    return false, nil
+  end
   if lim.held < 0 or running == 0 then return true, nil end
   local left, sum = still_held(p, lim, now)
   local target = lim.held - w

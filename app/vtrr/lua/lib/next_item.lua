@@ -9,6 +9,7 @@ local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap, 
   -- (a limited partition's item may have waited below the clock: the clocks never go back)
   if not from_rear then clocks_reach(head[2], f[7]) end
   local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  hold_card(id, t, f[9])
   local queued = reset_if_drained(lines)
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
@@ -25,6 +26,34 @@ local function pop_first(lines, from_rear)
   return head
 end
 
+local WALK = 16  -- most items of each line a slotted consumer's lease looks at
+
+-- The first entries of lines in fair order, at most `most` of each: {member, score, line}.
+local function walk(lines, most)
+  local all = {}
+  for _, l in ipairs(lines) do
+    local got = redis.call('ZRANGE', l, 0, most - 1, 'WITHSCORES')
+    for i = 1, #got, 2 do all[#all + 1] = {got[i], tonumber(got[i + 1]), l} end
+  end
+  table.sort(all, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+  return all
+end
+
+-- A slotted consumer's head (lib/cards.lua): the first item of lines, among their first WALK,
+-- that takes one card and fits what its card allows (an item of several cards is claimed by
+-- tick.lua, and a card kept for one runs only what ends before its reservation starts), taken
+-- out of its line: {member, score}, or {} and whether an item was passed over.
+local function pick(lines, allows, t)
+  for _, e in ipairs(walk(lines, WALK)) do
+    local f = redis.call('HMGET', item_key(task_id_of(e[1])), F_SIZE, F_SPAN)
+    if not f[1] and fits(allows, t, f[2]) then
+      redis.call('ZREM', e[3], e[1])
+      return {e[1], e[2]}, true
+    end
+  end
+  return {}, true
+end
+
 -- Lease the next item (dequeue.lua says what each argument is); returns dequeue's reply.
 local function lease_next(lease_us, token, consumes, from_rear, limit, cap, placement)
   local t = clock()
@@ -34,11 +63,24 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
   end
 
   local lines = my_lines()
-  local head = pop_first(lines, from_rear)
+  local allows = nil
+  if not from_rear then allows = card_allows() end
+  -- a lent card leases nothing; its trigger goes to another consumer
+  if allows == false then return {top_up_triggers(cap)} end
+  local passed = false
+  local function first()
+    if allows ~= nil or passed then
+      local head
+      head, passed = pick(lines, allows, t)
+      return head
+    end
+    return pop_first(lines, from_rear)
+  end
+  local head = first()
   if not head[1] then
     -- nothing that may start: a limited partition whose wait is over may have one now
     if wake_due(tonumber(t), WAKE_BATCH) == 0 then return {top_up_triggers(cap, 0)} end
-    head = pop_first(lines, from_rear)
+    head = first()
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
   local id, key, f, lim
@@ -47,7 +89,18 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     id = task_id_of(head[1])
     key = item_key(id)
     f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY, F_LIMITED,
-                   F_POOL)
+                   F_POOL, F_SIZE, F_SPAN)
+    if (f[8] or (allows ~= nil and not fits(allows, t, f[9]))) and not passed then
+      -- an item this card may not take now was first: back in its line, and the walk instead
+      redis.call('ZADD', line(f[7]), head[2], head[1])
+      passed = true
+      head = first()
+      if not head[1] then return {top_up_triggers(cap, 0)} end
+      id = task_id_of(head[1])
+      key = item_key(id)
+      f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS, F_ENTRY,
+                     F_LIMITED, F_POOL, F_SIZE, F_SPAN)
+    end
     lim = f[6] and limits_of(f[1])
     -- Another queue of its group may have started one of its partition's items since it was
     -- put here: it starts only if it still may, else it waits in its park.
@@ -60,7 +113,7 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
     if at then redis.call('ZADD', K.waits, at, f[1]) end
     parked_again = parked_again + 1
     if parked_again >= RECHECKS then return {top_up_triggers(cap)} end
-    head = pop_first(lines, from_rear)
+    head = first()
     if not head[1] then return {top_up_triggers(cap, 0)} end
   end
   return lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap, lines)
@@ -108,9 +161,12 @@ local function take_item(id, token, lease_us, cap)
   local member = queued_member(id)
   if not member then return {0} end
   local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
-                       F_ENTRY, F_LIMITED, F_POOL)
+                       F_ENTRY, F_LIMITED, F_POOL, F_SIZE, F_SPAN)
   local lim = f[6] and limits_of(f[1])
   local t = clock()
+  -- an item of several cards is claimed by tick.lua; a lent card, or one kept for such an item
+  -- that this one would not end before, takes nothing
+  if f[8] or not fits(card_allows(), t, f[9]) then return {top_up_triggers(cap)} end
   -- a limited partition's item is in its line exactly while it is its next one and may start
   if lim then refresh(f[1], lim, tonumber(t)) end
   local own = line(f[7])
@@ -119,6 +175,7 @@ local function take_item(id, token, lease_us, cap)
   if tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
   redis.call('ZREM', own, member)
   local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
+  hold_card(id, t, f[9])
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end

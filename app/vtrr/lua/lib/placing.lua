@@ -34,18 +34,19 @@ end
 -- A fair placement charges it again, so it may be credited again. Returns its payload's key.
 local function requeue(id, front, now)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_LIMITED, F_POOL)
+  local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_LIMITED, F_POOL, F_HELD)
   local lim = f[4] and limits_of(f[1])
   redis.call('ZREM', K.inflight, id)
+  free_cards(id, f[6])
   if f[4] then landed(f[1], id) end  -- (marked while its partition had limits: counted then)
   -- its partition may start its next item now: the front is where that one is too
   if lim then refresh(f[1], lim, now) end
   local score, member = placement(id, f[1], f[2], front, f[5])
   local entry = queue(f[1], f[3], score, member, lim, f[5])
   if front then
-    redis.call('HDEL', key, F_LEASE)
+    redis.call('HDEL', key, F_LEASE, F_HELD)
   else
-    redis.call('HDEL', key, F_LEASE, F_CREDITED)
+    redis.call('HDEL', key, F_LEASE, F_CREDITED, F_HELD)
   end
   redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
   if lim then refresh(f[1], lim, now) end

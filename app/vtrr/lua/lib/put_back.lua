@@ -41,10 +41,11 @@ end
 -- put_back_item is it for the holder of the current lease: whether token held it.
 local function to_partition_front(id)
   local key = item_key(id)
-  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED, F_POOL)
+  local f = redis.call('HMGET', key, F_PARTITION, F_WEIGHT, F_LIMITED, F_POOL, F_HELD)
   local p = f[1]
   local lim = f[3] and limits_of(p)
   redis.call('ZREM', K.inflight, id)
+  free_cards(id, f[5])
   if f[3] then landed(p, id) end  -- (marked while its partition had limits: counted then)
   local _, score = first_queued(p, lim)
   if not score then
@@ -52,7 +53,7 @@ local function to_partition_front(id)
   end
   local member = front_member(id)
   local entry = queue(p, f[2], score, member, lim, f[4])
-  redis.call('HDEL', key, F_LEASE)
+  redis.call('HDEL', key, F_LEASE, F_HELD)
   redis.call('HSET', key, F_MEMBER, member, F_ENTRY, entry)
   if lim then refresh(p, lim, tonumber(clock())) end
 end

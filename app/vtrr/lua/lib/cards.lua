@@ -1,0 +1,116 @@
+-- lib/cards.lua: a fleet's cards (slots), shared by the queues of one limits group: which item
+-- each card is held by, the reservation each host keeps for an item of several cards, and what
+-- a consumer's own card lets it lease (docs/vtrr.md, "Items of several cards").
+-- Relies on: keys.lua (K), clock.lua, partitions.lua (item_key).
+--
+-- A slotted consumer's K.card is `fleet .. 'card:' .. host .. ':' .. card` and its K.resv
+-- `fleet .. 'resv:' .. host`; a consumer without a slot gets `fleet .. 'card:'`, never written.
+--   card:<host>:<card>  STRING "<role> <task id> <ends, us> <ready>" while an item holds it:
+--                       role CARD_RUN (its own consumer runs it), CARD_LEAD (its consumer runs
+--                       an item of several cards), CARD_LENT (lent to one); ready 1 once the
+--                       lending consumer said its card is clean. Absent: free.
+--   resv:<host>         STRING "<task id> <start, us> <placed, us> <card>,<card>,...": the
+--                       cards of host kept for an item of several cards, from start on.
+--   slots:<host>        HASH card -> "<kind or -> <seen, us> <worker>": the host's live cards.
+--   hosts               SET the hosts that have had a live card.
+-- An item that holds cards keeps their keys in F_HELD, space-separated, its leader's first.
+
+local UNBOUNDED = 1e18  -- the end of an item whose span is unknown: never before a reservation
+
+local function slotted()
+  return K.card ~= K.fleet .. 'card:'
+end
+
+local function card_key(host, card)
+  return K.fleet .. 'card:' .. host .. ':' .. card
+end
+
+local function resv_key(host)
+  return K.fleet .. 'resv:' .. host
+end
+
+local function slots_key(host)
+  return K.fleet .. 'slots:' .. host
+end
+
+-- This consumer's host and card, read from its card's key.
+local function my_slot()
+  return string.match(K.card, 'card:([^:]+):([^:]+)$')
+end
+
+local function card_text(role, id, ends, ready)
+  return role .. ' ' .. id .. ' ' .. string.format('%d', ends) .. ' ' .. (ready and '1' or '0')
+end
+
+-- A card's state, or nil when it is free: {role, id, ends (us), ready}.
+local function card_state(raw)
+  if not raw then return nil end
+  local role, id, ends, ready = string.match(raw, '^(%S+) (%S+) (%S+) (%S+)$')
+  return {role = role, id = id, ends = tonumber(ends), ready = ready == '1'}
+end
+
+-- A host's reservation, or nil: {id, start (us), placed (us), cards (list), text}.
+local function resv_state(raw)
+  if not raw then return nil end
+  local id, start, placed, cards = string.match(raw, '^(%S+) (%S+) (%S+) (%S+)$')
+  local list = {}
+  for c in string.gmatch(cards, CARD_IN_LIST) do list[#list + 1] = c end
+  return {id = id, start = tonumber(start), placed = tonumber(placed), cards = list, text = raw}
+end
+
+local function resv_text(id, start, placed, cards)
+  return id .. ' ' .. string.format('%d', start) .. ' ' .. string.format('%d', placed) .. ' ' ..
+         table.concat(cards, CARDS_JOIN)
+end
+
+local function has(list, value)
+  for _, v in ipairs(list) do
+    if v == value then return true end
+  end
+  return false
+end
+
+-- When an item of span us (false: unknown) started at t (us) ends at the latest.
+local function ends_at(t, span)
+  if span then return tonumber(t) + tonumber(span) end
+  return UNBOUNDED
+end
+
+-- What this consumer's card lets it lease now: nil, anything; false, nothing (it is lent, or
+-- leads an item of several cards); else the start (us) of its host's reservation that holds it,
+-- before which an item must end.
+local function card_allows()
+  if not slotted() then return nil end
+  local v = redis.call('MGET', K.card, K.resv)
+  local held = card_state(v[1])
+  if held and held.role ~= CARD_RUN then return false end
+  local r = resv_state(v[2])
+  if not r then return nil end
+  local _, card = my_slot()
+  if has(r.cards, card) then return r.start end
+  return nil
+end
+
+-- Whether an item of span (us, false: unknown) leased at t fits what card_allows said.
+local function fits(allows, t, span)
+  if allows == nil then return true end
+  if allows == false or not span then return false end
+  return tonumber(t) + tonumber(span) <= allows
+end
+
+-- This consumer's card now runs item id, leased at t (lease_head, take_item).
+local function hold_card(id, t, span)
+  if not slotted() then return end
+  redis.call('SET', K.card, card_text(CARD_RUN, id, ends_at(t, span), false))
+  redis.call('HSET', item_key(id), F_HELD, K.card)
+end
+
+-- Free the cards that item id held (held: its F_HELD), each only while it still names the
+-- item: a card freed by a reclaim may be held by another item since.
+local function free_cards(id, held)
+  if not held then return end
+  for key in string.gmatch(held, '%S+') do
+    local s = card_state(redis.call('GET', key))
+    if s and s.id == id then redis.call('DEL', key) end
+  end
+end

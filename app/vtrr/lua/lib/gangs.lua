@@ -1,0 +1,163 @@
+-- lib/gangs.lua: items of several cards (a size above 1): which of them have their turn, the
+-- reservation each keeps on one host, and their claim, all of a host's cards they take in one
+-- step (tick.lua; docs/vtrr.md, "Items of several cards").
+-- Relies on: every file before it (cards.lua for the fleet's keys, next_item.lua's walk).
+
+-- The live cards of kind on host, sorted by name: {names}, and their states (cards.lua).
+local function cards_of(host, kind, now, ttl)
+  local raw = redis.call('HGETALL', slots_key(host))
+  local names = {}
+  for i = 1, #raw, 2 do
+    local k, seen = string.match(raw[i + 1], '^(%S+) (%S+)')
+    if k == kind and now - tonumber(seen) <= ttl then names[#names + 1] = raw[i] end
+  end
+  table.sort(names)
+  local states = {}
+  if #names > 0 then
+    local keys = {}
+    for i, c in ipairs(names) do keys[i] = card_key(host, c) end
+    local got = redis.call('MGET', unpack(keys))
+    for i = 1, #names do states[i] = card_state(got[i]) end
+  end
+  return names, states
+end
+
+-- The kinds of card an item of pool may use: its kinds, or (no pool) every kind on host.
+local function kinds_for(pool, host)
+  if pool then return kinds_of(pool) end
+  local seen, kinds = {}, {}
+  local raw = redis.call('HVALS', slots_key(host))
+  for _, v in ipairs(raw) do
+    local k = string.match(v, '^(%S+)')
+    if not seen[k] then seen[k], kinds[#kinds + 1] = true, k end
+  end
+  return kinds
+end
+
+-- When the size cards of one kind on host that free first are all free, and which they are:
+-- start (us), {cards}; nil where host has too few. A card frees at the declared end of what
+-- holds it (never before now).
+local function soonest(host, g, now, ttl)
+  local best, chosen
+  for _, kind in ipairs(kinds_for(g.pool, host)) do
+    local names, states = cards_of(host, kind, now, ttl)
+    if #names >= g.size then
+      local frees = {}
+      for i, c in ipairs(names) do
+        local at = now
+        if states[i] then at = math.max(now, states[i].ends) end
+        frees[i] = {at, c}
+      end
+      table.sort(frees, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+      local start = frees[g.size][1]
+      if not best or start < best then
+        best, chosen = start, {}
+        for i = 1, g.size do chosen[i] = frees[i][2] end
+      end
+    end
+  end
+  return best, chosen
+end
+
+-- Keep g's reservation: where it has none, or it is past its start by grace, on the host whose
+-- cards free first (its own host among them, so never onto a later one); else on its host,
+-- its start recomputed (never later than it was: ends are limits) and its cards the soonest
+-- there. taken: the hosts kept for gangs before g this call (one reservation per host).
+local function keep_reservation(g, now, ttl, grace, taken)
+  local current = g.resv and resv_state(redis.call('GET', resv_key(g.resv)))
+  if current and current.id ~= g.id then current = nil end
+  local due = not current or now > current.start + grace
+  local best
+  if current and not due then
+    local start, cards = soonest(g.resv, g, now, ttl)
+    if start then best = {host = g.resv, start = math.min(start, current.start), cards = cards} end
+  end
+  if not best then
+    for _, h in ipairs(redis.call('SMEMBERS', K.fleet .. 'hosts')) do
+      local r = resv_state(redis.call('GET', resv_key(h)))
+      local other = r and r.id ~= g.id and queued_member(r.id)
+      if not taken[h] and not other then
+        local start, cards = soonest(h, g, now, ttl)
+        if start and (not best or start < best.start or (start == best.start and h == g.resv)) then
+          best = {host = h, start = start, cards = cards}
+        end
+      end
+    end
+  end
+  if not best then return end  -- no host has enough cards of one kind: it waits
+  taken[best.host] = true
+  local placed = now
+  if current and best.host == g.resv and not due then placed = current.placed end
+  if g.resv and g.resv ~= best.host and current then redis.call('DEL', resv_key(g.resv)) end
+  redis.call('SET', resv_key(best.host), resv_text(g.id, best.start, placed, best.cards))
+  redis.call('HSET', item_key(g.id), F_RESV, best.host)
+end
+
+-- The cards of host that g may take now with this consumer's card leading: {cards}, mine
+-- first, or nil. A card kept for another item lends itself only where g ends before that
+-- one's start, by its span; one kept for g is taken first.
+local function claimable(g, host, card, kind, now, ttl)
+  if g.pool and not has(kinds_of(g.pool), kind) then return nil end
+  local r = resv_state(redis.call('GET', resv_key(host)))
+  local names, states = cards_of(host, kind, now, ttl)
+  local ours, others = {}, {}
+  for i, c in ipairs(names) do
+    local kept = r and has(r.cards, c)
+    local usable = not states[i]
+    if usable and kept and r.id ~= g.id then usable = fits(r.start, now, g.span) end
+    if usable and c ~= card then
+      if kept and r.id == g.id then ours[#ours + 1] = c else others[#others + 1] = c end
+    end
+  end
+  local cards = {card}
+  for _, list in ipairs({ours, others}) do
+    for _, c in ipairs(list) do
+      if #cards < g.size then cards[#cards + 1] = c end
+    end
+  end
+  if #cards < g.size then return nil end
+  return cards
+end
+
+-- Lease g to this consumer, taking cards on host (the first leads): all in this one call.
+-- Returns {expiry, payload, timeouts}.
+local function claim(g, host, cards, token, t, lease_us)
+  local key = item_key(g.id)
+  local f = redis.call('HMGET', key, F_ENTRY, F_PAYLOAD, F_TIMEOUTS)
+  redis.call('ZREM', g.line, g.member)
+  clocks_reach(g.score, g.pool)
+  local expiry = lease_queued(g.id, g.p, g.w, f[1], g.lim, token, t, lease_us)
+  if g.lim then redis.call('HSET', K.live .. g.p, g.id, t .. ' ' .. g.w .. ' ' .. g.size) end
+  local ends, keys = ends_at(t, g.span), {}
+  for i, c in ipairs(cards) do
+    keys[i] = card_key(host, c)
+    local role = CARD_LENT
+    if i == 1 then role = CARD_LEAD end
+    redis.call('SET', keys[i], card_text(role, g.id, ends, i == 1))
+  end
+  redis.call('HSET', key, F_HELD, table.concat(keys, ' '))
+  if g.resv then
+    local r = resv_state(redis.call('GET', resv_key(g.resv)))
+    if r and r.id == g.id then redis.call('DEL', resv_key(g.resv)) end
+    redis.call('HDEL', key, F_RESV)
+  end
+  return {expiry, f[2], f[3] or '0'}
+end
+
+-- The items of several cards whose turn has come among lines: those ahead of the first item of
+-- one card, in fair order, at most WALK of each line looked at; an item whose partition's
+-- limits hold it back now (its cards counted) is passed over.
+local function at_turn(lines, now)
+  local turn = {}
+  for _, e in ipairs(walk(lines, WALK)) do
+    local id = task_id_of(e[1])
+    local f = redis.call('HMGET', item_key(id), F_SIZE, F_SPAN, F_POOL, F_RESV, F_PARTITION,
+                         F_LIMITED, F_WEIGHT)
+    if not f[1] then break end
+    local g = {id = id, member = e[1], score = e[2], line = e[3], size = tonumber(f[1]),
+               span = f[2] and tonumber(f[2]), pool = f[3], resv = f[4], p = f[5],
+               w = f[7], lim = f[6] and limits_of(f[5])}
+    if not g.lim or may_start(g.p, g.lim, tonumber(g.w), now, g.size) then turn[#turn + 1] = g end
+  end
+  return turn
+end
