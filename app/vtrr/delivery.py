@@ -9,6 +9,7 @@ from celery import Task
 
 from app.vtrr.group import Member, QueueGroup
 from app.vtrr.item import Lease
+from app.vtrr.slots import Held
 
 
 class Delivery(NamedTuple):
@@ -40,6 +41,8 @@ class Served(Member, Protocol):
     def resume(self, task_id: str, token: str) -> Lease | None: ...
 
     def run_item(self, task: Task, delivery: Delivery) -> Any: ...  # type: ignore[type-arg]
+
+    def card_held(self) -> Held | None: ...
 
 
 class Taken(NamedTuple):

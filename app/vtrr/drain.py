@@ -40,6 +40,10 @@ from app.vtrr.step import Ending, Stepped, step
 #: How long one trigger's run keeps taking new items (seconds): below Kombu's visibility
 #: timeout, less the longest item.
 DRAIN_MAX_S = 600.0
+#: How long a trigger's run on a lent card waits for the lend to end before it returns (s).
+LENT_HOLD_S = 30.0
+#: How often that wait looks at the card (seconds).
+LENT_POLL_S = 0.2
 #: How long the step that ends an item keeps trying while Redis is unreachable (seconds).
 STEP_PATIENCE_S = 30.0
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
@@ -83,6 +87,8 @@ def run_trigger(vtrr: Served, task: Task, held: Sequence[str] | None) -> Any:  #
         taken = _resumed(vtrr, held)
     else:
         taken = _leased(vtrr, step(vtrr.group.order(vtrr), consumes=vtrr), sent)
+    if taken is None and not held:
+        _wait_while_lent(vtrr)
     drains = not held and vtrr.drain_max_s > 0 and not has_time_limit(task)
     deadline = time.monotonic() + vtrr.drain_max_s
     ran: list[str] = []
@@ -93,6 +99,18 @@ def run_trigger(vtrr: Served, task: Task, held: Sequence[str] | None) -> Any:  #
         more = drains and time.monotonic() < deadline and not shutting_down()
         taken = _end(vtrr, task, taken, more)
     return result if len(ran) <= 1 else {"drained": ran, "result": result}
+
+
+def _wait_while_lent(vtrr: Served) -> None:
+    """A trigger that reached a consumer whose card is lent to an item of several cards (its
+    step leased nothing, and put the trigger back for another consumer): the run holds this
+    worker, so that the broker hands its next trigger to another, until the lend ends or
+    LENT_HOLD_S has passed (below Kombu's visibility timeout)."""
+    deadline = time.monotonic() + LENT_HOLD_S
+    held = vtrr.card_held()
+    while held is not None and held.role == "lent" and time.monotonic() < deadline:
+        time.sleep(LENT_POLL_S)  # the lend ends with another worker's run: nothing to wait on
+        held = vtrr.card_held()
 
 
 def _run_item(task: Task, taken: Taken) -> Any:  # type: ignore[type-arg]

@@ -107,7 +107,7 @@ def held_of(raw: Any) -> Held | None:
     if raw is None:
         return None
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    role, task_id, _ends, ready = text.split(" ")
+    role, task_id, _ends, ready, _item = text.split(" ")
     if role == CARD_RUN:
         return None
     return Held(_ROLES[role], task_id, ready == "1")

@@ -1,7 +1,7 @@
 -- lend.lua: a consumer whose card is lent to an item of several cards says that its card is
 -- ready (it has let go of what it held there): its card's state gets ready 1, only while the
 -- card is still lent to that item.
--- KEYS: card
+-- KEYS: card item
 -- ARGV[1] task id
 -- Reply: 1 when said, 0 when the card is not lent to that item (any more).
 local s = card_state(redis.call('GET', K.card))

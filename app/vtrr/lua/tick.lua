@@ -13,7 +13,7 @@
 -- ARGV[6] how long past its start a reservation waits before it is placed again (us)
 -- ARGV[7] trigger cap (-1: no triggers)
 -- Reply: {role, task id, ready} of the item that holds this consumer's card when one other
---        than its own run does (CARD_LEAD or CARD_LENT); else {"", triggers to publish} when
+--        than its own run of one card does (CARD_LEAD or CARD_LENT); else {"", triggers to publish} when
 --        nothing was claimed, or {CARD_LEAD, task id, 1, triggers to publish, payload,
 --        timeouts, lease expiry (us)} for the item this call leased to it.
 local ttl, lease_us, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -24,7 +24,7 @@ local now = tonumber(t)
 local host, card = my_slot()
 redis.call('SADD', K.fleet .. 'hosts', host)
 redis.call('HSET', slots_key(host), card, kind .. ' ' .. t .. ' ' .. worker)
-local mine = card_state(redis.call('GET', K.card))
+local mine = own_card(redis.call('GET', K.card))
 if mine and mine.role ~= CARD_RUN then
   return {mine.role, mine.id, mine.ready and 1 or 0}
 end

@@ -5,7 +5,8 @@
 --
 -- A slotted consumer's K.card is `fleet .. 'card:' .. host .. ':' .. card` and its K.resv
 -- `fleet .. 'resv:' .. host`; a consumer without a slot gets `fleet .. 'card:'`, never written.
---   card:<host>:<card>  STRING "<role> <task id> <ends, us> <ready>" while an item holds it:
+--   card:<host>:<card>  STRING "<role> <task id> <ends, us> <ready> <its hash's key>" while an
+--                       item holds it:
 --                       role CARD_RUN (its own consumer runs it), CARD_LEAD (its consumer runs
 --                       an item of several cards), CARD_LENT (lent to one); ready 1 once the
 --                       lending consumer said its card is clean. Absent: free.
@@ -40,13 +41,26 @@ end
 
 local function card_text(role, id, ends, ready)
   return role .. ' ' .. id .. ' ' .. string.format('%d', ends) .. ' ' .. (ready and '1' or '0')
+         .. ' ' .. item_key(id)
 end
 
--- A card's state, or nil when it is free: {role, id, ends (us), ready}.
+-- A card's state, or nil when it is free: {role, id, ends (us), ready, item (its hash's key)}.
 local function card_state(raw)
   if not raw then return nil end
-  local role, id, ends, ready = string.match(raw, '^(%S+) (%S+) (%S+) (%S+)$')
-  return {role = role, id = id, ends = tonumber(ends), ready = ready == '1'}
+  local role, id, ends, ready, item = string.match(raw, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  return {role = role, id = id, ends = tonumber(ends), ready = ready == '1', item = item}
+end
+
+-- The state of this consumer's card (raw: its value), nil when free. A card whose item no
+-- longer holds it (its end was lost with a queue that was dropped, say) is freed here: so
+-- a card is never kept from work by what nothing holds.
+local function own_card(raw)
+  local s = card_state(raw)
+  if not s then return nil end
+  local held = redis.call('HGET', s.item, F_HELD)
+  if held and string.find(' ' .. held .. ' ', ' ' .. K.card .. ' ', 1, true) then return s end
+  redis.call('DEL', K.card)
+  return nil
 end
 
 -- A host's reservation, or nil: {id, start (us), placed (us), cards (list), text}.
@@ -76,14 +90,14 @@ local function ends_at(t, span)
   return UNBOUNDED
 end
 
--- What this consumer's card lets it lease now: nil, anything; false, nothing (it is lent, or
--- leads an item of several cards); else the start (us) of its host's reservation that holds it,
--- before which an item must end.
+-- What this consumer's card lets it lease now: nil, anything; false, nothing (an item holds it:
+-- it is lent, or leads an item of several cards, or the item of a run of its own that has not
+-- ended, its worker restarted meanwhile); else the start (us) of its host's reservation that
+-- holds it, before which an item must end.
 local function card_allows()
   if not slotted() then return nil end
   local v = redis.call('MGET', K.card, K.resv)
-  local held = card_state(v[1])
-  if held and held.role ~= CARD_RUN then return false end
+  if v[1] and own_card(v[1]) then return false end
   local r = resv_state(v[2])
   if not r then return nil end
   local _, card = my_slot()
