@@ -79,7 +79,7 @@ class GangMachine(RuleBasedStateMachine):
         """Each item in flight's card keys (F_HELD)."""
         found: dict[str, list[str]] = {}
         for task in self.r.zrange(self.cards[0].keys.inflight, 0, -1):
-            task_id = task.decode() if isinstance(task, bytes) else task
+            task_id = task.decode() if isinstance(task, bytes) else str(task)
             raw = self.r.hget(self.cards[0].keys.item_key(task_id), "g")
             text = raw.decode() if isinstance(raw, bytes) else raw
             found[task_id] = text.split() if text else []
@@ -117,9 +117,9 @@ class GangMachine(RuleBasedStateMachine):
                 tick = c.tick(TTL)
                 if tick.claimed is not None:
                     c.ack(tick.claimed.task_id, tick.claimed.token)
-                lease = c.dequeue()
-                if lease is not None:
-                    c.ack(lease.task_id, lease.token)
+                single = c.dequeue()
+                if single is not None:
+                    c.ack(single.task_id, single.token)
         assert self.cards[0].length() == 0, "the queue did not drain"
         assert all(self.r.get(c.keys.card) is None for c in self.cards)
 
