@@ -216,8 +216,8 @@ def test_max_running_counts_the_cards_an_item_holds(r: redis.Redis) -> None:
 def test_an_item_size_and_span_are_checked_before_redis_is_touched(r: redis.Redis) -> None:
     q = card(r, "h1", "0")
     for bad in ({"size": 0}, {"size": 65}, {"size": True}, {"span": 0}, {"span": float("inf")}):
-        with pytest.raises(ValueError, match="size|span"):
-            q.enqueue("A", [Item("x", **bad)])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"size|span"):
+            q.enqueue("A", [Item("x", **bad)])
     assert q.length() == 0
-    with pytest.raises(ValueError, match="':'"):
+    with pytest.raises(ValueError, match="host"):
         Slot("h:1", "0", "w")
