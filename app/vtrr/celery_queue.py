@@ -31,6 +31,7 @@ from app.vtrr.aio import AsyncFairQueue
 from app.vtrr.celery_task import TASK_OPTIONS, VTRRTask, kind_celery_queue
 from app.vtrr.delivery import Delivery, delivery_of
 from app.vtrr.drain import DRAIN_MAX_S, run_trigger
+from app.vtrr.fleet_cards import RESERVATION_GRACE_S
 from app.vtrr.group import QueueGroup
 from app.vtrr.held import LEASE_KWARG, held_lease
 from app.vtrr.hooks import Hooks, NoHooks
@@ -90,6 +91,8 @@ class VTRRQueue(FairQueue):
         reclaim_to: Placement = FAIR,
         kind: str | None = None,
         slot: Slot | None = None,
+        reservation_grace_s: float = RESERVATION_GRACE_S,
+        reserves: bool = True,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -106,6 +109,8 @@ class VTRRQueue(FairQueue):
             reclaim_to=reclaim_to,
             kind=kind,
             slot=slot,
+            reservation_grace_s=reservation_grace_s,
+            reserves=reserves,
         )
         self.celery_app = celery_app
         #: The Celery queue of the triggers of items that any consumer may take; a consumer of a

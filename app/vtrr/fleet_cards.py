@@ -51,6 +51,7 @@ class FleetCards:
     lease_seconds: float
     trigger_cap: int
     reservation_grace_s: float
+    reserves: bool
     publish_triggers: Callable[[int], None]
 
     def _slot(self) -> Slot:
@@ -72,6 +73,7 @@ class FleetCards:
             slot.worker,
             micros(self.reservation_grace_s),
             self.trigger_cap,
+            int(self.reserves),
         )
         role = as_text(reply[0])
         if not role:

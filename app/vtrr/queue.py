@@ -61,6 +61,7 @@ class FairQueue(QueueLine, FleetCards):
         kind: str | None = None,
         slot: Slot | None = None,
         reservation_grace_s: float = RESERVATION_GRACE_S,
+        reserves: bool = True,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
@@ -72,7 +73,9 @@ class FairQueue(QueueLine, FleetCards):
         self.kind = kind
         #: The card this consumer stands for, if any (slots.py: items of several cards).
         self.slot = slot
-        self.reservation_grace_s = reservation_grace_s
+        #: How long a reservation waits past its start before it is placed again, and whether
+        #: this consumer's ticks keep any (False: an item of several cards waits for free ones).
+        self.reservation_grace_s, self.reserves = reservation_grace_s, reserves
         where = None if slot is None else (slot.host, slot.card)
         self.keys = Keys.for_queue(name, limits_group, kind, where)
         self.limits_group = limits_group

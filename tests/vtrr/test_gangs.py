@@ -221,3 +221,18 @@ def test_an_item_size_and_span_are_checked_before_redis_is_touched(r: redis.Redi
     assert q.length() == 0
     with pytest.raises(ValueError, match="host"):
         Slot("h:1", "0", "w")
+
+
+def test_without_reservations_an_item_of_two_cards_waits_for_free_ones(r: redis.Redis) -> None:
+    a = card(r, "h1", "0", reserves=False)
+    b = card(r, "h1", "1", reserves=False)
+    live(a, b)
+    put(a, "A", "busy", span=100)
+    running = a.dequeue()
+    assert running is not None
+    put(a, "B", "pair", size=2)
+    put(a, "A", "long", span=500)
+    assert b.tick(TTL).claimed is None
+    assert a.reservations() == {}
+    lease = b.dequeue()
+    assert lease is not None and lease.task_id == "long"  # nothing kept: anything runs

@@ -11,13 +11,14 @@
 -- ARGV[1] how long a card stays live unseen (us)  ARGV[2] lease microseconds
 -- ARGV[3] the new lease token  ARGV[4] this consumer's kind ("": none)  ARGV[5] its worker's name
 -- ARGV[6] how long past its start a reservation waits before it is placed again (us)
--- ARGV[7] trigger cap (-1: no triggers)
+-- ARGV[7] trigger cap (-1: no triggers)  ARGV[8] 1: keep reservations, 0: none (a comparison's)
 -- Reply: {role, task id, ready} of the item that holds this consumer's card when one other
 --        than its own run of one card does (CARD_LEAD or CARD_LENT); else {"", triggers to publish} when
 --        nothing was claimed, or {CARD_LEAD, task id, 1, triggers to publish, payload,
 --        timeouts, lease expiry (us)} for the item this call leased to it.
 local ttl, lease_us, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local kind, worker, grace, cap = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local reserve = ARGV[8] == '1'
 if kind == '' then kind = '-' end
 local t = clock()
 local now = tonumber(t)
@@ -38,6 +39,6 @@ for _, g in ipairs(at_turn(lines, now)) do
     local triggers = top_up_triggers(cap, reset_if_drained(lines))
     return {CARD_LEAD, g.id, 1, triggers, leased[2], leased[3], leased[1]}
   end
-  keep_reservation(g, now, ttl, grace, taken)
+  if reserve then keep_reservation(g, now, ttl, grace, taken) end
 end
 return {'', 0}
