@@ -19,6 +19,9 @@ A bill names the class of card its job ended on (gpu_class, issue 41; null where
 unset): its cost is the seconds billed times the queue's price times the class's price weight,
 while billed_ms stays plain GPU-time, so GPU-second budgets and reports count cards alike.
 
+A bill names how many cards its job held (gpus, issue 42; 1 on a bill made before): its
+gpu_seconds and billed_ms count every card (N times the job's own seconds), and so its cost.
+
 Money is whole micro-units and time whole milliseconds, so bills add up exactly. The Lua's JSON
 (cjson) writes numbers with 14 significant digits: integers stay exact below 1e14.
 """
@@ -33,7 +36,18 @@ from decimal import Decimal
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import BigInteger, Column, Date, Float, Index, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 from app.models import Kind
 from app.usage_models import BillingRecord
@@ -52,13 +66,20 @@ class Charge:
     cost_micros: int
     description: str
     #: The seconds the job's runs measured (their own process's clock), a started millisecond
-    #: counting in full.
+    #: counting in full, times its cards (gpus): every card held is a GPU-second used.
     gpu_seconds: float
-    #: gpu_seconds in milliseconds, never more than the job's duration_s, at least MIN_BILLED_S.
+    #: The seconds billed, in milliseconds, times its cards: each card's are the job's seconds,
+    #: never more than its duration_s, at least MIN_BILLED_S.
     billed_ms: int
     #: The class of card its last run had (GPU_CLASSES); None where no catalog is declared, and
     #: for a bill made before classes existed. Its price weight is in cost_micros already.
     gpu_class: str | None = None
+    #: The cards the job held at once (all of gpu_class, on one host); 1 on a bill made before
+    #: jobs of several cards.
+    gpus: int = 1
+
+    def __post_init__(self) -> None:
+        check_gpus(self.gpus)
 
     @property
     def cost(self) -> Decimal:
@@ -91,13 +112,16 @@ class Bill(Charge):
         """A bill as finish.lua writes it (JSON text, or parsed), of this release or an older
         one: before exact billing a bill had a float `cost` and no `billed_ms` (it was billed
         its gpu_seconds); before job types, no `type`; before GPU classes, no `gpu_class` (it
-        reads null). Fields it does not know are left."""
+        reads null); before jobs of several cards, no `gpus` (it reads 1). Fields it does not
+        know are left."""
         data = dict(json.loads(raw) if isinstance(raw, str | bytes) else raw)
         if "cost_micros" not in data:
             data["cost_micros"] = round(data["cost"] * MICROS)
         if data.get("billed_ms") is None:
             data["billed_ms"] = round(data["gpu_seconds"] * MS)
         data["type"] = data.get("type") or "burn"
+        if data.get("gpus") is None:
+            data["gpus"] = 1
         return _BILL.validate_python(data)
 
     def row(self) -> dict[str, Any]:
@@ -125,6 +149,13 @@ _BILL = TypeAdapter(Bill)
 STAMPED = tuple(f.name for f in fields(Bill) if f.name not in {g.name for g in fields(Charge)})
 
 
+def check_gpus(gpus: int) -> int:
+    """A count of cards, checked: a whole number of at least 1 (a bool is not one)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be an integer of at least 1, got {gpus!r}")
+    return gpus
+
+
 def day_of(at: float) -> date:
     """The UTC day of a Unix time."""
     return datetime.fromtimestamp(at, UTC).date()
@@ -148,5 +179,7 @@ def table(metadata: MetaData) -> Table:
         Column("day", Date, nullable=False),
         Column("description", Text, nullable=False),
         Column("gpu_class", String(64), nullable=True),
+        # a bill written before jobs of several cards held one (migration 0005 fills it so)
+        Column("gpus", Integer, nullable=False, server_default="1"),
         Index("bills_by_account", "user_id", "billed_at"),
     )

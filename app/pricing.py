@@ -9,6 +9,10 @@ weight of the class of card it ran on (GPU_CLASSES; 1.0 without a catalog), roun
 micro-unit only where that product is not whole (at most half a micro-unit, never to the cent).
 The seconds billed stay plain GPU-time whatever the class. Only totals that a person reads are
 rounded, where they are shown.
+
+A job of several cards (gpus N, issue 42) is billed every card: its GPU-seconds and the seconds
+billed are N times its own (the minimum, and the cap at its duration, apply to its wall-clock
+seconds first, as they do to a one-card job's), and so is its cost.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_HALF_UP, Decimal
 
-from app.bill import MICROS, MS, Charge
+from app.bill import MICROS, MS, Charge, check_gpus
 from app.models import Kind
 from app.settings import Settings
 
@@ -70,34 +74,46 @@ def price(
     budget_s: float | None = None,
     gpu_class: str | None = None,
     class_price: float = 1.0,
+    gpus: int = 1,
 ) -> Charge:
     """The charge for gpu_seconds of a job of this kind: the kind's price per second times the
-    seconds billed. Every run that held the GPU pays for the seconds it ran, whatever its end
+    seconds billed. gpu_seconds are the job's wall-clock seconds (what its runs measured) and
+    budget_s its declared wall-clock limit, whatever its count of cards: a job of `gpus` cards
+    is billed each of them, so the charge's GPU-seconds, seconds billed and cost are `gpus`
+    times one card's. Every run that held the GPU pays for the seconds it ran, whatever its end
     (which the description says), at least MIN_BILLED_S, and never more than its budget
     (budget_s, the job's duration_s: what admission held, so a bill cannot overrun a budget;
     the grace a job has past it to stop is the service's cost, and a run that used it ended
     `timeout`, its work not kept: app/worker/deadline.py). On a card of a class (gpu_class,
     which the charge names) the cost is weighted by its class_price; the seconds are not."""
+    check_gpus(gpus)
+    # one card's milliseconds: the minimum and the budget are wall-clock, as the job declared
     used_ms = milliseconds(gpu_seconds)
     run_ms = used_ms if budget_s is None else min(used_ms, milliseconds(budget_s))
-    billed_ms = max(milliseconds(settings.min_billed_s), run_ms)
+    card_ms = max(milliseconds(settings.min_billed_s), run_ms)
+    billed_ms = gpus * card_ms
     rate = micros_per_s(settings.price_per_s(kind))
     cost_micros = weighted_micros(rate * billed_ms, class_price)
     description = DESCRIPTIONS[kind] if job_type == "burn" else f"{job_type} job ({kind} queue)"
     if gpu_class is not None:
-        description += f" on {gpu_class} (price x{class_price:g})"
+        cards = f"{gpus} {gpu_class} cards" if gpus > 1 else gpu_class
+        description += f" on {cards} (price x{class_price:g})"
+    elif gpus > 1:
+        description += f" on {gpus} cards"
     if end in ENDED:
         description += f", {ENDED[end]} after {gpu_seconds:.1f} s"
-    if billed_ms > run_ms:
-        description += f" (billed the {billed_ms / MS:g} s minimum)"
+    each = " a card" if gpus > 1 else ""
+    if card_ms > run_ms:
+        description += f" (billed the {card_ms / MS:g} s minimum{each})"
     elif run_ms < used_ms:
-        description += f" (billed its budget of {run_ms / MS:g} s)"
+        description += f" (billed its budget of {run_ms / MS:g} s{each})"
     return Charge(
         cost_micros=cost_micros,
         description=description,
-        gpu_seconds=used_ms / MS,
+        gpu_seconds=gpus * used_ms / MS,
         billed_ms=billed_ms,
         gpu_class=gpu_class,
+        gpus=gpus,
     )
 
 

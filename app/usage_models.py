@@ -54,10 +54,11 @@ class BillingRecord(BaseModel):
     kind: Kind = Field(description="the job's queue")
     gpu_seconds: float = Field(
         description="the seconds the job's runs measured from their start to their end, a "
-        "started millisecond counting in full"
+        "started millisecond counting in full, times gpus"
     )
     billed_seconds: float = Field(
-        description="gpu_seconds, never more than the job's duration_s, at least MIN_BILLED_S"
+        description="the job's seconds, never more than its duration_s, at least MIN_BILLED_S, "
+        "times gpus"
     )
     billed_at: float = Field(description="when it was billed: Unix seconds, Redis's clock")
     type: str = Field("burn", description="the job's type")
@@ -65,6 +66,12 @@ class BillingRecord(BaseModel):
         None,
         description="the class of card (GPU_CLASSES) its last run had, whose price weight the "
         "cost counts; null without a catalog, and on a bill made before classes",
+    )
+    gpus: int = Field(
+        1,
+        ge=1,
+        description="the cards the job held at once, each billed: 1 on a bill made before jobs "
+        "of several cards",
     )
 
 
@@ -78,7 +85,9 @@ class UsageRow(BaseModel):
         description="the group; null only for the bills with no gpu_class (a fleet without "
         "GPU_CLASSES), grouped by gpu_class"
     )
-    gpu_seconds: float = Field(description="GPU-seconds used: plain, whatever the class")
+    gpu_seconds: float = Field(
+        description="GPU-seconds used: every card of a job counted, plain whatever the class"
+    )
     jobs: int = Field(description="jobs billed")
     cost: float = Field(description="what their bills add up to, weighted by their classes")
     cost_micros: int

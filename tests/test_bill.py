@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import MetaData
@@ -26,6 +27,8 @@ bills = st.builds(
     kind=st.sampled_from(["short", "long"]),
     type=st.sampled_from(["burn", "vad", "digits-train"]),
     billed_at=st.floats(0, 4e9),
+    gpu_class=st.none() | st.sampled_from(["big", "small"]),
+    gpus=st.integers(1, 64),
 )
 
 
@@ -73,7 +76,7 @@ def test_a_bill_the_previous_release_left_in_the_outbox_reads_as_it_was_written(
     assert (bill.cost_micros, bill.gpu_seconds, bill.billed_ms) == (1_250_000, 7.25, 5000)
     assert bill.billed_at == 1796416205.2245
     written = {k: v for k, v in json.loads(OUTBOX_ENTRY).items() if k != "billed_ms"}
-    shown = {**written, "cost": 1.25, "billed_seconds": 5.0, "gpu_class": None}
+    shown = {**written, "cost": 1.25, "billed_seconds": 5.0, "gpu_class": None, "gpus": 1}
     assert bill.record().model_dump() == shown
 
 
@@ -84,5 +87,12 @@ def test_bills_of_older_releases_read_with_their_defaults() -> None:
     }  # fmt: skip
     bill = Bill.read(before_exact_billing)
     assert (bill.cost_micros, bill.billed_ms, bill.type) == (1_250_000, 2500, "burn")
+    assert (bill.gpu_class, bill.gpus) == (None, 1)  # before classes, before several cards
     future = {**asdict(bill), "runs": 3}  # a field of a newer release is left
     assert Bill.read(future) == bill
+
+
+@pytest.mark.parametrize("gpus", [0, -1, True, 1.5, "2"])
+def test_a_bill_of_no_card_or_of_a_count_that_is_not_whole_is_refused(gpus: object) -> None:
+    with pytest.raises(ValueError, match="gpus"):
+        Charge(cost_micros=1, description="", gpu_seconds=1.0, billed_ms=1000, gpus=gpus)  # type: ignore[arg-type]
