@@ -10,6 +10,9 @@ however many jobs are submitted at once, their bills cannot overrun the budget.
 On a fleet of classes (GPU_CLASSES) a cost budget counts money: the bills' cost, weighted by
 their cards' prices, and a job holds its most at the priciest class it may run on. A GPU-second
 budget, like max_held_gpu_seconds, counts plain GPU-seconds on any card.
+
+A job of several cards (gpus N, issue 42) holds N times a one-card job's most, in GPU-seconds
+and in cost alike: it will be billed every card (app/pricing.py).
 """
 
 from __future__ import annotations
@@ -35,14 +38,18 @@ def budget(
     duration_s: float,
     job_type: str,
     class_price: float = 1.0,
+    gpus: int = 1,
 ) -> Budget | None:
     """What the admit check needs of a budgeted account's job; None for an account without a
     budget (nothing is checked or held). class_price is the highest price weight of the
     classes the job may run on (1.0 without a catalog): its cost is held at that, its
-    GPU-seconds plain."""
+    GPU-seconds plain. duration_s is the job's wall-clock limit; it holds that on each of its
+    gpus cards."""
     if account.budget_gpu_seconds is None and account.budget_cost_micros is None:
         return None  # the common case, on every submit: nothing to check or hold
-    most = pricing.price(settings, kind, duration_s, job_type=job_type, class_price=class_price)
+    most = pricing.price(
+        settings, kind, duration_s, job_type=job_type, class_price=class_price, gpus=gpus
+    )
     limit_s = account.budget_gpu_seconds
     return Budget(
         billed_ms=None if limit_s is None else pricing.milliseconds(limit_s),

@@ -8,6 +8,10 @@ working that out fails, a bug of ours and not the job's, the run ends `internal`
 Where the run was (the worker's place: app/fleet/place.py) goes with each end: its host and class
 are written on the job for its result, and the class's price weights the bill's cost and the
 fair-share charge (used_weight); without a catalog the price is 1.0 and nothing changes.
+
+A job of several cards (gpus N, issue 42) is billed and charged for every card: its bill's
+seconds and cost are N times a card's (pricing.price), and so is its used weight, as its item's
+weight is N times its duration's. The callers pass the job's gpus; 1 where they do not.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from app import pricing
-from app.bill import Charge
+from app.bill import Charge, check_gpus
 from app.fleet.place import WorkerPlace
 from app.fleet.worker_class import worker_host
 from app.models import Kind, Status
@@ -48,30 +52,31 @@ class RunEnds:
         #: Where this worker's runs are: their host, class and the class's price.
         self.place = place or unplaced(settings)
 
-    def used_weight(self, seconds: float) -> int:
-        """The fair-share charge of a run's seconds (its earlier runs' too): the fair queue's
-        weight of those seconds (job_weight: milliseconds, at least 1 s worth) times the class's
-        price, rounded up; exactly job_weight at price 1.0."""
-        plain = job_weight(seconds)
+    def used_weight(self, seconds: float, gpus: int = 1) -> int:
+        """The fair-share charge of a run's seconds (its earlier runs' too) on gpus cards: the
+        fair queue's weight of those seconds (job_weight: milliseconds, at least 1 s worth)
+        times the cards, as the item's weight is, times the class's price, rounded up; exactly
+        job_weight at one card and price 1.0."""
+        plain = job_weight(seconds) * check_gpus(gpus)
         if self.place.price == 1.0:
             return plain
         return math.ceil(plain * Decimal(repr(self.place.price)))
 
     def of(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended
+        self, kind: Kind, job_id: str, started: Started, ended: Ended, gpus: int = 1
     ) -> tuple[str, RunEnd | None]:
         """What happened and the end to record (_end_of); where working it out fails (a bug of
         ours, not the job's), the run ended `internal`, billed as it ran: the job ends either
         way. Redis away is not such a failure: the end is then not recorded, the lease not
         acked, and the job runs again."""
         try:
-            return self._end_of(kind, job_id, started, ended)
+            return self._end_of(kind, job_id, started, ended, gpus)
         except UNREACHABLE:
             raise
         except Exception as exc:
             ended = internal(job_id, ended, exc)
         try:
-            charge: Charge | None = self.price(kind, started, ended)
+            charge: Charge | None = self.price(kind, started, ended, gpus)
         except Exception:
             charge = None  # the price itself failed: nothing it could bill
         end = RunEnd(
@@ -86,10 +91,10 @@ class RunEnds:
         )
         return "failed: internal", internal_end(end)
 
-    def price(self, kind: Kind, started: Started, ended: Ended) -> Charge:
+    def price(self, kind: Kind, started: Started, ended: Ended, gpus: int = 1) -> Charge:
         """What the job costs once this run has ended: the seconds of all its runs (a job
         preempted before has earlier ones), at most its declared duration, at least
-        MIN_BILLED_S."""
+        MIN_BILLED_S, on each of its gpus cards."""
         end = None if ended.end in ("success", "preempted") else ended.end
         charge = pricing.price(
             self._settings,
@@ -100,6 +105,7 @@ class RunEnds:
             budget_s=started.duration_s,
             gpu_class=self.place.gpu_class,
             class_price=self.place.price,
+            gpus=gpus,
         )
         # its earlier runs, preempted or lost after a checkpoint (ran_runs counts both; the
         # store reads a job preempted before the field existed as its preemptions)
@@ -109,17 +115,18 @@ class RunEnds:
         return replace(charge, description=f"{charge.description}, over {runs} runs")
 
     def _end_of(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended
+        self, kind: Kind, job_id: str, started: Started, ended: Ended, gpus: int
     ) -> tuple[str, RunEnd | None]:
         """What happened, and the end to record. Every run that held the GPU is billed for the
         seconds it ran (at least MIN_BILLED_S), whatever its end, except a run stopped by an
         operator, one that lost its lease (its next run is billed instead) and one whose type's
         setup() failed (the job never began: the operator's type is at fault, not its owner)."""
         if ended.end == "cancelled":
-            return self._stopped(kind, job_id, started, ended, ended.why or Why.LEASE_LOST)
+            why = ended.why or Why.LEASE_LOST
+            return self._stopped(kind, job_id, started, ended, why, gpus)
         charge: Charge | None = None  # a setup() that failed: the job never began
         if ended.end != "setup":
-            charge = self.price(kind, started, ended)
+            charge = self.price(kind, started, ended, gpus)
         status = Status.SUCCESS if ended.end == "success" else Status.FAILURE
         if ended.end == "preempted":  # the runner puts a preempted run back in line
             raise ValueError("a preempted run has no end to record")
@@ -135,7 +142,7 @@ class RunEnds:
         return ("done" if status is Status.SUCCESS else f"failed: {ended.end}"), end
 
     def _stopped(
-        self, kind: Kind, job_id: str, started: Started, ended: Ended, why: Why
+        self, kind: Kind, job_id: str, started: Started, ended: Ended, why: Why, gpus: int
     ) -> tuple[str, RunEnd | None]:
         """The end of a run that was asked to stop, by whom its stop check heard. Who pays: the
         owner's cancel is billed for the time it ran; an operator's stop (a dropped queue) is
@@ -146,7 +153,7 @@ class RunEnds:
             return "lease lost", None  # another run owns the job now; leave its end to that run
         if why not in (Why.CANCEL, Why.OPERATOR):  # (the runner hands a hand-back's job back)
             raise ValueError(f"a run stopped for {why.value} has no end to record")
-        charge = self.price(kind, started, ended)
+        charge = self.price(kind, started, ended, gpus)
         end = RunEnd(
             job_id=job_id, owner=started.owner, status=Status.REVOKED,
             charge=charge if why.billed else None, seconds=ended.seconds,
