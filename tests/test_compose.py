@@ -3,9 +3,10 @@
 Nothing here runs Docker. The compose file is parsed with PyYAML (anchors and `<<:` merge keys
 resolve as Compose resolves them); the Dockerfile is split into its instructions. Where the
 meaning of a value depends on our own code (which device a worker picks), the test asks that
-code rather than restating it. A host with N GPUs runs the base file merged with the override
-that scripts/compose_gpus.py writes (scripts/compose_override.py): the GPU workers are checked
-in that merged model, for several N.
+code rather than restating it. A GPU host runs one GPU container that sees every card, in which
+app/worker/host.py starts one worker per card: its workers' environments are the launcher's own
+answer for the file's container, alone and merged with the override that scripts/compose_gpus.py
+writes, for several N.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from app.models import RECLAIM_QUEUE
 from app.settings import Settings
 from app.webhooks.signing import signer
 from app.worker import gpu
+from app.worker.host import worker_envs
 from scripts import compose_gpus
-from scripts import compose_override as deploy_compose
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -45,16 +46,16 @@ SECCOMP_FILE = ROOT / "deploy" / "seccomp" / "script-sandbox.json"
 
 PROFILES = {
     "cpu": {"redis", "postgres", "api", "worker-cpu", "beat", "webhooks"},
-    "gpu": {"redis", "postgres", "api", "worker-gpu0", "beat", "webhooks"},
+    "gpu": {"redis", "postgres", "api", "worker-gpu", "beat", "webhooks"},
     "monitoring": {"redis", "flower", "prometheus"},
     "ha": {"redis", "redis-replica-1", "redis-replica-2", "sentinel-1", "sentinel-2", "sentinel-3"},
 }
 SENTINELS = ("sentinel-1", "sentinel-2", "sentinel-3")
-#: The base file's GPU workers: card 0's only; the override adds the others (HOST_GPUS).
-GPU_WORKERS = ("worker-gpu0",)
+#: The host's one GPU container, whose launcher runs a worker per card.
+GPU_SERVICE = compose_gpus.SERVICE
+GPU_WORKERS = (GPU_SERVICE,)
 #: The host sizes whose merged base file and override are checked.
 HOST_GPUS = (1, 2, 4, 8)
-TEMPLATE = deploy_compose.TEMPLATE
 APP_SERVICES = ("api", "worker-cpu", *GPU_WORKERS, "beat", "webhooks", "flower")
 #: The services that open the SQL database of accounts and bills.
 DATABASE_SERVICES = ("api", "worker-cpu", *GPU_WORKERS)
@@ -107,28 +108,8 @@ def command(service: dict[str, Any]) -> list[str]:
     return shlex.split(cmd) if isinstance(cmd, str) else [str(arg) for arg in cmd]
 
 
-def card_of(name: str) -> str:
-    """The host's index of the card a GPU worker is named after: worker-gpu1 -> "1"."""
-    match = re.fullmatch(r"worker-gpu(\d+)", name)
-    assert match, name
-    return match.group(1)
-
-
 def reserved_devices(service: dict[str, Any]) -> list[dict[str, Any]]:
     return service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
-
-
-def cards_cuda_sees(service: dict[str, Any]) -> int:
-    """How many devices torch would count inside this service's container.
-
-    The NVIDIA runtime exposes only the reserved cards, numbered from 0 in the container, and
-    CUDA_VISIBLE_DEVICES then selects among those container indexes.
-    """
-    reserved = sum(len(d.get("device_ids", [])) for d in reserved_devices(service))
-    visible = gpu.visible_devices(environment(service))
-    if visible is None:
-        return reserved
-    return sum(1 for d in visible if d.isdigit() and int(d) < reserved)
 
 
 def parse_volume(spec: str) -> tuple[str, str, str]:
@@ -171,7 +152,7 @@ def compose_merge(base: Any, override: Any, path: tuple[str, ...] = ()) -> Any:
     """`override` merged into `base` by Compose's rules: mappings merge key by key, sequences
     are appended to (but `command`, `entrypoint` and `healthcheck.test` are replaced), and any
     other value is replaced. (Compose also merges `ports` and `volumes` entries by their target,
-    which no override here needs: it adds services and changes none.)"""
+    which no override here needs: it sets two variables of the GPU container.)"""
     if isinstance(base, dict) and isinstance(override, dict):
         merged = dict(base)
         for key, value in override.items():
@@ -183,18 +164,35 @@ def compose_merge(base: Any, override: Any, path: tuple[str, ...] = ()) -> Any:
     return copy.deepcopy(override)
 
 
-def gpu_workers(services: dict[str, dict[str, Any]]) -> list[str]:
-    """The GPU workers that the gpu profile starts, by card."""
-    names = [n for n in profile_services(services, "gpu") if deploy_compose.is_gpu_worker(n)]
-    return sorted(names, key=lambda name: int(card_of(name)))
+def nvidia_smi_listing(cards: int) -> str:
+    """What `nvidia-smi -L` says in a container that sees `cards` cards."""
+    return "".join(f"GPU {n}: NVIDIA H100 (UUID: GPU-{n:08d})\n" for n in range(cards))
 
 
-@pytest.fixture(scope="module", params=HOST_GPUS, ids=lambda n: f"{n}-gpus")
-def gpu_host(request, compose) -> dict[str, dict[str, Any]]:
-    """The services of a host with `request.param` GPUs: the base file merged with the override
-    that the generator writes, read back as Compose would read it."""
-    text = deploy_compose.render(deploy_compose.gpu_override(compose, request.param))
-    return compose_merge(compose, yaml.safe_load(text))["services"]
+def gpu_workers(
+    service: dict[str, Any], host_env: dict[str, str] | None = None, host_cards: int = 8
+) -> dict[int, dict[str, str]]:
+    """The workers the launcher starts in the GPU container, by card: their environments, as the
+    container gets them from the file (read with `host_env`) on a host of `host_cards` cards."""
+    env = {k: interpolated(v, host_env or {}) for k, v in environment(service).items()}
+    return worker_envs(env, lambda: nvidia_smi_listing(host_cards))
+
+
+def write_override(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """The override that scripts/compose_gpus.py writes with these arguments, read as YAML."""
+    output = tmp_path / compose_gpus.OVERRIDE_FILE
+    assert run_cli(*args, "--output", str(output)) == 0
+    return yaml.safe_load(output.read_text())
+
+
+@pytest.fixture(scope="module", params=(None, *HOST_GPUS), ids=lambda n: f"{n or 'all'}-gpus")
+def gpu_host(request, compose, tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """The services of a host: the base file alone (every card), or merged with the override
+    that the generator writes for `request.param` GPUs, read back as Compose would read it."""
+    if request.param is None:
+        return compose["services"]
+    override = write_override(tmp_path_factory.mktemp("override"), "--gpus", str(request.param))
+    return compose_merge(compose, override)["services"]
 
 
 # --- profiles --------------------------------------------------------------------------------
@@ -371,63 +369,63 @@ def test_api_is_healthy_when_its_health_endpoint_answers(services):
 # --- workers ---------------------------------------------------------------------------------
 
 
-def test_a_host_with_n_gpus_runs_exactly_n_gpu_workers(gpu_host, request):
+def test_the_gpu_profile_runs_one_gpu_container_that_sees_every_card(services):
+    gpu_services = [n for n in profile_services(services, "gpu") if reserved_devices(services[n])]
+    assert gpu_services == [GPU_SERVICE]
+    svc = services[GPU_SERVICE]
+    # every card, so that a job of several cards sees them all in one process
+    assert reserved_devices(svc) == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert command(svc) == compose_gpus.LAUNCHER
+    # one container per host: a second would number the same host's cards 0.. again
+    assert "scale" not in svc and "replicas" not in svc.get("deploy", {})
+    assert "container_name" not in svc
+
+
+def test_the_container_lets_the_launcher_pick_each_workers_card(services):
+    env = environment(services[GPU_SERVICE])
+    # CUDA_VISIBLE_DEVICES is the launcher's to set, worker by worker; HOST_GPU_ID is for a
+    # container of one card, which numbers it 0 (the launcher drops it)
+    assert not {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HOST_GPU_ID"} & set(env)
+    assert env["FAIRGPU_GPUS"] == "${FAIRGPU_GPUS:-}"
+
+
+@pytest.mark.parametrize("cards", [1, 2, 8])
+def test_the_launcher_starts_a_worker_on_every_card_of_the_host(services, cards):
+    workers = gpu_workers(services[GPU_SERVICE], host_cards=cards)
+    assert sorted(workers) == list(range(cards))
+    for card, env in workers.items():
+        assert env["CUDA_VISIBLE_DEVICES"] == str(card)
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # CUDA numbers them as nvidia-smi does
+        # the worker's own choice: that one card, reported by the host's number
+        assert gpu.choose_device(env, lambda: 1) == gpu.Device(gpu_id=card)
+
+
+def test_fairgpu_gpus_on_the_host_picks_the_cards_without_an_override(services):
+    workers = gpu_workers(services[GPU_SERVICE], {"FAIRGPU_GPUS": "0,2"}, host_cards=4)
+    assert sorted(workers) == [0, 2]
+
+
+def test_a_host_with_the_override_runs_a_worker_on_each_of_its_cards(gpu_host, request):
     n = request.node.callspec.params["gpu_host"]
-    assert gpu_workers(gpu_host) == [f"worker-gpu{card}" for card in range(n)]
+    workers = gpu_workers(gpu_host[GPU_SERVICE], host_cards=8)
+    assert sorted(workers) == list(range(n or 8))
     # and the rest of the profile as the base file has it
-    assert profile_services(gpu_host, "gpu") - set(gpu_workers(gpu_host)) == PROFILES["gpu"] - {
-        "worker-gpu0"
+    assert profile_services(gpu_host, "gpu") == PROFILES["gpu"]
+
+
+def test_each_worker_of_a_host_has_a_name_of_its_own_in_the_fleet(services):
+    svc = services[GPU_SERVICE]
+    names = {
+        host: [env["WORKER_NAME"] for env in gpu_workers(svc, {"FAIRGPU_HOST": host}).values()]
+        for host in ("node-1", "node-2")
     }
-
-
-def test_each_gpu_worker_reserves_exactly_its_own_card(gpu_host):
-    for name in gpu_workers(gpu_host):
-        devices = reserved_devices(gpu_host[name])
-        assert devices == [
-            {"driver": "nvidia", "device_ids": [card_of(name)], "capabilities": ["gpu"]}
-        ], name
-
-
-def test_no_two_gpu_workers_share_a_card(gpu_host):
-    names = gpu_workers(gpu_host)
-    cards = [d for name in names for r in reserved_devices(gpu_host[name]) for d in r["device_ids"]]
-    assert sorted(cards, key=int) == [str(card) for card in range(len(names))]
-
-
-def test_each_gpu_worker_drives_the_one_card_its_container_sees(gpu_host):
-    for name in gpu_workers(gpu_host):
-        svc = gpu_host[name]
-        env = environment(svc)
-        # the reserved card, as the NVIDIA runtime numbers it in the container
-        assert env["CUDA_VISIBLE_DEVICES"] == "0", name
-        assert cards_cuda_sees(svc) == 1, f"{name}: CUDA_VISIBLE_DEVICES selects no reserved card"
-        device = gpu.choose_device(env, lambda svc=svc: cards_cuda_sees(svc))
-        assert device.gpu_id is not None, name
-
-
-def test_each_gpu_worker_is_named_after_its_card(gpu_host):
-    for name in gpu_workers(gpu_host):
-        svc = gpu_host[name]
-        env = environment(svc)
-        assert svc["hostname"] == name
-        assert env["WORKER_NAME"] == f"gpu{card_of(name)}@{name}"
-        assert env["HOST_GPU_ID"] == card_of(name)  # results report the host's index
-
-
-def test_every_gpu_worker_is_the_base_files_but_for_its_card(gpu_host, services):
-    template = services["worker-gpu0"]
-    per_card = {"WORKER_NAME", "HOST_GPU_ID"}
-    for name in gpu_workers(gpu_host):
-        svc = gpu_host[name]
-        assert svc["stop_grace_period"] == template["stop_grace_period"], name
-        env = {k: v for k, v in environment(svc).items() if k not in per_card}
-        assert env == {k: v for k, v in environment(template).items() if k not in per_card}, name
-        assert deploy_compose.gpu_worker(svc, 0) == template, name  # nothing else differs
+    assert names["node-1"][:2] == ["gpu0@node-1", "gpu1@node-1"]
+    everywhere = names["node-1"] + names["node-2"]
+    assert len(set(everywhere)) == len(everywhere)
 
 
 def test_gpu_workers_get_torch_and_the_cpu_services_do_not(services, gpu_host):
-    for name in gpu_workers(gpu_host):
-        assert "torch" in build_extras(gpu_host[name]), name
+    assert "torch" in build_extras(gpu_host[GPU_SERVICE])
     for name in set(APP_SERVICES) - set(GPU_WORKERS):
         assert "torch" not in build_extras(services[name]), name
 
@@ -440,15 +438,15 @@ def test_services_that_need_no_gpu_hide_every_gpu(services):
 
 
 def test_workers_take_jobs_from_both_queues_one_at_a_time(gpu_host):
-    for name in ("worker-cpu", *gpu_workers(gpu_host)):
-        svc = gpu_host[name]
-        assert command(svc) == ["python", "worker.py"], name
-        assert environment(svc)["WORKER_QUEUES"] == "short,long", name
+    assert command(gpu_host["worker-cpu"]) == ["python", "worker.py"]
+    assert environment(gpu_host["worker-cpu"])["WORKER_QUEUES"] == "short,long"
+    for env in gpu_workers(gpu_host[GPU_SERVICE]).values():
+        assert env["WORKER_QUEUES"] == "short,long"
 
 
 def test_no_two_workers_share_a_celery_name(gpu_host):
     beat = command(gpu_host["beat"])
-    names = [environment(gpu_host[n])["WORKER_NAME"] for n in gpu_workers(gpu_host)]
+    names = [env["WORKER_NAME"] for env in gpu_workers(gpu_host[GPU_SERVICE]).values()]
     names.append(beat[beat.index("-n") + 1].replace("%h", gpu_host["beat"]["hostname"]))
     assert len(names) == len(set(names))
 
@@ -486,13 +484,24 @@ def worker_settings(service: dict[str, Any], host_env: dict[str, str]) -> Settin
     )
 
 
+def card_settings(env: dict[str, str]) -> Settings:
+    """The settings a worker of the GPU container reads from its environment."""
+    return Settings(
+        users_file=FIXTURES_USERS,
+        gpu_classes=env["GPU_CLASSES"] or None,
+        worker_host=env["WORKER_HOST"] or None,
+        worker_gpu_class=env.get("WORKER_GPU_CLASS") or None,
+    )
+
+
 def test_every_worker_of_a_host_is_on_that_one_host_that_fairgpu_host_names(gpu_host):
     from app.fleet.worker_class import worker_host
 
-    workers = ["worker-cpu", *gpu_workers(gpu_host)]
     for host_env, expected in (({"FAIRGPU_HOST": "node-7"}, "node-7"), ({}, "compose-host")):
-        hosts = {worker_host(worker_settings(gpu_host[n], host_env)) for n in workers}
-        # one host for all the cards: never a container's own hostname (worker-gpuN)
+        hosts = {worker_host(worker_settings(gpu_host["worker-cpu"], host_env))}
+        for env in gpu_workers(gpu_host[GPU_SERVICE], host_env).values():
+            hosts.add(worker_host(card_settings(env)))
+        # one host for all the cards: never a container's own hostname
         assert hosts == {expected}, host_env
 
 
@@ -507,12 +516,14 @@ def test_a_gpu_workers_class_is_found_from_its_card_unless_the_host_names_one(gp
 
     catalog = Catalog.from_json(MIXED_CATALOG)
     small_card = ("NVIDIA L4", 24_000_000_000)
-    for name in gpu_workers(gpu_host):
-        found = worker_settings(gpu_host[name], {"GPU_CLASSES": MIXED_CATALOG})
-        assert worker_class(catalog, *small_card, found.worker_gpu_class).name == "small", name
-        host_env = {"GPU_CLASSES": MIXED_CATALOG, "FAIRGPU_GPU_CLASS": "big"}
-        named = worker_settings(gpu_host[name], host_env)
-        assert worker_class(catalog, *small_card, named.worker_gpu_class).name == "big", name
+    svc = gpu_host[GPU_SERVICE]
+    for env in gpu_workers(svc, {"GPU_CLASSES": MIXED_CATALOG}).values():
+        found = card_settings(env)
+        assert worker_class(catalog, *small_card, found.worker_gpu_class).name == "small"
+    host_env = {"GPU_CLASSES": MIXED_CATALOG, "FAIRGPU_GPU_CLASS": "big"}
+    for env in gpu_workers(svc, host_env).values():
+        named = card_settings(env)
+        assert worker_class(catalog, *small_card, named.worker_gpu_class).name == "big"
 
 
 def test_the_command_sets_each_cards_class_and_leaves_the_others_to_the_host(compose, tmp_path):
@@ -522,22 +533,16 @@ def test_the_command_sets_each_cards_class_and_leaves_the_others_to_the_host(com
         == 0
     )
     text = output.read_text()
-    assert "(3 cards: 0, 1, 2)" in text
-    assert "# Classes (WORKER_GPU_CLASS) by card: 0=big, 2=small." in text
-    override = yaml.safe_load(text)
-    merged = compose_merge(compose, override)["services"]
-    assert gpu_workers(merged) == ["worker-gpu0", "worker-gpu1", "worker-gpu2"]
-    classes = [environment(merged[n])["WORKER_GPU_CLASS"] for n in gpu_workers(merged)]
-    assert classes == ["big", "${FAIRGPU_GPU_CLASS:-}", "small"]
-    # card 0's entry only adds its class to the base file's worker-gpu0
-    assert override["services"][TEMPLATE] == {"environment": {"WORKER_GPU_CLASS": "big"}}
-    base0 = compose["services"][TEMPLATE]
-    assert {**merged[TEMPLATE], "environment": base0["environment"]} == base0
+    assert "runs a worker on each of 3 cards (0, 1, 2)" in text
+    assert "# Classes by card: 0=big, 2=small." in text
+    merged = compose_merge(compose, yaml.safe_load(text))["services"]
+    host_env = {"FAIRGPU_GPU_CLASS": "mid"}
+    workers = gpu_workers(merged[GPU_SERVICE], host_env)
+    assert [env["WORKER_GPU_CLASS"] for env in workers.values()] == ["big", "mid", "small"]
     # and the cards are the same workers as without classes
-    plain = compose_merge(compose, deploy_compose.gpu_override(compose, 3))["services"]
-    for name in gpu_workers(merged):
-        env = {k: v for k, v in environment(merged[name]).items() if k != "WORKER_GPU_CLASS"}
-        assert env == {k: v for k, v in environment(plain[name]).items() if k != "WORKER_GPU_CLASS"}
+    plain = compose_merge(compose, write_override(tmp_path, "--gpus", "3"))["services"]
+    for card, env in gpu_workers(plain[GPU_SERVICE], host_env).items():
+        assert {**workers[card], "WORKER_GPU_CLASS": "mid"} == env
 
 
 @pytest.mark.parametrize(
@@ -621,8 +626,8 @@ SCRIPT_BASE_DIR = "/opt/script-base"
 
 
 def script_workers(services: dict[str, dict[str, Any]]) -> list[str]:
-    """Every worker of the file: each may be handed a script job."""
-    return ["worker-cpu", *gpu_workers(services)]
+    """Every worker service of the file: each may be handed a script job."""
+    return ["worker-cpu", GPU_SERVICE]
 
 
 def security_options(service: dict[str, Any]) -> dict[str, str]:
@@ -775,10 +780,9 @@ def test_the_gpu_workers_base_is_the_images_with_torch_and_the_cpu_workers_have_
     instructions = dockerfile_instructions()
     final = instructions[-1][0]
     assert (final, "COPY", f"--from=builder {SCRIPT_BASE_DIR} {SCRIPT_BASE_DIR}") in instructions
-    for name in gpu_workers(gpu_host):
-        svc = gpu_host[name]
-        assert environment(svc)["SCRIPT_BASE_ENV"] == SCRIPT_BASE_DIR, name
-        assert "torch" in str(svc["build"]["args"]["SCRIPT_BASE"]).split(), name
+    svc = gpu_host[GPU_SERVICE]
+    assert environment(svc)["SCRIPT_BASE_ENV"] == SCRIPT_BASE_DIR
+    assert "torch" in str(svc["build"]["args"]["SCRIPT_BASE"]).split()
     for name in set(APP_SERVICES) - set(GPU_WORKERS):
         assert "SCRIPT_BASE_ENV" not in environment(services[name]), name
         assert not (services[name].get("build", {}).get("args", {}) or {}).get("SCRIPT_BASE")
@@ -1062,12 +1066,22 @@ def test_deployment_files_hold_no_absolute_path_of_this_machine(path):
 
 
 @pytest.mark.parametrize("n", HOST_GPUS)
-def test_the_override_only_adds_services(compose, n):
-    # Compose cannot remove a base service and appends to its lists: the override names none.
-    override = deploy_compose.gpu_override(compose, n)
-    assert set(override) == {"services"}
-    assert set(override["services"]) == {f"worker-gpu{card}" for card in range(1, n)}
-    assert not set(override["services"]) & set(compose["services"])
+def test_the_override_only_sets_the_gpu_containers_cards_and_classes(compose, tmp_path, n):
+    # Compose merges `environment` key by key: the override replaces two values of the base file
+    override = write_override(tmp_path, "--gpus", str(n))
+    assert override == {
+        "services": {
+            GPU_SERVICE: {
+                "environment": {
+                    "FAIRGPU_GPUS": ",".join(map(str, range(n))),
+                    "FAIRGPU_CARD_CLASSES": "",
+                }
+            }
+        }
+    }
+    assert set(override["services"][GPU_SERVICE]["environment"]) <= set(
+        environment(compose["services"][GPU_SERVICE])
+    )
 
 
 def test_the_merged_file_keeps_the_base_files_rules(gpu_host):
@@ -1082,43 +1096,47 @@ def test_the_merged_file_keeps_the_base_files_rules(gpu_host):
             assert builds.setdefault(svc["image"], svc["build"]) == svc["build"], name
 
 
-def test_explicit_device_ids_give_each_named_card_its_worker(compose):
-    override = deploy_compose.gpu_override(compose, device_ids=[5, 0, 2])
+def test_explicit_device_ids_give_each_named_card_its_worker(compose, tmp_path):
+    # any of the host's cards: card 0 may be kept for something else
+    override = write_override(tmp_path, "--device-ids", "5,2,3")
     merged = compose_merge(compose, override)["services"]
-    assert gpu_workers(merged) == ["worker-gpu0", "worker-gpu2", "worker-gpu5"]
-    for name in gpu_workers(merged):
-        assert reserved_devices(merged[name])[0]["device_ids"] == [card_of(name)]
-        assert environment(merged[name])["HOST_GPU_ID"] == card_of(name)
-        assert environment(merged[name])["CUDA_VISIBLE_DEVICES"] == "0"
+    workers = gpu_workers(merged[GPU_SERVICE], host_cards=8)
+    assert sorted(workers) == [2, 3, 5]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in workers.values()] == ["2", "3", "5"]
 
 
 @pytest.mark.parametrize(
     ("gpus", "device_ids"),
-    [(0, None), (-1, None), (None, None), (None, []), (None, [1, 2]), (None, [0, 0]), (3, [0, 1])],
+    [(0, None), (-1, None), (None, None), (None, []), (None, [0, 0]), (None, [-1]), (3, [0, 1])],
 )
-def test_impossible_cards_are_refused(compose, gpus, device_ids):
-    with pytest.raises(deploy_compose.ComposeError):
-        deploy_compose.gpu_override(compose, gpus, device_ids)
+def test_impossible_cards_are_refused(gpus, device_ids):
+    with pytest.raises(compose_gpus.ComposeError):
+        compose_gpus.choose_cards(gpus, device_ids)
 
 
-def test_the_template_must_be_card_0s_only_gpu_worker(compose):
+def test_the_base_must_run_the_launcher_on_every_card(compose):
     def altered(change) -> dict[str, Any]:
         base = copy.deepcopy(compose)
         change(base["services"])
         return base
 
-    second = altered(lambda s: s.update({"worker-gpu1": deploy_compose.gpu_worker(s[TEMPLATE], 1)}))
-    on_card_1 = altered(lambda s: s.update({TEMPLATE: deploy_compose.gpu_worker(s[TEMPLATE], 1)}))
-    two_devices = altered(lambda s: reserved_devices(s[TEMPLATE]).append({"device_ids": ["1"]}))
-    missing = altered(lambda s: s.pop(TEMPLATE))
-    for base in (second, on_card_1, two_devices, missing):
-        with pytest.raises(deploy_compose.ComposeError):
-            deploy_compose.gpu_override(base, 2)
+    def devices(services):
+        return reserved_devices(services[GPU_SERVICE])
+
+    listed = altered(lambda s: devices(s)[0].update({"device_ids": ["0", "1"]}))
+    counted = altered(lambda s: devices(s)[0].update({"count": 2}))
+    two = altered(lambda s: devices(s).append({"driver": "nvidia", "count": "all"}))
+    one_worker = altered(lambda s: s[GPU_SERVICE].update({"command": ["python", "worker.py"]}))
+    missing = altered(lambda s: s.pop(GPU_SERVICE))
+    compose_gpus.check_base(compose)
+    for base in (listed, counted, two, one_worker, missing):
+        with pytest.raises(compose_gpus.ComposeError):
+            compose_gpus.check_base(base)
 
 
 def test_the_generator_module_does_not_import_yaml():
     # PyYAML is a development dependency: the generator must import without it.
-    probe = "import sys, scripts.compose_override; assert 'yaml' not in sys.modules"
+    probe = "import sys, scripts.compose_gpus; assert 'yaml' not in sys.modules"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -1132,8 +1150,10 @@ GPU 2: NVIDIA H200 (UUID: GPU-33333333-3333-3333-3333-333333333333)
 
 
 def test_nvidia_smi_cards_are_counted_without_their_mig_devices():
-    assert deploy_compose.count_gpus(NVIDIA_SMI_LIST) == 3
-    assert deploy_compose.count_gpus("") == 0
+    assert compose_gpus.count_gpus(NVIDIA_SMI_LIST) == 3
+    assert compose_gpus.count_gpus("") == 0
+    # as the launcher counts them in the container
+    assert sorted(worker_envs({}, lambda: NVIDIA_SMI_LIST)) == [0, 1, 2]
 
 
 def fake_nvidia_smi(folder: Path, stdout: str, code: int = 0, stderr: str = "") -> Path:
@@ -1155,32 +1175,32 @@ def run_cli(*args: str) -> int:
 
 @pytest.mark.parametrize("n", HOST_GPUS)
 def test_the_command_writes_an_override_that_parses(compose, tmp_path, capsys, n):
-    output = tmp_path / deploy_compose.OVERRIDE_FILE
+    output = tmp_path / compose_gpus.OVERRIDE_FILE
     assert run_cli("--gpus", str(n), "--output", str(output)) == 0
     text = output.read_text()
     assert text.startswith("#")
     override = yaml.safe_load(text)
-    assert override == deploy_compose.gpu_override(compose, n)
+    assert override == compose_gpus.override(list(range(n)), {})
     # below its comment the file is JSON, which reads the same in any YAML parser
     body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     assert json.loads(body) == override
     merged = compose_merge(compose, override)["services"]
-    assert len(gpu_workers(merged)) == n
+    assert len(gpu_workers(merged[GPU_SERVICE])) == n
     assert "--profile gpu up" in capsys.readouterr().out
 
 
-def test_without_gpus_the_command_counts_the_cards_with_nvidia_smi(compose, tmp_path, monkeypatch):
+def test_without_gpus_the_command_counts_the_cards_with_nvidia_smi(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, NVIDIA_SMI_LIST)))
     output = tmp_path / "out.yml"
     assert run_cli("--output", str(output)) == 0
-    assert yaml.safe_load(output.read_text()) == deploy_compose.gpu_override(compose, 3)
+    assert yaml.safe_load(output.read_text()) == compose_gpus.override([0, 1, 2], {})
 
 
-def test_explicit_device_ids_need_no_nvidia_smi(compose, tmp_path, monkeypatch):
+def test_explicit_device_ids_need_no_nvidia_smi(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     output = tmp_path / "out.yml"
     assert run_cli("--device-ids", "0,3", "--output", str(output)) == 0
-    assert set(yaml.safe_load(output.read_text())["services"]) == {"worker-gpu3"}
+    assert yaml.safe_load(output.read_text()) == compose_gpus.override([0, 3], {})
 
 
 def test_without_nvidia_smi_the_command_says_to_pass_gpus(tmp_path, monkeypatch, capsys):
@@ -1212,8 +1232,8 @@ def test_a_failing_nvidia_smi_is_reported(
     assert not output.exists()
 
 
-def test_the_generated_override_names_no_host_url_or_path_of_this_machine(compose):
-    text = deploy_compose.render(deploy_compose.gpu_override(compose, 8)).lower()
+def test_the_generated_override_names_no_host_url_or_path_of_this_machine():
+    text = compose_gpus.render(compose_gpus.override(range(8), {0: "big"})).lower()
     assert not PUBLIC_HOST.search(text), PUBLIC_HOST.findall(text)
     assert not re.search(r"https?://", text)
     local = {str(ROOT), str(ROOT.parent), str(Path.home())} - {"/", *IMAGE_PATHS}
