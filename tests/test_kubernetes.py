@@ -27,7 +27,8 @@ from app.auth import Accounts
 from app.settings import Settings
 from app.webhooks.signing import signer
 from app.worker import gpu
-from tests.test_compose import IMAGE_PATHS, PUBLIC_HOST
+from app.worker.host import worker_envs
+from tests.test_compose import IMAGE_PATHS, PUBLIC_HOST, nvidia_smi_listing
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -53,7 +54,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 #: The compose service each of our Deployments stands for.
 COMPOSE_TWINS = {
     "api": "api",
-    "worker-gpu": "worker-gpu0",
+    "worker-gpu": "worker-gpu",
     "worker-cpu": "worker-cpu",
     "beat": "beat",
     "webhooks": "webhooks",
@@ -321,7 +322,9 @@ def test_the_scaledobject_scales_the_gpu_worker_deployment(keda, applied):
     assert target.get("apiVersion", "apps/v1") == "apps/v1"
     assert target.get("kind", "Deployment") == "Deployment"
     deployment = of_kind(applied, "Deployment")[target["name"]]
-    assert container(deployment)["resources"]["limits"][GPU_RESOURCE] == 1
+    # a job per card of a pod
+    (trigger,) = spec["triggers"]
+    assert float(trigger["metadata"]["threshold"]) == gpu_cards(deployment)
     assert 0 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
     assert set(spec) <= {
         "scaleTargetRef",
@@ -460,30 +463,69 @@ def test_fairgpu_runs_the_two_compose_images_as_compose_runs_them(applied, compo
         assert box["command"] == [str(arg) for arg in compose_services[twin]["command"]], name
 
 
-def test_only_the_gpu_worker_runs_the_gpu_image_and_asks_for_a_gpu(applied):
-    for name, load in fairgpu_workloads(applied).items():
+def gpu_cards(load: dict[str, Any]) -> int:
+    """The cards a GPU worker pod asks for: all of one node's."""
+    cards = container(load)["resources"]["limits"][GPU_RESOURCE]
+    assert isinstance(cards, int) and cards >= 1
+    return cards
+
+
+def test_only_the_gpu_workers_run_the_gpu_image_and_ask_for_gpus(applied, second_class):
+    loads = {**fairgpu_workloads(applied), "worker-gpu-small": second_class}
+    for name, load in loads.items():
         box = container(load)
         limits = box.get("resources", {}).get("limits", {})
         requests = box.get("resources", {}).get("requests", {})
-        if name == "worker-gpu":
-            assert box["image"] == "fairgpu:gpu"
-            assert limits[GPU_RESOURCE] == 1  # exactly one card per pod
-            assert requests.get(GPU_RESOURCE, 1) == 1
+        if name.startswith("worker-gpu"):
+            assert box["image"] == "fairgpu:gpu", name
+            assert requests.get(GPU_RESOURCE, limits[GPU_RESOURCE]) == gpu_cards(load), name
         else:
             assert box["image"] == "fairgpu:cpu", name
             assert GPU_RESOURCE not in limits and GPU_RESOURCE not in requests, name
 
 
-def test_the_gpu_worker_leaves_the_choice_of_card_to_the_device_plugin(applied, secrets):
-    box = container(applied["Deployment", "worker-gpu"])
-    env = container_env(box, applied, secrets)
-    assert "CUDA_VISIBLE_DEVICES" not in env
-    assert "NVIDIA_VISIBLE_DEVICES" not in env
-    # The device plugin shows the pod its one card: the worker takes it as device 0.
-    assert gpu.choose_device(env, lambda: 1) == gpu.Device(gpu_id=0)
+def gpu_host_pods(load: dict[str, Any]) -> dict[str, str]:
+    """The labels by which one GPU host pod keeps another off its node (its anti-affinity)."""
+    (term,) = pod_spec(load)["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["topologyKey"] == "kubernetes.io/hostname"  # one per node
+    assert set(term["labelSelector"]) == {"matchLabels"}
+    labels: dict[str, str] = term["labelSelector"]["matchLabels"]
+    return labels
 
 
-def test_a_gpu_rollout_never_waits_for_a_card_that_the_other_workers_hold(applied):
+def test_one_gpu_pod_per_node_whatever_its_class(applied, second_class):
+    # Two pods on one node would both number their cards 0, 1, ... on one host of the fleet.
+    loads = [applied["Deployment", "worker-gpu"], second_class]
+    for load in loads:
+        for other in loads:
+            own = other["spec"]["template"]["metadata"]["labels"]
+            assert gpu_host_pods(load).items() <= own.items()
+    # and no other pod is kept away
+    for name, load in workloads(applied).items():
+        if name != "worker-gpu":
+            labels = load["spec"]["template"]["metadata"]["labels"]
+            assert not gpu_host_pods(loads[0]).items() <= labels.items(), name
+
+
+@pytest.mark.parametrize("cards", [1, 2, 8])
+def test_the_launcher_runs_a_worker_on_each_card_the_device_plugin_gives(applied, secrets, cards):
+    load = applied["Deployment", "worker-gpu"]
+    box = container(load)
+    assert box["command"] == ["python", "-m", "app.worker.host"]
+    env = container_env(box, applied, secrets, pod_name="worker-gpu-abc12", node_name="n-1")
+    # The device plugin shows the pod the node's cards; the launcher gives each worker its own.
+    assert not {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HOST_GPU_ID"} & set(env)
+    workers = worker_envs(env, lambda: nvidia_smi_listing(cards))
+    assert sorted(workers) == list(range(cards))
+    for card, own in workers.items():
+        assert gpu.choose_device(own, lambda: 1) == gpu.Device(gpu_id=card)
+        assert own["WORKER_NAME"] == f"gpu{card}@worker-gpu-abc12"
+        assert own["WORKER_HOST"] == "n-1"
+
+
+def test_a_gpu_rollout_never_waits_for_a_node_that_the_other_pods_hold(applied):
     strategy = applied["Deployment", "worker-gpu"]["spec"]["strategy"]
     assert strategy["type"] == "RollingUpdate"
     assert strategy["rollingUpdate"]["maxSurge"] == 0
@@ -530,8 +572,11 @@ def test_every_worker_pod_gets_a_name_of_its_own(applied, secrets, monkeypatch):
         first = container_env(box, applied, secrets, pod_name=f"{name}-abc12")
         second = container_env(box, applied, secrets, pod_name=f"{name}-def34")
         assert first["WORKER_NAME"] != second["WORKER_NAME"]
+        if name == "worker-gpu":  # the launcher's workers, one per card
+            first = worker_envs(first, lambda: nvidia_smi_listing(1))[0]
         worker_name = settings_in(first, monkeypatch).worker_name
         assert worker_name.endswith(f"@{name}-abc12") and "%h" not in worker_name
+        assert "{" not in worker_name
 
 
 # --- a mixed fleet: each worker's host and class ----------------------------------------------
@@ -622,6 +667,9 @@ def test_the_second_class_is_worker_gpu_but_for_its_name_class_and_node_pool(sec
     pod_spec(second).pop("nodeSelector")
     box = container(second)
     box["env"] = [v for v in box["env"] if v["name"] != "WORKER_GPU_CLASS"]
+    # each pool's nodes have their own count of cards
+    for load in (first, second):
+        container(load)["resources"]["limits"][GPU_RESOURCE] = "CARDS"
     assert second == first
 
 
