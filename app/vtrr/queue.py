@@ -144,8 +144,7 @@ class FairQueue(QueueLine, FleetCards):
 
     def _take(self, *, consumes_trigger: bool, from_rear: bool = False) -> Lease | None:
         token = secrets.token_hex(16)
-        # (a consumer of a kind looks at its pools too, a slotted one at its card: dequeue.lua)
-        plain = self.kind is None and self.slot is None
+        plain = self.kind is None  # (a consumer of a kind looks at its pools too: dequeue.lua)
         if (
             plain
             and not (consumes_trigger or from_rear or self.trigger_cap >= 0)

@@ -31,7 +31,7 @@ for _, id in ipairs(in_flight) do
   -- live is shared with the queue's group: take out this queue's items only
   local f = redis.call('HMGET', item_key(id), F_LIMITED, F_PARTITION, F_HELD)
   if f[1] then redis.call('HDEL', K.live .. f[2], id) end
-  free_cards(id, f[3])
+  free_cards(f[3])
 end
 for _, ids in ipairs({queued, in_flight}) do
   for i = 1, #ids, 500 do

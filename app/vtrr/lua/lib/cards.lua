@@ -112,19 +112,24 @@ local function fits(allows, t, span)
   return tonumber(t) + tonumber(span) <= allows
 end
 
--- This consumer's card now runs item id, leased at t (lease_head, take_item).
+-- This consumer's card now runs item id, leased at t (lease_head, take_item, lease_unlimited);
+-- the item's F_HELD names it (lease_queued's held).
 local function hold_card(id, t, span)
-  if not slotted() then return end
   redis.call('SET', K.card, card_text(CARD_RUN, id, ends_at(t, span), false))
-  redis.call('HSET', item_key(id), F_HELD, K.card)
 end
 
--- Free the cards that item id held (held: its F_HELD), each only while it still names the
--- item: a card freed by a reclaim may be held by another item since.
-local function free_cards(id, held)
+-- The F_HELD of an item this consumer leases: its card's key, nil without a slot.
+local function my_held()
+  if slotted() then return K.card end
+  return nil
+end
+
+-- Free the cards that item id held (held: its F_HELD). While an item's lease stands, each card
+-- it names is held by it and no other (a card held takes nothing else, and a claim takes only
+-- free cards), and F_HELD goes when they are freed: so they are deleted without a look.
+local function free_cards(held)
   if not held then return end
-  for key in string.gmatch(held, '%S+') do
-    local s = card_state(redis.call('GET', key))
-    if s and s.id == id then redis.call('DEL', key) end
-  end
+  local keys = {}
+  for key in string.gmatch(held, '%S+') do keys[#keys + 1] = key end
+  redis.call('DEL', unpack(keys))
 end

@@ -126,16 +126,21 @@ local function claim(g, host, cards, token, t, lease_us)
   local f = redis.call('HMGET', key, F_ENTRY, F_PAYLOAD, F_TIMEOUTS)
   redis.call('ZREM', g.line, g.member)
   clocks_reach(g.score, g.pool)
-  local expiry = lease_queued(g.id, g.p, g.w, f[1], g.lim, token, t, lease_us)
-  if g.lim then redis.call('HSET', K.live .. g.p, g.id, t .. ' ' .. g.w .. ' ' .. g.size) end
-  local ends, keys = ends_at(t, g.span), {}
-  for i, c in ipairs(cards) do
-    keys[i] = card_key(host, c)
+  local keys = {}
+  for i, c in ipairs(cards) do keys[i] = card_key(host, c) end
+  local expiry = lease_queued(g.id, g.p, g.w, f[1], g.lim, token, t, lease_us,
+                              table.concat(keys, ' '))
+  if g.lim then
+    -- it holds its size in cards: its partition's next item may start only within what is left
+    redis.call('HSET', K.live .. g.p, g.id, t .. ' ' .. g.w .. ' ' .. g.size)
+    refresh(g.p, g.lim, tonumber(t))
+  end
+  local ends = ends_at(t, g.span)
+  for i, k in ipairs(keys) do
     local role = CARD_LENT
     if i == 1 then role = CARD_LEAD end
-    redis.call('SET', keys[i], card_text(role, g.id, ends, i == 1))
+    redis.call('SET', k, card_text(role, g.id, ends, i == 1))
   end
-  redis.call('HSET', key, F_HELD, table.concat(keys, ' '))
   if g.resv then
     local r = resv_state(redis.call('GET', resv_key(g.resv)))
     if r and r.id == g.id then redis.call('DEL', resv_key(g.resv)) end

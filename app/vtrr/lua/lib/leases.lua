@@ -17,12 +17,17 @@ end
 
 -- Lease a queued item that has just left queue (or is about to: take): item id of partition
 -- p, weight w, index entry `entry`, p's limits lim (nil: none), at t (Redis time, us, a string),
--- for lease_us. Returns its lease expiry, as a score string.
-local function lease_queued(id, p, w, entry, lim, token, t, lease_us)
+-- for lease_us; held, the card keys it takes (F_HELD: lib/cards.lua), if any. Returns its lease
+-- expiry, as a score string.
+local function lease_queued(id, p, w, entry, lim, token, t, lease_us, held)
   unindex_item(entry)
   partition_queued(p, -1)
   weigh(w, -1)
-  redis.call('HSET', item_key(id), F_LEASE, token)
+  if held then
+    redis.call('HSET', item_key(id), F_LEASE, token, F_HELD, held)
+  else
+    redis.call('HSET', item_key(id), F_LEASE, token)
+  end
   local expiry = string.format('%d', tonumber(t) + lease_us)
   redis.call('ZADD', K.inflight, expiry, id)
   if lim then
@@ -40,7 +45,7 @@ end
 -- charge nothing (credited); else it used its weight w.
 local function finish(id, key, p, w, half_life, credited, price, held)
   redis.call('ZREM', K.inflight, id)
-  free_cards(id, held)
+  free_cards(held)
   redis.call('DEL', key)
   if half_life and not credited then
     remember_use(p, tonumber(w) * (tonumber(price) or 1), tonumber(half_life), tonumber(clock()))

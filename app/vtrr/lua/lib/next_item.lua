@@ -8,8 +8,9 @@
 local function lease_head(head, id, f, lim, from_rear, token, t, lease_us, cap, lines)
   -- (a limited partition's item may have waited below the clock: the clocks never go back)
   if not from_rear then clocks_reach(head[2], f[7]) end
-  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
-  hold_card(id, t, f[9])
+  local held = my_held()
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us, held)
+  if held then hold_card(id, t, f[9]) end
   local queued = reset_if_drained(lines)
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end
@@ -125,12 +126,16 @@ end
 -- changed nothing, where lease_next would need what it does not name: to reclaim an expired
 -- lease, to wake a partition whose wait is over, to lease a limited partition's item, or to
 -- lease queue's last item (the queue may drain: its pools' lines are then looked at). Only a
--- consumer without a kind calls it (FairQueue): one of a kind leases from its pools too.
+-- consumer without a kind calls it (FairQueue): one of a kind leases from its pools too. A
+-- slotted one marks its card as a lease_head does.
 local function lease_unlimited(lease_us, token, limit)
   local t = clock()
   if limit > 0 and redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, 1)[1] then
     return nil
   end
+  -- a slotted consumer's card that an item holds, or that a reservation keeps: the full path
+  local held = my_held()
+  if held and card_allows() ~= nil then return nil end
   local head = redis.call('ZPOPMIN', K.queue)
   if not head[1] then
     if redis.call('ZRANGEBYSCORE', K.waits, '-inf', tonumber(t), 'LIMIT', 0, 1)[1] then
@@ -140,15 +145,16 @@ local function lease_unlimited(lease_us, token, limit)
   end
   local id = task_id_of(head[1])
   local f = redis.call('HMGET', item_key(id), F_PARTITION, F_WEIGHT, F_PAYLOAD, F_TIMEOUTS,
-                       F_ENTRY, F_LIMITED)
-  if f[6] or redis.call('ZCARD', K.queue) == 0 then
+                       F_ENTRY, F_LIMITED, F_SIZE, F_SPAN)
+  if f[6] or f[7] or redis.call('ZCARD', K.queue) == 0 then
     redis.call('ZADD', K.queue, head[2], head[1])  -- back as it was (its score as Redis wrote it)
     return nil
   end
   -- lease_head's steps for an item without limits, from the front, and no triggers kept; queue
   -- still holds an item, so it has not drained
   redis.call('SET', K.cvt, head[2])
-  local expiry = lease_queued(id, f[1], f[2], f[5], nil, token, t, lease_us)
+  local expiry = lease_queued(id, f[1], f[2], f[5], nil, token, t, lease_us, held)
+  if held then hold_card(id, t, f[8]) end
   return {0, id, f[3], f[4] or '0', expiry}
 end
 
@@ -174,8 +180,9 @@ local function take_item(id, token, lease_us, cap)
   local head = redis.call('ZRANGE', own, 0, 0, 'WITHSCORES')
   if tonumber(head[2]) > current_vt() then redis.call('SET', K.cvt, head[2]) end
   redis.call('ZREM', own, member)
-  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us)
-  hold_card(id, t, f[9])
+  local held = my_held()
+  local expiry = lease_queued(id, f[1], f[2], f[5], lim, token, t, lease_us, held)
+  if held then hold_card(id, t, f[9]) end
   local queued = reset_if_drained()
   return {top_up_triggers(cap, queued), id, f[3], f[4] or '0', expiry}
 end

@@ -37,7 +37,7 @@ local function requeue(id, front, now)
   local f = redis.call('HMGET', key, F_PARTITION, F_COST, F_WEIGHT, F_LIMITED, F_POOL, F_HELD)
   local lim = f[4] and limits_of(f[1])
   redis.call('ZREM', K.inflight, id)
-  free_cards(id, f[6])
+  free_cards(f[6])
   if f[4] then landed(f[1], id) end  -- (marked while its partition had limits: counted then)
   -- its partition may start its next item now: the front is where that one is too
   if lim then refresh(f[1], lim, now) end

@@ -45,7 +45,7 @@ local function to_partition_front(id)
   local p = f[1]
   local lim = f[3] and limits_of(p)
   redis.call('ZREM', K.inflight, id)
-  free_cards(id, f[5])
+  free_cards(f[5])
   if f[3] then landed(p, id) end  -- (marked while its partition had limits: counted then)
   local _, score = first_queued(p, lim)
   if not score then
