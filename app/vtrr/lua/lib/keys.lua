@@ -19,7 +19,8 @@
 --                          F_PAYLOAD, F_MEMBER its queue member, F_ENTRY its entry in items,
 --                          F_LEASE its lease token while leased,
 --                          F_TIMEOUTS times its lease expired and was reclaimed (absent: 0),
---                          F_CREDITED the lease credited since the item was last charged
+--                          F_CREDITED the lease credited since the item was last charged,
+--                          F_SIZE, F_SPAN, F_HELD, F_RESV (lib/cards.lua)
 --   inflight         ZSET  task id -> lease expiry (Redis TIME, whole microseconds)
 --   cvt              STRING the queue's virtual time
 --   pvt              HASH  partition -> virtual finish time of its last item
@@ -58,6 +59,9 @@
 --                          .. KIND_POOLS the pools naming it (SET), .. ':triggers' its triggers
 --   kpools, kclock   this call's consumer's kind's pools and clock; without a kind, kclock is
 --                          cvt itself and kpools a set never written
+--   card, resv       this call's consumer's card and its host's reservation (lib/cards.lua); a
+--                          consumer without a slot gets `fleet .. 'card:'`, never written
+--   fleet            the prefix of the fleet's keys (lib/cards.lua): shared by a limits group
 -- Queues that count their partitions' items in flight together (a limits group: an account's
 -- jobs over a service's queues) share live, freed, usage and usage_at; the rest of these keys
 -- are each queue's.
