@@ -311,6 +311,11 @@ class Settings(BaseSettings):
         None, description="the worker's class; default: found from its card"
     )
     fleet_ttl_s: float = Field(600, gt=0, description="the fleet: the workers heard within this")
+    reservations: bool = Field(True, description="jobs of several GPUs keep reservations")
+    reservation_grace_s: float | None = Field(
+        None, gt=0, description="a reservation late by this is placed again (TIMEOUT_GRACE_S + "
+        "LEASE_SECONDS at least, the default)",
+    )
 
     _comma_separated = field_validator(
         "worker_queues", "job_modules", "redis_sentinels", "script_network_deny", mode="before"
@@ -326,7 +331,15 @@ class Settings(BaseSettings):
     def _heartbeat_within_lease(self) -> Settings:
         if self.heartbeat_seconds >= self.lease_seconds:
             raise ValueError("HEARTBEAT_SECONDS must be below LEASE_SECONDS, or leases lapse")
+        if self.reservation_grace_s is not None and self.reservation_grace_s < self.least_grace:
+            raise ValueError(f"RESERVATION_GRACE_S must be at least {self.least_grace:g} s")
         return self
+
+    @property
+    def least_grace(self) -> float:
+        """A reservation's least grace: a run may overrun its duration by TIMEOUT_GRACE_S, and
+        a dead worker's cards come back within LEASE_SECONDS."""
+        return self.timeout_grace_s + self.lease_seconds
 
     @property
     def broker_visibility_s(self) -> float:
