@@ -1,6 +1,7 @@
 """Accounts' sharing rules on the fair queues: `max_running` and `max_held_gpu_seconds` are the
 queues' per-partition limits (app/vtrr/limits.py), counted over both queues as one limits group,
-so that an account's jobs in flight are counted wherever they run.
+so that an account's jobs in flight are counted wherever they run. `max_running` counts the
+cards its running jobs hold: a job of N cards counts N.
 
 Who sets them: each API process at its start, for every account (so that the accounts file's
 limits hold before the first lease), and the admin endpoints when an account changes (every
@@ -32,8 +33,8 @@ WAKE_POLL_S = 0.2
 
 
 def limits_for(account: Account) -> Limits:
-    """An account's limits as its fair queues keep them (weights in GPU-milliseconds, used up
-    at WEIGHT_PER_S while a job runs)."""
+    """An account's limits as its fair queues keep them (weights in GPU-milliseconds, a job's
+    being its cards x its milliseconds, used up at WEIGHT_PER_S a card while a job runs)."""
     held = account.max_held_gpu_seconds
     return Limits(
         most_in_flight=account.max_running,

@@ -72,7 +72,7 @@ async def test_a_bill_the_previous_release_left_on_its_way_is_shown_as_it_was(
         "description": "vad job (long queue), stopped at its time limit after 7.2 s (billed its"
         " budget of 5 s)",
         "kind": "long", "gpu_seconds": 7.25, "billed_seconds": 5.0, "billed_at": 1796416205.2245,
-        "type": "vad", "gpu_class": None,
+        "type": "vad", "gpu_class": None, "gpus": 1,
     }  # fmt: skip
     assert await get(api, "/billing-records") == [shown]
     assert write_ledger(api, r) == 1
