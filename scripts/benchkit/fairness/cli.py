@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from scripts.benchkit.fairness import fleet, memory, preemption, report, reshare
+from scripts.benchkit.fairness import fleet, gangs, memory, preemption, report, reshare
 from scripts.benchkit.fairness.analysis import Result, analyse, verdicts
 from scripts.benchkit.fairness.runner import run_scenario, warm_up
 from scripts.benchkit.fairness.scenarios import SCENARIOS, Params, Scenario
@@ -43,8 +43,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenario",
         required=True,
         help=f"a scenario, a comma list, or all: {', '.join([*SCENARIOS, reshare.NAME])}; "
-        f"{memory.NAME} (three stacks of its own), {preemption.NAME} (two) and {fleet.NAME} (a "
-        "mixed fleet, one) run only when named",
+        f"{memory.NAME} (three stacks of its own), {preemption.NAME} (two), {fleet.NAME} (a "
+        f"mixed fleet, one), {gangs.BOUND} (two) and {gangs.SHARE} (one) run only when named",
     )
     p.add_argument("--scale", type=float, default=1.0, help="multiply job counts (default 1)")
     p.add_argument("--job-s", type=float, default=0.05, help="GPU-seconds per job (0.05)")
@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     a = p.parse_args(argv)
     names = [*SCENARIOS, reshare.NAME] if a.scenario == "all" else a.scenario.split(",")
-    alone = (reshare.NAME, memory.NAME, preemption.NAME, fleet.NAME)  # each on stacks of its own
+    alone = (reshare.NAME, memory.NAME, preemption.NAME, fleet.NAME, gangs.BOUND, gangs.SHARE)
     unknown = [n for n in names if n not in SCENARIOS and n not in alone]
     if unknown:
         every = ", ".join([*SCENARIOS, *alone])
@@ -64,6 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a.memory = memory.NAME in names
     a.preemption = preemption.NAME in names
     a.mixed = fleet.NAME in names
+    a.gangs, a.gang_share = gangs.BOUND in names, gangs.SHARE in names
     names = [n for n in names if n not in alone]
     if a.scale <= 0 or a.job_s <= 0 or a.workers < 1:
         p.error("--scale and --job-s must be positive, --workers at least 1")
@@ -139,6 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.plots is not None:
             for path in report.plot(scenario, res, a.plots):
                 log(f"wrote {path}")
+    run_alone(a, params, console, run, md)
+    # the whole command's, the reshare scenario's stack too
+    run["machine"].update(load_after=os.getloadavg(), seconds=time.monotonic() - began)
+    if a.markdown is not None:
+        a.markdown.write_text("\n\n".join(md) + "\n")
+    if a.json:
+        print(report.as_json(run))
+    return 0
+
+
+def run_alone(
+    a: argparse.Namespace, params: Params, console: Console, run: dict[str, Any], md: list[str]
+) -> None:
+    """The scenarios that each run on stacks of their own, as they were named: their tables on
+    the console, their JSON into run, their summary lines into md."""
     if a.reshare:  # fairgpu alone (a FIFO queue has no shares), on a stack of its own
         log("scenario reshare")
         changed, _ = reshare.timed(params, a.plots)
@@ -163,10 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         fleet.report(rounds).render(console)
         run["scenarios"][fleet.NAME] = [o.as_json() for o in rounds]
         md += [f"**mixed ({o.arrivals})**: {fleet.summary(o).split(': ', 1)[1]}." for o in rounds]
-    # the whole command's, the reshare scenario's stack too
-    run["machine"].update(load_after=os.getloadavg(), seconds=time.monotonic() - began)
-    if a.markdown is not None:
-        a.markdown.write_text("\n\n".join(md) + "\n")
-    if a.json:
-        print(report.as_json(run))
-    return 0
+    if a.gangs or a.gang_share:  # jobs of several cards: a stack per round
+        log("scenario gangs")
+        bound = gangs.run_bound(params) if a.gangs else []
+        share = gangs.run_share(params) if a.gang_share else None
+        gangs.report(bound, share).render(console)
+        run["scenarios"][gangs.BOUND] = {
+            "bound": [r.as_json() for r in bound],
+            "share": None if share is None else share.as_json(),
+        }
+        md += [f"**{gangs.BOUND}**: {gangs.summary(r).split(': ', 1)[1]}." for r in bound]
+        if share is not None:
+            md.append(f"**{gangs.SHARE}**: {gangs.share_summary(share).split(': ', 1)[1]}.")
