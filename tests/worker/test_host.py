@@ -255,3 +255,12 @@ def test_a_launcher_that_cannot_tell_the_cards_says_why_and_starts_nothing(
     assert host.process.returncode == 2
     assert err.strip().startswith("fairgpu host refuses to start: FAIRGPU_GPUS='zero'")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_launcher_without_nvidia_smi_asks_for_fairgpu_gpus(
+    launched: list[Launched], tmp_path: Path
+) -> None:
+    host = launch(launched, tmp_path, PATH=str(tmp_path), FAIRGPU_GPUS="")  # no nvidia-smi on it
+    _, err = host.process.communicate(timeout=DEADLINE_S)
+    assert host.process.returncode == 2
+    assert "nvidia-smi" in err and "set FAIRGPU_GPUS=0,1,..." in err
