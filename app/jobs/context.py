@@ -42,6 +42,15 @@ class JobFailedError(Exception):
         self.kind = kind
 
 
+@dataclass(frozen=True)
+class Device:
+    """One of a run's devices: the unique name of the worker whose card it is, and the card's
+    number on its host (None: a CPU worker's simulated device)."""
+
+    worker: str
+    gpu_id: int | None
+
+
 def _scratch_dir() -> Path:
     """An empty folder of its own for a context built by hand (a test of a job type): a worker
     always passes the run's folder, whose files become the job's artifacts."""
@@ -84,6 +93,9 @@ class JobContext:
     (a preemptible job's resumed run finds there what the last run left), and `preemptions`
     counts the times the job was preempted before this run; `preemptible` says whether this run
     may be asked to yield its GPU at all.
+    `devices` are the run's cards in order, one per GPU the job takes (`len(ctx.devices)` is its
+    count): the first is `gpu_id`'s, and within the job's process CUDA numbers them 0, 1, ...
+    in that order. A context built by hand without them has one, `gpu_id`'s.
     """
 
     task_id: str
@@ -102,6 +114,11 @@ class JobContext:
     preemptible: bool = False
     _yield: Callable[[], bool] = field(default=_never, repr=False, compare=False)
     _note: Callable[[dict[str, Any]], None] = field(default=_ignore_note, repr=False, compare=False)
+    devices: tuple[Device, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.devices:  # a test's context: the one card it names, as a one-card run has
+            object.__setattr__(self, "devices", (Device("", self.gpu_id),))
 
     @property
     def cancelled(self) -> bool:

@@ -90,6 +90,9 @@ class RunEnd:
     #: catalog), the hash's `host` and `gpu_class`, which the job's result shows.
     host: str | None = None
     gpu_class: str | None = None
+    #: A run of several cards: each, in order, as JSON ([{"worker", "gpu_id"}]), the hash's
+    #: `devices`; None for a run of one card, which the hash's worker and gpu_id name.
+    devices: str | None = None
 
     def how(self) -> ErrorKind | None:
         """How the run ended where it did not succeed: its error_kind, or the status's."""
@@ -113,6 +116,7 @@ class RunEnd:
             "facts": self.facts,
             "host": self.host,
             "gpu_class": self.gpu_class,
+            "devices": self.devices,
             # the run's seconds where it is billed: the status's runs and ran_s, as the bill
             "run_s": self.seconds if self.charge is not None else None,
         }
@@ -148,6 +152,7 @@ def internal_end(end: RunEnd) -> RunEnd:
         facts=end.facts,  # what the run noted stands, whoever failed after it
         host=end.host,
         gpu_class=end.gpu_class,
+        devices=end.devices,
     )
 
 

@@ -4,7 +4,8 @@ Each worker keeps an entry in `fairgpu:workers`: <name> -> {"queues": [...], "se
 TIME>, "busy_until": <when its job should end, or null>, "running": <the run in hand, or null:
 {"job", "account", "kind", "since" (Redis TIME), "preemptible"}>, "broken": <why its device is
 unusable, only when it is>, and, from a worker that knows its place in the fleet (issue 41),
-"host", "gpu_class" (null without a catalog) and "memory_gb" (its class's, null without one)}:
+"host", "gpu_class" (null without a catalog) and "memory_gb" (its class's, null without one),
+and "lent_to" (the job of several cards its card is lent to, only while it is: issue 42)}:
 one record, Seen (its run a Running), written by
 app/worker/presence.py with Seen.encode() and read back with Seen.read() (parse, read). Readers
 count a worker alive while its entry is under ALIVE_BEATS heartbeats old and it is not broken,
@@ -72,6 +73,7 @@ class Seen:
     host: str | None = None
     gpu_class: str | None = None
     memory_gb: float | None = None
+    lent_to: str | None = None
 
     def encode(self) -> str:
         """The heartbeat as its worker writes it (its name is the hash's field): `broken` only
@@ -83,6 +85,8 @@ class Seen:
             entry["broken"] = self.broken
         if self.host is not None:
             entry |= {"host": self.host, "gpu_class": self.gpu_class, "memory_gb": self.memory_gb}
+        if self.lent_to is not None:
+            entry["lent_to"] = self.lent_to
         return json.dumps(entry)
 
     @classmethod
@@ -96,7 +100,7 @@ class Seen:
         times = [float(entry["seen"]), *([] if until is None else [float(until)])]
         if not all(map(math.isfinite, times)):
             raise ValueError("not a time")
-        broken = entry.get("broken")
+        broken, lent_to = entry.get("broken"), entry.get("lent_to")
         return cls(
             name,
             tuple(map(str, entry["queues"])),
@@ -105,6 +109,7 @@ class Seen:
             None if broken is None else str(broken),
             Running.read(entry.get("running")),
             *_place(entry),
+            lent_to=lent_to if isinstance(lent_to, str) else None,
         )
 
 

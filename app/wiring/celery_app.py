@@ -45,6 +45,10 @@ def create_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_routes={f"vtrr_queue.reclaim.{kind}": {"queue": RECLAIM_QUEUE} for kind in KINDS},
+        # Each worker also consumes a queue of its own (Celery's "<name>.dq2", bound to the
+        # direct exchange C.dq2): the lease of a job of several cards that a worker's slot is
+        # to lead is sent there, to be run by that worker's main thread (app/worker/gangs.py).
+        worker_direct=True,
     )
     if settings.amqp_broker:
         app.conf.update(

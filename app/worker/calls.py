@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.jobs.context import Device
 from app.worker.end_reason import Why
 
 #: How a run ended; "preempted": a preemptible job's run yielded its GPU when asked (or was
@@ -37,7 +38,8 @@ class Call:
     """One job for the child: its task id, type, input (JSON text), budget and GPU, and the
     folder for its output files (the executor fills it in). A preemptible call's run may be
     asked to yield; `preemptions` counts the job's earlier preempted runs, and
-    `checkpoint_dir` is the job's own folder across them (empty: a scratch folder)."""
+    `checkpoint_dir` is the job's own folder across them (empty: a scratch folder). `devices`
+    are the run's cards in order, `gpu_id` the first's (none: the worker's own card alone)."""
 
     task_id: str
     type: str
@@ -48,6 +50,7 @@ class Call:
     preemptible: bool = False
     preemptions: int = 0
     checkpoint_dir: str = ""
+    devices: tuple[Device, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,11 @@ class JobChild:
         setup_timeout_s: float = START_TIMEOUT_S,
         limits: ChildLimits | None = None,
         probe: DeviceProbe | None = None,
+        gpu_ids: Sequence[int] | None = None,
     ) -> None:
         self._modules, self._gpu_id = list(job_modules), gpu_id
+        #: A child of a job of several cards sees exactly these (None: the worker's own card).
+        self._gpu_ids = None if gpu_ids is None else tuple(gpu_ids)
         self._timeout_grace, self._cancel_grace = timeout_grace_s, cancel_grace_s
         self._kill_grace, self._setup_timeout = kill_grace_s, setup_timeout_s
         self._preempt_grace, self._tolerance = preempt_grace_s, timeout_tolerance_s
@@ -196,8 +199,9 @@ class JobChild:
             path.touch(0o600)  # there before the child writes: the parent may tail it at once
         ours, theirs = self._mp.Pipe()
         paths = [str(path) for path in self._outputs.values()]
+        leak = self._limits.leak_bytes
         spec = ChildSpec(
-            self._modules, self._gpu_id, paths, self._probe, self._limits.leak_bytes, self._stop_by
+            self._modules, self._gpu_id, paths, self._probe, leak, self._stop_by, self._gpu_ids
         )
         args = (theirs, self._cancel, spec, self._preempt)
         process = self._mp.Process(target=child_main, args=args, name="fairgpu-job-child")

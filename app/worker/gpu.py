@@ -1,10 +1,12 @@
 """The device a worker drives: CUDA_VISIBLE_DEVICES names one device, or none for a CPU worker;
-more than one is refused. torch is an optional extra: without it a worker is a CPU worker.
-(The `burn` job type's workload is app/jobs/builtin/burn.py's.)
+more than one is refused (a job of several cards sees them in a child of its own: see_cards).
+torch is an optional extra: without it a worker is a CPU worker. (The `burn` job type's workload
+is app/jobs/builtin/burn.py's.)
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -76,3 +78,18 @@ def torch_cuda_count() -> int:
     except ImportError:
         return 0
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+#: What CUDA numbers devices by in a child of several cards: the order nvidia-smi and the host's
+#: ids use, so that CUDA_VISIBLE_DEVICES="3,5" means the cards numbered 3 and 5 there.
+DEVICE_ORDER = "PCI_BUS_ID"
+
+
+def see_cards(gpu_ids: tuple[int, ...] | None) -> None:
+    """Make exactly these cards visible to CUDA in this process, in order (cuda:0 the first);
+    None leaves the worker's own card, which the environment names already. Call it before
+    anything initialises CUDA: CUDA reads both variables once, then."""
+    if gpu_ids is None:
+        return
+    os.environ["CUDA_DEVICE_ORDER"] = DEVICE_ORDER
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))

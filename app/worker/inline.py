@@ -79,6 +79,7 @@ class InlineExecutor:
             preemptions=call.preemptions,
             preemptible=call.preemptible,
             _yield=_Latch(should_yield if call.preemptible else never),
+            devices=call.devices,
         )
         try:
             reply = self._jobs.run(call, ctx, clock_starts)

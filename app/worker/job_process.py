@@ -39,7 +39,7 @@ from app.jobs import (
     load_registry,
 )
 from app.jobs.registry import JobType, Registry, RegistryError, Runnable
-from app.worker import memory, reaper, tracebacks
+from app.worker import gpu, memory, reaper, tracebacks
 from app.worker.calls import ERROR_CHARS, After, Call, EndKind, Reply
 from app.worker.facts import RunFacts
 from app.worker.probe import DeviceProbe, NoDeviceProbe
@@ -61,6 +61,9 @@ class ChildSpec:
     leak_limit: int | None = None
     #: the shared double of app/worker/watchdog.py: by when a running job must have stopped
     lease_deadline: Any = None
+    #: the cards of a job of several, in order, for CUDA_VISIBLE_DEVICES (None: the worker's
+    #: own card, which its environment names already)
+    gpu_ids: tuple[int, ...] | None = None
 
 
 def child_main(
@@ -69,6 +72,7 @@ def child_main(
     """The child process: load the job types, probe the device (a fresh child may initialise
     it), say so, then serve calls until the pipe closes. `cancel` and `preempt` are the flags
     the worker sets to ask the running job to stop or to yield its GPU."""
+    gpu.see_cards(spec.gpu_ids)  # first: a job module may import torch and touch CUDA at import
     _redirect_output(spec.output_paths)
     # a fatal signal's traceback goes to stderr, for the error: the faulting thread's only, so
     # that the job's last output still fits in the lines quoted
@@ -162,6 +166,7 @@ def _context(
         preemptions=call.preemptions,
         preemptible=call.preemptible,
         _yield=lambda: bool(preempt.value),
+        devices=call.devices,
     )
 
 

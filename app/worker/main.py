@@ -37,13 +37,16 @@ from app.fleet.place import FleetError, WorkerPlace, place_of
 from app.fleet.routing import celery_queues, queue_kind
 from app.ledger.outbox import LedgerWriter
 from app.ledger.stores import Ledger, open_ledger
+from app.models import KINDS
 from app.settings import Settings, get_settings
+from app.store.workers import ALIVE_BEATS
 from app.wiring.celery_app import worker_argv
 from app.wiring.limits import Waker
 from app.wiring.service import Service
 from app.worker import gpu
 from app.worker.broker_check import consumer_timeout_problem
 from app.worker.calls import ChildStartError
+from app.worker.gangs import Lends
 from app.worker.preemption import Preemptor, Shares
 from app.worker.presence import Presence
 from app.worker.runner import JobRunner, build_worker, worker_name
@@ -171,16 +174,23 @@ def main() -> None:
     shares = Shares(ledger.accounts.snapshot)
     classes = [c.name for c in catalog.classes if c.name is not None] if gpu_kind else []
     preemptor = Preemptor(service.recorder.redis, name, service.queues, shares, settings, classes)
+    # Jobs of several cards: this worker's card leads or is lent (gangs.py); its slot is live
+    # while it ticks, as long as a worker is counted alive after its last heartbeat.
+    served = [service.queues[kind] for kind in KINDS if kind in queues]
+    seen_ttl_s = ALIVE_BEATS * settings.heartbeat_seconds
+    lends = Lends(served, runner.executor, name, seen_ttl_s, lent=beats.lent)
 
     def ready(**_: object) -> None:
         beats.start()
         writer.start()
         waker.start()
         preemptor.start()
+        lends.start()
 
     signals.worker_ready.connect(ready, weak=False)
 
     def shut_down(**_: object) -> None:
+        lends.stop()  # its slot left: no job of several cards is placed on its card again
         preemptor.stop()
         waker.stop()
         beats.stop()

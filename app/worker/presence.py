@@ -3,7 +3,8 @@ whenever the worker starts or ends a job (one record, app/store/workers.py's See
 and read back there), deleted when it stops,
 except by a worker whose device broke: its entry stays, marked broken, for operators to see.
 Each beat says the worker's place in the fleet (host, class, memory: app/fleet/place.py), so
-that the fleet (app/fleet/view.py) is what the heartbeats say.
+that the fleet (app/fleet/view.py) is what the heartbeats say, and, while its card is lent to a
+job of several cards (app/worker/gangs.py), to which.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Presence:
         self._busy_until: float | None = None
         self._running: Running | None = None
         self._broken: str | None = None
+        self._lent_to: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
 
@@ -48,6 +50,7 @@ class Presence:
         entry = Seen(
             self.name, tuple(self.queues), now, self._busy_until, self._broken, self._running
         )
+        entry = replace(entry, lent_to=self._lent_to)
         if self.place is not None:
             place = self.place
             entry = replace(
@@ -73,6 +76,15 @@ class Presence:
                 self._busy_until = now + for_s
                 if run is not None:
                     self._running = replace(run, since=now)
+            self.beat()
+        except RedisError:
+            log.warning("heartbeat of %s not written; the next beat retries", self.name)
+
+    def lent(self, task_id: str | None) -> None:
+        """Say to which job of several cards this worker's card is lent (None: to none now);
+        written at once, as a lend is a change of what the worker does."""
+        self._lent_to = task_id
+        try:
             self.beat()
         except RedisError:
             log.warning("heartbeat of %s not written; the next beat retries", self.name)

@@ -29,6 +29,7 @@ from tenacity import (
 from app.artifacts import ArtifactStore, open_artifacts
 from app.auth import AccountBook
 from app.fleet.place import WorkerPlace
+from app.jobs.context import Device
 from app.models import ChildReplacement, Kind, Status
 from app.settings import Settings
 from app.store import JobRecorder, RunEnd, Started
@@ -39,14 +40,12 @@ from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job'
 from app.wiring.service import Service, build
 from app.worker import gpu, handback
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
-from app.worker.child import JobChild
+from app.worker.devices import Devices, apart, job_child, recorded_on, slot_of
 from app.worker.end_reason import Why
 from app.worker.ends import RunEnds, internal
-from app.worker.hygiene import ChildLimits
 from app.worker.lease import LeaseLapsedError, RunLease, Watched
 from app.worker.live import JobEvents
 from app.worker.outputs import ArtifactsError, as_json, store_outputs
-from app.worker.probe import probe_for
 from app.worker.reports import LiveReports
 from app.worker.stops import RunAsks, StopListener
 from app.worker.yields import Yields
@@ -87,6 +86,10 @@ class Executor(Watched, Protocol):
         ...
 
 
+#: A run in hand: its lease, its asks, and its devices (its cards, in order).
+_Run = tuple[RunLease, RunAsks, tuple[Device, ...]]
+
+
 @dataclass(frozen=True)
 class Ran:
     """How a run went: what to log, the end to record (None: nothing to record: the job had
@@ -113,7 +116,11 @@ class JobRunner:
         place: WorkerPlace | None = None,
     ) -> None:
         self.settings, self.recorder, self.queues = settings, recorder, queues
-        self.device, self.worker, self.executor, self.stops = device, worker, executor, stops
+        self.device, self.worker, self.stops = device, worker, stops
+        #: The warm executor, and the child of a run of several cards (app/worker/devices.py).
+        self.executor = (
+            executor if isinstance(executor, Devices) else Devices(executor, worker, device.gpu_id)
+        )
         self.artifacts = artifacts
         self.ends = RunEnds(settings, place)  # prices its runs by its place's class
         #: Told when a run starts (in how many seconds it should end, and the run) and ends
@@ -132,7 +139,7 @@ class JobRunner:
         record its end (a run whose lease came without the queues' hooks: a retry's, a
         test's); returns what happened (for the worker's log)."""
         started = self.recorder.start(job_id, token, self.worker, self.device.gpu_id)
-        ran = self.run_started(kind, job_id, token, started)
+        ran = self.run_started(kind, job_id, token, started, ask=True)
         ended = not started.run  # start.lua ended it (cancelled, out of attempts), or it had
         if ran.end is not None:
             who = {"task_id": job_id, "account": started.owner, "queue": kind}
@@ -145,15 +152,21 @@ class JobRunner:
             self._credit(kind, job_id, token, ran.used_weight)
         return ran.outcome
 
-    def run_started(self, kind: Kind, job_id: str, token: str, started: Started) -> Ran:
+    def run_started(
+        self, kind: Kind, job_id: str, token: str, started: Started, *, ask: bool = False
+    ) -> Ran:
         """Run a job that `started` says to run (start.lua's work, done by the lease: see
         app/store/hooks.py) and say how it ended, for the step that records it, bills it,
-        credits the unused time and acks the lease in one call."""
+        credits the unused time and acks the lease in one call. On how many cards: `ask` (a
+        lease that came without the hooks: a held one's) or Devices.placed says."""
         if not started.run:
             return Ran(started.reason, None)
+        devices = self.executor.placed(self.queues[kind], job_id, ask)
+        gpus = len(devices)
         if (spent := self.yields.spent(started)) is not None:  # resumed with no time left
-            outcome, end = self.ends.of(kind, job_id, started, spent)
-            return Ran(outcome, end, self.ends.used_weight(started.ran_s))
+            outcome, end = self.ends.of(kind, job_id, started, spent, gpus)
+            used = self.ends.used_weight(started.ran_s, gpus)
+            return Ran(outcome, recorded_on(end, devices), used)
         who = {"task_id": job_id, "account": started.owner, "queue": kind, "type": started.type}
         log.info("job started", extra={**who, "attempt": started.attempt, "worker": self.worker})
         run = Running(job_id, started.owner, kind, preemptible=started.preemptible)
@@ -161,7 +174,7 @@ class JobRunner:
         lease = RunLease(self.queues[kind], job_id, token, self.settings, self.executor)
         asks = self._current = self.yields.asks(job_id, started, lease.lost)
         try:
-            ended = self._execute(kind, job_id, token, started, (lease, asks))
+            ended = self._execute(kind, job_id, token, started, (lease, asks, devices))
         except LeaseLapsedError as lapsed:  # its lease is given up: nothing of it is recorded
             return Ran(str(lapsed), None)
         except ChildStartError as exc:  # no job can run here (DeviceBrokenError: the device)
@@ -189,8 +202,9 @@ class JobRunner:
         yielded, ended = self.yields.settle(kind, token, started, ended, who, self._finish)
         if yielded is not None:
             return Ran(yielded, None)
-        outcome, end = self.ends.of(kind, job_id, started, ended)
-        return Ran(outcome, end, self.ends.used_weight(started.ran_s + ended.seconds))
+        outcome, end = self.ends.of(kind, job_id, started, ended, gpus)
+        used = self.ends.used_weight(started.ran_s + ended.seconds, gpus)
+        return Ran(outcome, recorded_on(end, devices), used)
 
     def take_owed(self) -> tuple[Kind, str, str] | None:
         """Lease the job that the last run yielded its GPU to (Yields.take_owed)."""
@@ -211,28 +225,29 @@ class JobRunner:
     def _give_back(self, kind: Kind, job_id: str, token: str, who: dict[str, str]) -> str:
         return handback.give_back(self.recorder, self.queues[kind], job_id, token, who)
 
-    def _execute(
-        self, kind: Kind, job_id: str, token: str, started: Started, run: tuple[RunLease, RunAsks]
-    ) -> Ended:
-        """Run the job under its lease, renewed by a heartbeat, stopped or asked to yield by its
-        asks; its end comes back named (RunAsks.named), its reports and files settled."""
-        lease, asks = run
+    def _execute(self, kind: Kind, job_id: str, token: str, started: Started, run: _Run) -> Ended:
+        """Run the job on its devices under its lease, renewed by a heartbeat, stopped or asked
+        to yield by its asks; its end comes back named (RunAsks.named), its reports and files
+        settled."""
+        lease, asks, devices = run
         every = self.settings.heartbeat_seconds
         reports = LiveReports(
             self.recorder, job_id, token, log_events_per_s=self.settings.log_events_per_s
         )
         reports.hold_from_now = partial(self.queues[kind].began, job_id, token)
         with lease.heartbeat(every):
+            self.executor.gather(self.queues[kind], job_id, devices)  # (several cards: a wait)
             folder = self.yields.checkpoint(job_id, token, started)  # (a copy may take a while)
             call = Call(
                 job_id,
                 started.type,
                 started.input,
                 self.yields.budget(started),
-                self.device.gpu_id,
+                devices[0].gpu_id,
                 preemptible=started.preemptible,
                 preemptions=started.preemptions,
                 checkpoint_dir="" if folder is None else str(folder),
+                devices=devices,
             )
             watch = self.yields.watch((kind, job_id, token, started), folder, reports)
             lease.on_renewed = watch.look  # a checkpoint noted at each heartbeat: checkpointed.py
@@ -359,20 +374,11 @@ def build_worker(
     process unless another executor is given, taking the jobs its class may run (gpu_kind, in a
     mixed fleet: app/fleet/routing.py). Neither the child nor the stop listener is started
     here: JobRunner.start() does it (the worker's main, or a test)."""
-    service = build(settings, accounts, gpu_kind)
     name = worker_name(settings, device)
+    service = build(settings, accounts, gpu_kind, slot_of(place, device, name))
     child = None
     if executor is None:
-        executor = child = JobChild(
-            settings.job_modules,
-            device.gpu_id,
-            timeout_grace_s=settings.timeout_grace_s,
-            cancel_grace_s=settings.cancel_grace_s,
-            preempt_grace_s=settings.preempt_grace_s,
-            setup_timeout_s=settings.setup_timeout_s,
-            limits=ChildLimits.of(settings),
-            probe=probe_for(device.gpu_id, settings.device_probe),
-        )
+        executor = child = job_child(settings, device.gpu_id)
     stops = StopListener(service.recorder.redis)
     artifacts = open_artifacts(settings)
     runner = JobRunner(
@@ -380,6 +386,7 @@ def build_worker(
     )
     if child is not None:
         child.on_replace = runner.count_replacement
+        runner.executor.one_off = apart(settings, device.gpu_id, runner.count_replacement)
     service.runner = runner
     service.hooks.for_worker(name, device.gpu_id)
     return service, runner
