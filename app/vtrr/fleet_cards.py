@@ -12,6 +12,7 @@ from redis import Redis
 
 from app.vtrr.item import Lease
 from app.vtrr.keys import Keys
+from app.vtrr.layout import Field
 from app.vtrr.scripts import Scripts
 from app.vtrr.slots import (
     HELD_FIELD,
@@ -125,8 +126,15 @@ class FleetCards:
         if not hosts:
             return {}
         raws = self.redis.mget([f"{self.keys.fleet}resv:{host}" for host in hosts])
-        found = (reservation_of(host, raw) for host, raw in zip(hosts, raws, strict=True))
-        return dict(pair for pair in found if pair is not None)
+        found = [reservation_of(host, raw) for host, raw in zip(hosts, raws, strict=True)]
+        kept = [one for one in found if one is not None]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for _, _, item in kept:
+                pipe.hmget(item, [Field.MEMBER.value, Field.LEASE.value])
+            states = pipe.execute()
+        # a reservation counts while its item is queued (it may be another queue's of the group)
+        queued = (member is not None and lease is None for member, lease in states)
+        return {task: r for (task, r, _), q in zip(kept, queued, strict=True) if q}
 
     def leave(self) -> None:
         """Forget this consumer's card as live (a worker that stops on purpose): no claim or

@@ -113,13 +113,14 @@ def held_of(raw: Any) -> Held | None:
     return Held(_ROLES[role], task_id, ready == "1")
 
 
-def reservation_of(host: str, raw: Any) -> tuple[str, Reservation] | None:
-    """A host's reservation as Redis keeps it: the item's id and the Reservation."""
+def reservation_of(host: str, raw: Any) -> tuple[str, Reservation, str] | None:
+    """A host's reservation as Redis keeps it: the item's id, the Reservation, and the key of
+    the item's hash (it counts only while that item is queued: FleetCards.reservations)."""
     if raw is None:
         return None
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    task_id, start, _placed, cards = text.split(" ")
-    return task_id, Reservation(host, int(start) / 1e6, tuple(cards.split(",")))
+    task_id, start, _placed, cards, item = text.split(" ")
+    return task_id, Reservation(host, int(start) / 1e6, tuple(cards.split(","))), item
 
 
 #: The item's hash field that names the card keys it holds.

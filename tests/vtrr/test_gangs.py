@@ -236,3 +236,32 @@ def test_without_reservations_an_item_of_two_cards_waits_for_free_ones(r: redis.
     assert a.reservations() == {}
     lease = b.dequeue()
     assert lease is not None and lease.task_id == "long"  # nothing kept: anything runs
+
+
+def test_the_queues_of_a_group_share_cards_and_reservations(r: redis.Redis) -> None:
+    """A card lent by one queue's item is lent for the other queue too, and one queue's
+    reservation is not another's to take."""
+
+    def both(host: str, name: str) -> tuple[FairQueue, FairQueue]:
+        slot = Slot(host, name, f"{name}@{host}")
+        return tuple(FairQueue(r, q, slot=slot, limits_group="g") for q in ("short", "long"))  # type: ignore[return-value]
+
+    (a_short, a_long), (b_short, _) = both("h1", "0"), both("h1", "1")
+    (c_short, c_long), (d_short, _) = both("h2", "0"), both("h2", "1")
+    live(a_short, b_short, c_short, d_short)
+    put(a_long, "A", "pair-long", size=2, span=500)
+    claimed = a_long.tick(TTL).claimed
+    assert claimed is not None
+    put(b_short, "B", "single-short")
+    assert b_short.dequeue() is None  # card 1 of h1 is lent, for the short queue too
+    for q, task in ((c_short, "x"), (d_short, "y")):
+        put(q, "C", task, span=100)
+        assert q.dequeue() is not None
+    put(c_long, "D", "pair-long-2", size=2)
+    put(c_short, "E", "pair-short", size=2)
+    c_long.tick(TTL)
+    assert c_long.reservations()["pair-long-2"].host == "h2"
+    c_short.tick(TTL)
+    kept = c_short.reservations()
+    assert kept["pair-long-2"].host == "h2"  # the long queue's stays where it was
+    assert kept["pair-short"].host == "h1"

@@ -10,8 +10,9 @@
 --                       role CARD_RUN (its own consumer runs it), CARD_LEAD (its consumer runs
 --                       an item of several cards), CARD_LENT (lent to one); ready 1 once the
 --                       lending consumer said its card is clean. Absent: free.
---   resv:<host>         STRING "<task id> <start, us> <placed, us> <card>,<card>,...": the
---                       cards of host kept for an item of several cards, from start on.
+--   resv:<host>         STRING "<task id> <start, us> <placed, us> <card>,<card>,... <its
+--                       hash's key>": the cards of host kept for an item of several cards,
+--                       from start on; it counts only while that item is queued.
 --   slots:<host>        HASH card -> "<kind or -> <seen, us> <worker>": the host's live cards.
 --   hosts               SET the hosts that have had a live card.
 -- An item that holds cards keeps their keys in F_HELD, space-separated, its leader's first.
@@ -63,18 +64,22 @@ local function own_card(raw)
   return nil
 end
 
--- A host's reservation, or nil: {id, start (us), placed (us), cards (list), text}.
+-- A host's reservation, or nil: {id, start (us), placed (us), cards (list), item (its hash's
+-- key)}. One whose item is no longer queued (it was claimed elsewhere, cancelled, dropped) is
+-- nil too: a reservation of another queue of the group is read the same way.
 local function resv_state(raw)
   if not raw then return nil end
-  local id, start, placed, cards = string.match(raw, '^(%S+) (%S+) (%S+) (%S+)$')
+  local id, start, placed, cards, item = string.match(raw, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local f = redis.call('HMGET', item, F_MEMBER, F_LEASE)
+  if not f[1] or f[2] then return nil end
   local list = {}
   for c in string.gmatch(cards, CARD_IN_LIST) do list[#list + 1] = c end
-  return {id = id, start = tonumber(start), placed = tonumber(placed), cards = list, text = raw}
+  return {id = id, start = tonumber(start), placed = tonumber(placed), cards = list, item = item}
 end
 
 local function resv_text(id, start, placed, cards)
   return id .. ' ' .. string.format('%d', start) .. ' ' .. string.format('%d', placed) .. ' ' ..
-         table.concat(cards, CARDS_JOIN)
+         table.concat(cards, CARDS_JOIN) .. ' ' .. item_key(id)
 end
 
 local function has(list, value)

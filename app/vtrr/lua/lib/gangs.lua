@@ -75,7 +75,7 @@ local function keep_reservation(g, now, ttl, grace, taken)
   if not best then
     for _, h in ipairs(redis.call('SMEMBERS', K.fleet .. 'hosts')) do
       local r = resv_state(redis.call('GET', resv_key(h)))
-      local other = r and r.id ~= g.id and queued_member(r.id)
+      local other = r and r.id ~= g.id
       if not taken[h] and not other then
         local start, cards = soonest(h, g, now, ttl)
         if start and (not best or start < best.start or (start == best.start and h == g.resv)) then
