@@ -265,3 +265,22 @@ def test_the_queues_of_a_group_share_cards_and_reservations(r: redis.Redis) -> N
     kept = c_short.reservations()
     assert kept["pair-long-2"].host == "h2"  # the long queue's stays where it was
     assert kept["pair-short"].host == "h1"
+
+
+def test_a_reservation_goes_when_its_items_turn_has_gone(r: redis.Redis) -> None:
+    """An item of one card put back ahead of the item of several cards: the cards kept for the
+    latter are let go at the next tick, or the former could never start (it ends too late)."""
+    a, b = card(r, "h1", "0"), card(r, "h1", "1")
+    live(a, b)
+    put(a, "A", "long", span=1000)
+    running = a.dequeue()
+    assert running is not None
+    put(a, "B", "pair", size=2)
+    b.tick(TTL)
+    assert "pair" in a.reservations()
+    assert a.release(running.task_id, running.token)  # back at the front, ahead of the pair
+    assert b.dequeue() is None  # the kept card: the long item would end after the start
+    b.tick(TTL)
+    assert a.reservations() == {}
+    lease = b.dequeue()
+    assert lease is not None and lease.task_id == "long"

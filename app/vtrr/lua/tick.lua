@@ -2,7 +2,7 @@
 -- fraction of a second by its worker: its card is seen live; the items whose turn has come keep
 -- a reservation each, on the host whose cards free first; and where this consumer's host can
 -- start one now, its cards are all taken in this call, this consumer's leading, and the item
--- leased to it.
+-- leased to it. The reservations of items this consumer sees whose turn has gone are let go.
 -- KEYS: queue item inflight cvt pvt pqueued idle seq triggers stats queued_weight items
 -- KEYS: limits parked reps waits park live freed
 -- KEYS: trigger_message broker
@@ -32,7 +32,9 @@ end
 
 local lines = my_lines()
 local taken = {}
-for _, g in ipairs(at_turn(lines, now)) do
+local turn = at_turn(lines, now)
+if reserve then drop_stale(turn, lines) end
+for _, g in ipairs(turn) do
   local cards = not mine and claimable(g, host, card, kind, now, ttl)
   if cards then
     local leased = claim(g, host, cards, token, t, lease_us)

@@ -166,3 +166,20 @@ local function at_turn(lines, now)
   end
   return turn
 end
+
+-- Let go of the reservations of this queue's items that this consumer sees but whose turn has
+-- gone (an item of one card is ahead of them again: put back, released, promoted, or a new
+-- partition's), so that no card is kept for an item that is not next: turn, the items whose
+-- turn has come (at_turn); lines, this consumer's.
+local function drop_stale(turn, lines)
+  local next_up, seen = {}, {}
+  for _, g in ipairs(turn) do next_up[g.id] = true end
+  for _, l in ipairs(lines) do seen[l] = true end
+  for _, h in ipairs(redis.call('SMEMBERS', K.fleet .. 'hosts')) do
+    local r = resv_state(redis.call('GET', resv_key(h)))
+    if r and not next_up[r.id] and r.item == item_key(r.id) and seen[line_of(r.id)] then
+      redis.call('DEL', resv_key(h))
+      redis.call('HDEL', r.item, F_RESV)
+    end
+  end
+end
