@@ -185,7 +185,7 @@ class JobRecorder:
         self._max_attempts = settings.max_attempts
         self._max_log_lines = settings.max_log_lines
         names = ("start", "finish", "preempt", "progress", "log", "requeue", "began")
-        self._scripts = Scripts(client, *names, "checkpointed")
+        self._scripts = Scripts(client, *names, "checkpointed", "devices")
         #: Replicas that must have a run's end before the API processes hear of it (WAIT).
         self._replicas = settings.min_replicas
         self.patience_s = REPLICA_PATIENCE_S  # how long a short count is tried again
@@ -283,6 +283,11 @@ class JobRecorder:
         """The run's job has begun (its type set up): its started_at is now, by Redis's clock;
         False when this run no longer holds the job."""
         return bool(self._scripts.run("began", [job_key(job_id)], [job_id, token]))
+
+    def name_devices(self, job_id: str, token: str, devices: str) -> bool:
+        """A run of several cards names them (JSON, as RunEnd.devices) on its job as it starts,
+        for its status while it runs; False when this run no longer holds the job."""
+        return bool(self._scripts.run("devices", [job_key(job_id)], [job_id, token, devices]))
 
     def progress(self, job_id: str, token: str, fraction: float, message: str) -> bool:
         """Record the running job's latest progress (the hash's `progress`, and a `progress`

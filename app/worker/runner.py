@@ -40,7 +40,7 @@ from app.vtrr.celery_queue import UNREACHABLE  # Redis not reached: not the job'
 from app.wiring.service import Service, build
 from app.worker import gpu, handback
 from app.worker.calls import Call, ChildStartError, DeviceBrokenError, Ended, never
-from app.worker.devices import Devices, apart, job_child, recorded_on, slot_of
+from app.worker.devices import Devices, apart, devices_json, job_child, recorded_on, slot_of
 from app.worker.end_reason import Why
 from app.worker.ends import RunEnds, internal
 from app.worker.lease import LeaseLapsedError, RunLease, Watched
@@ -162,7 +162,8 @@ class JobRunner:
         if not started.run:
             return Ran(started.reason, None)
         devices = self.executor.placed(self.queues[kind], job_id, ask)
-        gpus = len(devices)
+        if (gpus := len(devices)) > 1:  # its status names every card while it runs
+            self.recorder.name_devices(job_id, token, devices_json(devices))
         if (spent := self.yields.spent(started)) is not None:  # resumed with no time left
             outcome, end = self.ends.of(kind, job_id, started, spent, gpus)
             used = self.ends.used_weight(started.ran_s, gpus)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -45,9 +45,15 @@ class Cards(BaseModel):
     devices: list[tuple[str, int | None]]
 
 
+#: What a test looks at while a run of `cards` runs (the job's id in, what it saw out).
+LOOKS: list[Callable[[str], object]] = []
+LOOKED: list[object] = []
+
+
 @job(name="cards", queue="short", max_duration_s=60)
 def cards(ctx: JobContext, inp: Nothing) -> Cards:
-    """Say which devices this run has."""
+    """Say which devices this run has (and let the test look at the job meanwhile)."""
+    LOOKED.extend(look(ctx.task_id) for look in LOOKS)
     return Cards(devices=[(d.worker, d.gpu_id) for d in ctx.devices])
 
 
@@ -134,12 +140,23 @@ def test_a_job_of_two_cards_is_led_by_one_worker_and_lent_the_others_card(
 
     (held,) = direct_messages(r, leader)  # the claimed lease, sent to the leader's own queue
     assert direct_messages(r, lender) == []
-    leader.service.tasks["short"].celery_task.apply(kwargs={LEASE_KWARG: held[LEASE_KWARG]})
+
+    def running_devices(job_id: str) -> object:
+        job = JobRecorder(r, leader.service.settings).get(job_id)
+        result = None if job is None else job.status_view().result
+        return None if result is None else [[d.worker, d.gpu_id] for d in result.devices or []]
+
+    LOOKS.append(running_devices)
+    try:
+        leader.service.tasks["short"].celery_task.apply(kwargs={LEASE_KWARG: held[LEASE_KWARG]})
+    finally:
+        LOOKS.clear()
 
     job = JobRecorder(r, leader.service.settings).get("G1")
     assert job is not None and job.output is not None
     pairs = [[leader.name, None], [lender.name, None]]
     assert json.loads(job.output) == {"devices": pairs}
+    assert LOOKED.pop() == pairs  # its status named both cards while it ran
     result = job.status_view().result
     assert result is not None and result.devices is not None
     assert [[d.worker, d.gpu_id] for d in result.devices] == pairs
