@@ -10,7 +10,10 @@ for an integer), and a field the model does not name is refused; a type opts out
 checkpoint (JobContext.preempted, checkpoint_dir); no other type's run is ever preempted. A type
 may say what it needs of its card (`gpu=[classes, in order of preference]`,
 `min_gpu_memory_gb=N`: app/fleet/needs.py); a need is checked here for its form, and at submit
-against the deployment's catalog. The registry imports
+against the deployment's catalog. A type says how many cards each of its jobs takes, all of one
+class on one host (`gpus=N`, or `gpus=(LOW, HIGH)` for a range a submit picks from with its body's
+`gpus`, LOW by default; 1 when it says nothing); the fleet's largest host is checked at submit.
+The registry imports
 the built-in types (app.jobs.builtin), the modules named by JOB_MODULES and the entry points
 of the group `fairgpu.jobs`, and collects every JobType it finds there. A name registered twice,
 or a module that cannot be imported, is a RegistryError: the process stops at start.
@@ -34,6 +37,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from app.card_models import MAX_GPUS
 from app.jobs.context import JobContext
 from app.models import KINDS, Kind
 
@@ -76,6 +80,8 @@ class JobType:
     gpu: tuple[str, ...] | None = None
     #: The memory of one card its jobs need, in GB (10^9 bytes); None: any card.
     min_gpu_memory_gb: float | None = None
+    #: The cards each of its jobs takes, (LOW, HIGH): a submit picks from it, LOW by default.
+    gpus: tuple[int, int] = (1, 1)
 
     @property
     def module(self) -> str:
@@ -152,6 +158,7 @@ def job(
     preemptible: bool = False,
     gpu: Sequence[str] | None = None,
     min_gpu_memory_gb: float | None = None,
+    gpus: int | tuple[int, int] = 1,
 ) -> Callable[[Callable[..., Any]], JobType]:
     """Register a function or class as a job type (see the module's docstring). `requires` names
     importable packages it needs; where one is missing the type is listed as unavailable.
@@ -159,7 +166,9 @@ def job(
     unknown fields included, instead of strictly. `preemptible=True` lets the scheduler ask its
     runs to yield their GPU (docs/jobs.md, "Preemptible jobs and checkpoints"). `gpu` names the
     GPU classes its jobs may run on, in order of preference, and `min_gpu_memory_gb` the memory
-    they need (docs/jobs.md, "What a job needs of its card")."""
+    they need (docs/jobs.md, "What a job needs of its card"). `gpus` is the cards each job takes:
+    N, or (LOW, HIGH) for a range its submits pick from (LOW by default), 1 <= LOW <= HIGH <=
+    MAX_GPUS."""
 
     def register(target: Callable[..., Any]) -> JobType:
         _checked_name(name)  # before the annotations: the name is what an error names
@@ -181,6 +190,7 @@ def job(
             preemptible=_checked_flag(name, "preemptible", preemptible),
             gpu=_checked_classes(name, gpu),
             min_gpu_memory_gb=_checked_memory(name, min_gpu_memory_gb),
+            gpus=_checked_gpus(name, gpus),
         )
 
     return register
@@ -240,6 +250,21 @@ def _checked_memory(name: str, memory_gb: object) -> float | None:
             f"job type {name!r}: min_gpu_memory_gb is a positive number of GB, got {memory_gb!r}"
         )
     return float(memory_gb)
+
+
+def _checked_gpus(name: str, gpus: object) -> tuple[int, int]:
+    """The range of cards a type's jobs take: N is (N, N); (LOW, HIGH) whole numbers with
+    1 <= LOW <= HIGH <= MAX_GPUS (a bool is refused: True would read as one card)."""
+    bounds: tuple[object, ...] = gpus if isinstance(gpus, tuple) else (gpus, gpus)
+    match bounds:
+        case (int() as low, int() as high) if (
+            bool not in (type(low), type(high)) and 1 <= low <= high <= MAX_GPUS
+        ):
+            return low, high
+    raise RegistryError(
+        f"job type {name!r}: gpus is a whole number of cards N or a range (LOW, HIGH), "
+        f"1 <= LOW <= HIGH <= {MAX_GPUS}, got {gpus!r}"
+    )
 
 
 def _checked_budget(name: str, seconds: float) -> float:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 
+from app.card_models import MAX_GPUS
 from app.jobs.context import JobContext
 from app.jobs.registry import job
 
@@ -91,6 +92,8 @@ class ScriptOut(RootModel[Any]):
     queue="short",
     max_duration_s=MAX_SCRIPT_S,
     description="Runs your own uploaded project's command in its environment, in a sandbox.",
+    # any count a job may take: its real cap, the fleet's largest host, is checked at submit
+    gpus=(1, MAX_GPUS),
 )
 class Script:
     """Runs your own uploaded project's command in its environment, in a sandbox."""
