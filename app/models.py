@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from app.card_models import Device, GpuCount, Reservation
 from app.fleet.needs import GpuNeed
 from app.webhook_url import WebhookUrl
 
@@ -17,8 +18,9 @@ KINDS: tuple[Kind, ...] = ("short", "long")
 #: Who stopped a job before its end: its owner (billed for what it ran) or an operator (unbilled).
 StoppedBy = Literal["owner", "operator"]
 #: Why a queued job waits (the first that holds): no live worker has a card of a class it may
-#: run on, its account is at a limit of its own, it is next and every worker of its queue is
-#: busy, or other jobs go first.
+#: run on, its account is at a limit of its own, its turn has come and its cards are not free
+#: (it is next and every worker of its queue is busy, or it holds a reservation), or other jobs
+#: go first.
 WaitingFor = Literal["gpu_class", "account_limit", "gpu", "turn"]
 #: How a job that did not succeed ended: its code raised, it ran past its budget, it was
 #: cancelled, its process died, it was lost (its runs used every attempt without an end), it ran
@@ -77,13 +79,16 @@ def _finite_number(value: Any) -> Any:
 
 
 class EnqueueRequest(BaseModel):
-    """POST /enqueue-task: which queue, and how many GPU-seconds the job asks for (a job of the
-    built-in type burn)."""
+    """POST /enqueue-task: which queue, and how many seconds the job asks for (a job of the
+    built-in type burn, on one card)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Kind
-    duration_s: float = Field(gt=0, description="GPU-seconds; at most 60 short, 3000 long")
+    duration_s: float = Field(
+        gt=0,
+        description="wall-clock seconds, the job's time limit; at most 60 short, 3000 long",
+    )
     webhook: WebhookUrl = None
 
     @field_validator("duration_s", mode="before")
@@ -109,7 +114,8 @@ class TypedEnqueueRequest(BaseModel):
     duration_s: float | None = Field(
         None,
         gt=0,
-        description="the job's time budget in seconds; by default, and at most, the type's "
+        description="the job's time limit, in wall-clock seconds whatever its gpus (it uses "
+        "gpus x duration_s GPU-seconds at most); by default, and at most, the type's "
         "max_duration_s (and the queue's limit)",
     )
     kind: Kind | None = Field(None, description="the queue; by default the type's")
@@ -124,6 +130,14 @@ class TypedEnqueueRequest(BaseModel):
         None,
         description="narrows what the job's type needs of its card (GET /job-types): the GPU "
         "classes it may run on, the memory it needs; never widens it (a 422 naming the field)",
+    )
+    gpus: GpuCount | None = Field(
+        None,
+        description="the cards the job takes, all of one class on one host: within its type's "
+        "min_gpus..max_gpus (GET /job-types), by default min_gpus. A 422 naming it when it is "
+        "outside that range, when no host of the fleet has that many cards of a class the job "
+        "may run on (a fleet where no worker was heard yet accepts it), or when it passes the "
+        "account's max_running",
     )
 
     @field_validator("duration_s", mode="before")
@@ -201,8 +215,11 @@ class ScriptEnvironment(BaseModel):
 class JobResult(BaseModel):
     """What a finished job reports (success, or the timestamps of a failure)."""
 
-    worker: str | None = None
-    gpu_id: int | None = None
+    worker: str | None = Field(None, description="the worker of its first card")
+    gpu_id: int | None = Field(None, description="its first card's index; null on CPU")
+    devices: list[Device] | None = Field(
+        None, description="every card of its run, in order, the first being worker/gpu_id's"
+    )
     gpu_class: str | None = Field(
         None,
         description="the class of card (GPU_CLASSES) its run ended on; null without a catalog, "
@@ -247,6 +264,7 @@ class TaskStatus(BaseModel):
     status: Status
     result: JobResult | None = None
     kind: Kind
+    gpus: int = Field(1, description="the cards it takes, all of one class on one host")
     attempts: int = Field(
         description="runs started so far, the one under way included, preempted ones and those "
         "lost with their worker too (a run a stopping worker hands back is not counted); "
@@ -271,8 +289,12 @@ class TaskStatus(BaseModel):
         None,
         description="while PENDING, why it waits: no live worker has a card of a GPU class it "
         "may run on (gpu_class); its account is at its max_running or "
-        "max_held_gpu_seconds (account_limit); it is next and the workers are busy (gpu); "
-        "other jobs go first, by fair share or the short/long rule (turn)",
+        "max_held_gpu_seconds (account_limit); its turn has come and its cards are not free: "
+        "it is next and the workers are busy, or it holds a reservation (gpu); other jobs go "
+        "first, by fair share or the short/long rule (turn)",
+    )
+    reservation: Reservation | None = Field(
+        None, description="while PENDING: the cards set aside for it, once it holds some"
     )
     estimated_start_at: float | None = Field(
         None,
@@ -307,8 +329,9 @@ class JobTypeView(BaseModel):
     name: str
     queue: Kind = Field(description="the queue its jobs go to unless a submit names one")
     max_duration_s: float = Field(
-        description="the longest time budget a job of it may ask for in its queue, and the "
-        "default: the type's own limit or the queue's (MAX_SHORT_S, MAX_LONG_S), the lower"
+        description="the longest time limit (wall-clock seconds, whatever its gpus) a job of it "
+        "may ask for in its queue, and the default: the type's own limit or the queue's "
+        "(MAX_SHORT_S, MAX_LONG_S), the lower"
     )
     max_duration_s_by_queue: dict[Kind, float] = Field(
         default_factory=dict,
@@ -335,6 +358,10 @@ class JobTypeView(BaseModel):
         description="the catalog's classes that can serve its jobs, in its order of preference "
         "(its own, else the cheapest first); null without a catalog (any card); empty when "
         "none can (a submit of it is a 422)",
+    )
+    min_gpus: int = Field(1, description="the fewest cards a job of it takes, and the default")
+    max_gpus: int = Field(
+        1, description="the most cards a job of it may take (a submit is held to the fleet too)"
     )
 
 

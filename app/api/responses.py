@@ -3,6 +3,7 @@ and a job's status."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from app.api.deps import NOT_FOUND
 from app.api.live import held
 from app.api.runtime import Runtime
 from app.auth import Account
+from app.card_models import Reservation
 from app.fleet.needs import catalog_of
 from app.fleet.routing import mixed
 from app.fleet.view import live_classes, live_fleet_async
@@ -85,11 +87,15 @@ async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) 
     worker of the fleet has a card of a class it may run on (gpu_class: no estimate then), else
     its account's limits (its start is then when they should let it, its account's jobs ahead
     of it walked in order: app/api/live/held.py), else it is next (a GPU), else other jobs go
-    first (its turn)."""
+    first (its turn). A job of several cards that holds a reservation waits for its cards
+    (gpu), and starts when they should all be free."""
     if position is None:
         return job.status_view(position, None)
     if not await _served(runtime, job):
         return job.status_view(position, None, "gpu_class")
+    reserved = await _reservation(runtime, job)
+    if reserved is not None:  # its turn has come: only its cards are awaited
+        return job.status_view(position, reserved.expected_start_at, "gpu", reserved)
     account = runtime.accounts.get(job.owner)
     if account is None or limits_for(account).none:
         # an account without limits is never held back: no read of the queue's limits for it
@@ -104,11 +110,25 @@ async def placed_status(runtime: Runtime, job: JobRecord, position: int | None) 
     others = max(0, position - ahead)
     start_at = await runtime.estimator.start_at(job.kind, others, job.duration_s, job.gpu_classes)
     if start_at is not None and line.walk is not None:
-        start_at = held.start_at(line.walk, job_weight(job.duration_s) / WEIGHT_PER_S, start_at)
+        own_s = job_weight(job.duration_s) * job.gpus / WEIGHT_PER_S  # as its queue weighs it
+        start_at = held.start_at(line.walk, own_s, start_at)
     waiting_for: WaitingFor = "gpu" if position == 0 else "turn"
     if line.hold is not None:
         waiting_for = "account_limit"
     return job.status_view(position, start_at, waiting_for)
+
+
+async def _reservation(runtime: Runtime, job: JobRecord) -> Reservation | None:
+    """The cards set aside for a queued job of several cards, if it holds some (the fair
+    queue's reservations: a read of the fleet's hosts and of their reservations). A job of one
+    card never holds one, and costs no read."""
+    if job.gpus == 1:
+        return None
+    queue = runtime.service.queues[job.kind]
+    held = (await asyncio.to_thread(queue.reservations)).get(job.task_id)
+    if held is None:
+        return None
+    return Reservation(host=held.host, expected_start_at=held.start_at)
 
 
 async def _served(runtime: Runtime, job: JobRecord) -> bool:

@@ -1,8 +1,8 @@
 """What a submitted job is: the body of POST /enqueue-task read against the registered job types
 and the queues' limits, and its webhook against the deployment's rules (app/webhooks/), or a 422
 that names what is wrong. Nothing here touches Redis, so a refused submit changes nothing. What
-depends on the account (a script job's run_scripts and its code) is checked at submit
-(routes/jobs.py)."""
+depends on the account or the fleet (a script job's run_scripts and its code, a job's count of
+cards against max_running and the fleet's hosts) is checked at submit (routes/jobs.py)."""
 
 from __future__ import annotations
 
@@ -50,13 +50,16 @@ class Submission:
     gpu_classes: tuple[str, ...] = ()
     #: The body's `gpu`, as it asked (part of the request's fingerprint); None when not given.
     gpu: GpuNeed | None = None
+    #: The cards it takes, all of one class on one host: the body's, else its type's least.
+    gpus: int = 1
 
     def fingerprint(self) -> str:
         """What identifies the request for an Idempotency-Key. A burn job without input keeps
         the original body's fingerprint, so both spellings of it (and keys remembered from
         before types) match; any other job adds its type and a digest of its input, and a
         script job whether it is preemptible (the body's say, not its type's). A body's `gpu`
-        adds the need it states, and a webhook a digest of its URL."""
+        adds the need it states, a job of several cards its count (one card adds nothing, so
+        keys from before counts still match), and a webhook a digest of its URL."""
         if self.type == BURN and self.input_json == NO_INPUT:
             job = f"{self.kind}:{self.duration_s!r}"
         else:
@@ -66,6 +69,8 @@ class Submission:
                 job = f"{job}:preemptible"
         if self.gpu is not None:
             job = f"{job}:gpu:{self.gpu.fingerprint()}"
+        if self.gpus != 1:
+            job = f"{job}:gpus:{self.gpus}"
         if self.webhook is None:
             return job
         return f"{job}:webhook:{hashlib.sha256(self.webhook.encode()).hexdigest()}"
@@ -104,7 +109,24 @@ def submission(
         code,
         gpu_classes,
         body.gpu,
+        _gpus(job_type, body.gpus),
     )
+
+
+def _gpus(job_type: JobType, asked: int | None) -> int:
+    """The cards the job takes: as asked, else its type's least; a 422 naming `gpus` outside
+    its type's range (the fleet and the account are checked at submit: routes/jobs.py)."""
+    low, high = job_type.gpus
+    if asked is None:
+        return low
+    if not low <= asked <= high:
+        cards = f"{low} to {high} cards" if low != high else f"{low} card{'s' * (low > 1)}"
+        raise _invalid(
+            ("gpus",),
+            "gpus_out_of_range",
+            f"a job of type {job_type.name} takes {cards}, not {asked}",
+        )
+    return asked
 
 
 def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Submission:
@@ -123,6 +145,7 @@ def _burn(body: EnqueueRequest, job_types: Registry, settings: Settings) -> Subm
         body.webhook,
         job_type.preemptible,
         gpu_classes=_gpu_classes(job_type, None, settings),
+        gpus=job_type.gpus[0],  # the short body has no `gpus`: a typed body asks for more
     )
 
 

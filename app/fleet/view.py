@@ -12,7 +12,8 @@ replaced. Reads are one HGETALL of the fleet's hash: one field per GPU, never pe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import redis
@@ -53,6 +54,18 @@ def live_classes(fleet: Iterable[Seen]) -> set[str]:
     """The classes some worker of this fleet (live_fleet's answer) has: a job that none of its
     classes is among waits with `waiting_for: "gpu_class"`. Empty without a catalog."""
     return {w.gpu_class for w in fleet if w.gpu_class is not None}
+
+
+def largest_host(fleet: Iterable[Seen], kind: str, classes: Collection[str] = ()) -> int:
+    """The most cards of one class on one host among the workers of this fleet (live_fleet's
+    answer) that serve queue `kind`, of one of `classes` (empty: any class): the most cards a
+    job of that queue and those classes may take at once (issue 42). Each worker drives one
+    card; one that does not say its host (a release before the fleet) is a host of its own."""
+    cards: Counter[tuple[str, str | None]] = Counter()
+    for worker in fleet:
+        if kind in worker.queues and (not classes or worker.gpu_class in classes):
+            cards[(worker.host or f"\0{worker.name}", worker.gpu_class)] += 1
+    return max(cards.values(), default=0)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
+from app.card_models import Reservation
 from app.models import (
     KINDS,
     Artifact,
@@ -146,6 +147,7 @@ class JobRecord:
     gpu_classes: tuple[str, ...] = ()
     host: str | None = None  # where its run ended: its worker's host and class of card
     gpu_class: str | None = None
+    gpus: int = 1  # the cards it takes, all of one class on one host (issue 42)
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -183,6 +185,7 @@ class JobRecord:
             gpu_classes=tuple(filter(None, fields.get("gpu_classes", "").split(","))),
             host=fields.get("host"),
             gpu_class=fields.get("gpu_class"),
+            gpus=_whole(fields, "gpus") or 1,
         )
 
     @property
@@ -204,6 +207,7 @@ class JobRecord:
         position: int | None = None,
         estimated_start_at: float | None = None,
         waiting_for: WaitingFor | None = None,
+        reservation: Reservation | None = None,
     ) -> TaskStatus:
         """The status a client sees; the place in line and why it waits only while queued."""
         pending = self.status is Status.PENDING
@@ -233,6 +237,7 @@ class JobRecord:
             enqueued_at=self.enqueued_at,
             result=result,
             kind=self.kind,
+            gpus=self.gpus,
             # every run started: the store counts those not preempted (MAX_ATTEMPTS's count)
             attempts=self.attempts + self.preemptions,
             preemptions=self.preemptions,
@@ -241,6 +246,7 @@ class JobRecord:
             position=position if pending else None,
             estimated_start_at=estimated_start_at if pending else None,
             waiting_for=waiting_for if pending else None,
+            reservation=reservation if pending else None,
             error=self.error,
             cancel_requested=self.cancel_requested,
             type=self.type,

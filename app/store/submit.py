@@ -61,6 +61,8 @@ class NewJob:
     preemptible: bool = False
     #: The GPU classes it may run on, in order of preference (app/fleet/needs.py); () any card.
     gpu_classes: tuple[str, ...] = ()
+    #: The cards it takes, all of one class on one host (issue 42).
+    gpus: int = 1
 
 
 def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
@@ -88,6 +90,7 @@ def hook_args(owner: str, job: NewJob, settings: Settings) -> list[str | int]:
         *_budget_args(job.budget),
         "1" if job.preemptible else "",
         ",".join(job.gpu_classes),  # a class's name holds no comma (app/fleet/catalog.py NAME)
+        job.gpus,
     ]
 
 

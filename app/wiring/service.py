@@ -223,14 +223,23 @@ class Service:
         duration_s: float,
         gpu_kinds: tuple[str, ...] | None = None,
         price: float = 1.0,
+        gpus: int = 1,
     ) -> Item:
         """The fair-queue item of a job: its id, the job id as the task's argument, its weight
-        (plain GPU-milliseconds, which max_held_gpu_seconds counts), the price its fair-share
-        charge is taken at (its cheapest class's, corrected when its run ends on a card:
-        docs/operations.md), and in a mixed fleet the classes it may run on
-        (app/fleet/routing.py)."""
-        spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s)}
-        return replace(self.tasks[kind].item(spec), kinds=gpu_kinds, price=price)
+        (plain GPU-milliseconds, its cards times its seconds, which max_held_gpu_seconds
+        counts), the price its fair-share charge is taken at (its cheapest class's, corrected
+        when its run ends on a card: docs/operations.md), in a mixed fleet the classes it may
+        run on (app/fleet/routing.py), the cards it takes at once on one host (size) and the
+        most it may run once started (span: its time limit and the grace past it), by which
+        reservations and backfill go."""
+        spec = {"id": job_id, "args": [job_id], "weight": job_weight(duration_s) * gpus}
+        return replace(
+            self.tasks[kind].item(spec),
+            kinds=gpu_kinds,
+            price=price,
+            size=gpus,
+            span=duration_s + self.settings.timeout_grace_s,
+        )
 
 
 def build_queues(

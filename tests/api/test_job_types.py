@@ -65,6 +65,8 @@ async def test_a_type_is_listed_with_its_queue_budget_and_schemas(api: Api) -> N
         "gpu": None,
         "min_gpu_memory_gb": None,
         "gpu_classes": None,
+        "min_gpus": 1,
+        "max_gpus": 1,
     }
     # the nested model travels with the schema, so a client can check an input itself
     assert "Point" in echo["input_schema"]["$defs"]

@@ -90,6 +90,10 @@ BEYOND_THE_SCHEMA = frozenset(
         "gpu_class_unknown",
         "gpu_class_not_allowed",
         "gpu_need_unmet",
+        # a count of cards: its type's range, the fleet's hosts, the account's max_running
+        "gpus_out_of_range",
+        "gpus_no_host",
+        "gpus_over_max_running",
     }
 )
 OVER_THE_LIMIT = "duration_s must be at most "

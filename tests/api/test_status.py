@@ -70,12 +70,14 @@ async def test_a_queued_job_is_pending_at_position_zero_with_no_attempts(api: Ap
         "status": "PENDING",
         "result": None,
         "kind": "short",
+        "gpus": 1,
         "attempts": 0,
         "preemptions": 0,
         "runs": 0,
         "ran_s": 0.0,
         "position": 0,
         "waiting_for": "gpu",
+        "reservation": None,  # a job of one card holds none
         "estimated_start_at": None,  # no worker serves the queue
         "error": None,
         "cancel_requested": False,

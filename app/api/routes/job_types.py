@@ -19,7 +19,8 @@ router = APIRouter(tags=["jobs"], route_class=KeyedRoute)
 async def job_types(caller: CallerDep, runtime: RuntimeDep) -> list[JobTypeView]:
     """Every job type this service knows, by name: its queue, its longest time budget (in its
     queue and in each), the JSON Schemas of its input and output, whether its runs may be
-    preempted, what its jobs need of their card and the GPU classes that can serve them. A type
+    preempted, what its jobs need of their card and the GPU classes that can serve them, and how
+    many cards a job of it takes (min_gpus, the default, to max_gpus). A type
     whose dependency is not installed is listed as unavailable, with why; submitting one is a
     422."""
     return [view(job_type, runtime.settings) for job_type in runtime.job_types.types()]
@@ -47,4 +48,6 @@ def view(job_type: JobType, settings: Settings) -> JobTypeView:
         gpu=gpu,
         min_gpu_memory_gb=job_type.min_gpu_memory_gb,
         gpu_classes=serving(catalog, job_type.gpu, job_type.min_gpu_memory_gb),
+        min_gpus=job_type.gpus[0],
+        max_gpus=job_type.gpus[1],
     )

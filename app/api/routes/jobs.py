@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from redis.exceptions import ResponseError
 
 from app.api.budgets import budget, payment_required
+from app.api.cards import check_cards
 from app.api.deps import NOT_FOUND, CallerDep, RuntimeDep, TaskIdDep, api_key_header
 from app.api.responses import ERRORS, NOT_YOURS, job_status, owned_job
 from app.api.routes.code import code_store
@@ -89,7 +90,9 @@ ValidJob = Annotated[Submission, Depends(valid_job)]
             "type refuses, a duration over the limit, a webhook this deployment does not send "
             "to, `preemptible` on a job that is not a script job, a script job's `input.code` "
             "that names no code of the account's, a `gpu` need its type does not allow or that "
-            "no class of the catalog meets), a job whose GPU-seconds pass the account's "
+            "no class of the catalog meets, a count of `gpus` outside its type's range, over "
+            "the account's max_running or that no host of the fleet has), a job whose "
+            "GPU-seconds (gpus x duration_s) pass the account's "
             "max_held_gpu_seconds (it could never start), a body not sent as application/json, "
             "or an Idempotency-Key used before with another body",
         },
@@ -137,9 +140,11 @@ async def submit(
     quota says now, and queues nothing: that job was written and queued together. Celery's
     triggers are pushed by the queue's own script, or published here. A job that passes the
     account's max_held_gpu_seconds is refused before all that (a replay too: the limit is read
-    here, not in the call).
+    here, not in the call), and so is a job of more cards than its account's max_running or the
+    fleet's largest host allows (app/api/cards.py).
     """
-    within_held_limit(caller.account, job.duration_s)
+    within_held_limit(caller.account, job.duration_s, job.gpus)
+    await check_cards(runtime, caller.account, job)
     owner = caller.account.user_id
     job_id = str(uuid.uuid4())
     if job.code is not None:
@@ -160,9 +165,11 @@ async def submit(
             job.duration_s,
             job.type,
             class_price=catalog_of(runtime.settings.gpu_classes).dearest_price(job.gpu_classes),
+            gpus=job.gpus,
         ),
         preemptible=job.preemptible,
         gpu_classes=job.gpu_classes,
+        gpus=job.gpus,
     )
     most = caller.account.max_queued or runtime.settings.max_queued_per_account
     try:
@@ -196,13 +203,14 @@ async def submit(
     return job_id
 
 
-def within_held_limit(account: Account, duration_s: float) -> None:
-    """A 422 for a job whose own GPU-seconds, as its fair queue weighs it (at least 1 s), pass
-    its account's max_held_gpu_seconds: the queue could never start it. It names the limit."""
+def within_held_limit(account: Account, duration_s: float, gpus: int = 1) -> None:
+    """A 422 for a job whose own GPU-seconds, as its fair queue weighs it (its cards times its
+    seconds, at least 1 s), pass its account's max_held_gpu_seconds: the queue could never
+    start it. It names the limit."""
     limit = account.max_held_gpu_seconds
     if limit is None:
         return
-    weight = job_weight(duration_s)
+    weight = job_weight(duration_s) * gpus
     if weight > held_limit_weight(limit):  # as the fair queue compares them: GPU-milliseconds
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
@@ -232,7 +240,7 @@ async def _admit_and_enqueue(
     catalog = catalog_of(runtime.settings.gpu_classes)
     kinds = item_kinds(catalog, new.gpu_classes)
     price = cheapest_price(catalog, kinds)
-    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s, kinds, price)
+    item = runtime.service.job_item(new.kind, new.job_id, new.duration_s, kinds, price, new.gpus)
     args = hook_args(owner, new, runtime.settings)
     try:
         admitted = await runtime.queues[new.kind].admit_and_enqueue(

@@ -15,6 +15,7 @@
 -- [18] the most this job may be billed, ms  [19] the most it may cost, micro-units
 -- [20] '1' when its type may be preempted (kept on the record: the workers do not load types)
 -- [21] the GPU classes it may run on, comma-separated in order of preference ('' any card)
+-- [22] the cards it takes (kept only when more than 1: a record without it is of one card)
 
 local function budgeted(args) return args[16] ~= '' or args[17] ~= '' end
 
@@ -84,6 +85,7 @@ local function create_job(owner, args)
   if args[6] ~= '' then redis.call('HSET', JOB, 'webhook', args[6]) end
   if args[20] == '1' then redis.call('HSET', JOB, 'preemptible', '1') end
   if args[21] ~= '' then redis.call('HSET', JOB, 'gpu_classes', args[21]) end
+  if args[22] and args[22] ~= '1' then redis.call('HSET', JOB, 'gpus', args[22]) end
   if budgeted(args) then  -- what it may cost is held until it ends (_lib.lua release_hold)
     redis.call('HSET', JOB, 'held_ms', args[18], 'held_micros', args[19])
     redis.call('HINCRBY', USAGE .. owner, 'held_ms', args[18])
