@@ -16,6 +16,7 @@ from app.client.http import Client
 from app.client.options import (
     GpuClassOption,
     GpuMemoryOption,
+    GpusOption,
     JsonOption,
     KeyOption,
     TaskId,
@@ -44,7 +45,10 @@ def submit(
         ),
     ] = None,
     duration: Annotated[
-        float | None, typer.Argument(metavar="DURATION", help="GPU-seconds the burn job runs")
+        float | None,
+        typer.Argument(
+            metavar="DURATION", help="the seconds the burn job runs (wall-clock, on one GPU)"
+        ),
     ] = None,
     job_type: Annotated[
         str | None, typer.Option("--type", help="a job of this type (see `fairgpu types`)")
@@ -55,13 +59,18 @@ def submit(
     ] = None,
     budget: Annotated[
         float | None,
-        typer.Option("--duration", help="with --type: its time budget, s (default: the most)"),
+        typer.Option(
+            "--duration",
+            help="with --type: its time limit, wall-clock s whatever its --gpus (default: the "
+            "most)",
+        ),
     ] = None,
     queue: Annotated[
         Kind | None, typer.Option("--kind", help="with --type: its queue (default: the type's)")
     ] = None,
     gpu_class: GpuClassOption = None,
     gpu_memory: GpuMemoryOption = None,
+    gpus: GpusOption = None,
     watch_it: Annotated[
         bool,
         typer.Option("--watch", help="follow the job to its end: status, progress and log lines"),
@@ -77,16 +86,23 @@ def submit(
     """Submit a job: KIND DURATION (a burn job) or --type NAME [--input JSON].
 
     With --watch, follow it to its end. --gpu-class and --gpu-memory say what it needs of its
-    card, in a mixed fleet."""
+    card, in a mixed fleet; --gpus N, how many cards it takes on one host."""
     once, need = idempotency_key, gpu_need(gpu_class, gpu_memory)
     if job_type is None:
         burn = _burn_job(kind, duration, job_input, budget, queue)
         what = f"{burn[0]}, {span(burn[1])}"
 
         def send(client: Client) -> EnqueueResponse:
-            if need is not None:  # (the short body has no `gpu`: a typed burn job does)
+            if need is not None or gpus is not None:  # (the short body has neither: a typed
+                # burn job has both, and the server says how many cards a burn job takes)
                 return client.submit_job(
-                    "burn", None, duration_s=burn[1], kind=burn[0], idempotency_key=once, gpu=need
+                    "burn",
+                    None,
+                    duration_s=burn[1],
+                    kind=burn[0],
+                    idempotency_key=once,
+                    gpu=need,
+                    gpus=gpus,
                 )
             return client.submit(*burn, idempotency_key=once)
 
@@ -98,7 +114,13 @@ def submit(
 
         def send(client: Client) -> EnqueueResponse:
             return client.submit_job(
-                name, parsed, duration_s=budget, kind=queue, idempotency_key=once, gpu=need
+                name,
+                parsed,
+                duration_s=budget,
+                kind=queue,
+                idempotency_key=once,
+                gpu=need,
+                gpus=gpus,
             )
 
     with session(url, key) as client:

@@ -51,7 +51,7 @@ class OneLineUsage(TyperCommand):
             return None
         if not any(p.param_type_name == "argument" and p.name == "duration" for p in self.params):
             return None
-        return f"DURATION must be a number of GPU-seconds above 0, not {exc.option_name}"
+        return f"DURATION must be a number of seconds above 0, not {exc.option_name}"
 
 
 def _is_number(text: str) -> bool:

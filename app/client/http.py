@@ -131,15 +131,23 @@ class Client(AdminCalls):
         preemptible: bool | None = None,
         idempotency_key: str | None = None,
         gpu: dict[str, object] | None = None,
+        gpus: int | None = None,
     ) -> EnqueueResponse:
         """POST /enqueue-task: queue a job of a type (GET /job-types) with its input (None: {});
         its time budget and queue are the type's unless given (`preemptible`: script jobs only;
-        `gpu`: the body's need of its card, {"classes": [...], "min_memory_gb": N})."""
+        `gpu`: the body's need of its card, {"classes": [...], "min_memory_gb": N}; `gpus`: the
+        cards it takes, else its type's least)."""
         body: dict[str, object] = {
             "type": job_type,
             "input": {} if job_input is None else job_input,
         }
-        given = {"duration_s": duration_s, "kind": kind, "preemptible": preemptible, "gpu": gpu}
+        given = {
+            "duration_s": duration_s,
+            "kind": kind,
+            "preemptible": preemptible,
+            "gpu": gpu,
+            "gpus": gpus,
+        }
         body |= {name: value for name, value in given.items() if value is not None}
         return self._enqueue(body, idempotency_key)
 

@@ -15,6 +15,8 @@ import typer
 # typer ships its own copy of click and does not export ParameterSource: see errors.py.
 from typer._click.core import ParameterSource
 
+from app.card_models import MAX_GPUS
+
 T = TypeVar("T")
 URL_HELP = "the API's base URL"
 KEY_HELP = "your API key"
@@ -74,6 +76,20 @@ GpuClassOption = Annotated[
         "--gpu-class",
         metavar="CLASS",
         help="a class of card it may run on (GPU_CLASSES); repeat for more",
+        show_default=False,
+    ),
+]
+#: The cards a submitted job takes, all of one class on one host (`fairgpu submit`, `fairgpu
+#: run`): the body's `gpus`; left out, the job type's least (GET /job-types min_gpus).
+GpusOption = Annotated[
+    int | None,
+    typer.Option(
+        "--gpus",
+        metavar="N",
+        min=1,
+        max=MAX_GPUS,
+        help="the GPUs it takes, all on one host (default: its type's least, 1 for a script); "
+        "its DURATION stays wall-clock seconds, so it uses N x DURATION GPU-seconds",
         show_default=False,
     ),
 ]

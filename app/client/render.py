@@ -14,6 +14,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from app.client.cards import devices_words, gpus_range, reserved_words
 from app.client.fit import GAP, Cell, Column, fitted_table
 from app.client.runs import over, preempted_words, ran_s, ran_words
 from app.client.transport import one_line
@@ -72,7 +73,7 @@ def about(before: str, task_id: str, after: str) -> Text:
 WAITING_FOR: dict[WaitingFor, str] = {
     "gpu_class": "a card of its class: no worker of the fleet has one",
     "account_limit": "its account's limit (max_running or max_held_gpu_seconds)",
-    "gpu": "a GPU: it is next",
+    "gpu": "its GPUs: its turn has come",
     "turn": "its turn: other jobs go first",
 }
 
@@ -132,6 +133,8 @@ def task_table(state: TaskStatus, bill: BillingRecord | None) -> Table:
     table.add_row("status", Text(state.status.value, style=f"bold {STYLE[state.status]}"))
     table.add_row("kind", state.kind)
     table.add_row("type", state.type)
+    if state.gpus > 1:
+        table.add_row("gpus", str(state.gpus))
     for name, value in _job_rows(state, now):
         table.add_row(name, value)
     if bill is not None:
@@ -173,6 +176,8 @@ def _waiting_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
     yield "position", place(state.position)
     if state.waiting_for is not None:
         yield "waiting for", WAITING_FOR[state.waiting_for]
+    if state.reservation is not None:
+        yield "reserved", reserved_words(state.reservation, now)
     start = state.estimated_start_at
     yield "start", "unknown (no worker serves its queue)" if start is None else eta(start, now)
 
@@ -182,6 +187,8 @@ def _result_rows(state: TaskStatus, now: float) -> Iterator[tuple[str, str]]:
     assert result is not None
     if result.worker:
         yield "worker", _worker(state).removeprefix("on ")
+    if result.devices and len(result.devices) > 1:
+        yield "cards", devices_words(result.devices, result.host)
     if result.started_at is not None:
         last = " (its last run)" if state.runs > 1 else ""
         yield "started", clock(result.started_at, now) + last
@@ -316,12 +323,14 @@ def tasks_table(found: list[TaskStatus], width: int) -> Table:
 def types_table(found: list[JobTypeView], width: int) -> Table:
     """Job types, one a row, in width columns (the description is left out when it does not
     fit). "max s" is the longest a submit may ask for in the type's queue, then in the other
-    queue where that differs: "60 (long 3000)"; "preemptible", whether a run of it may be asked
+    queue where that differs: "60 (long 3000)", wall-clock whatever its gpus; "gpus", the cards a
+    job of it takes ("1-64": a submit picks); "preemptible", whether a run of it may be asked
     to yield its GPU (docs/jobs.md)."""
     columns = [
         Column("name"),
         Column("queue"),
         Column("max s", justify="right"),
+        Column("gpus", justify="right"),
         Column("preemptible"),
         Column("available", wrap=True),
         Column("description", optional=True, wrap=True),
@@ -331,6 +340,7 @@ def types_table(found: list[JobTypeView], width: int) -> Table:
             t.name,
             t.queue,
             _longest(t),
+            gpus_range(t),
             "yes" if t.preemptible else "no",
             _availability(t),
             one_line(t.description),

@@ -53,15 +53,6 @@ def _with_units(given: str, text: str) -> float:
     return sum(float(amount) * UNITS[unit] for amount, unit in parts)
 
 
-def check_gpus(count: int) -> None:
-    """Only a job of one GPU exists for now: jobs of several GPUs come with issue 42."""
-    if count != 1:
-        raise ArgumentError(
-            f"--gpus {count}: a job runs on one GPU for now "
-            "(jobs of several GPUs come with issue 42)"
-        )
-
-
 def gpu_need(classes: list[str] | None, memory_gb: float | None) -> dict[str, object] | None:
     """The submit's `gpu` from --gpu-class and --gpu-memory; None when neither is given (the
     server checks the names and the memory against its catalog: a 422 says what is wrong)."""

@@ -20,13 +20,18 @@ from app.client.artifacts import fetch_all, no_artifacts, say_saved
 from app.client.errors import FAILED, INTERRUPTED, USAGE, fail, session
 from app.client.follow import Follower, bill
 from app.client.http import Client, StreamPlace
-from app.client.options import GpuClassOption, GpuMemoryOption, KeyOption, UrlOption
+from app.client.options import (
+    GpuClassOption,
+    GpuMemoryOption,
+    GpusOption,
+    KeyOption,
+    UrlOption,
+)
 from app.client.pack import PackError, pack
 from app.client.render import about, out
 from app.client.run_args import (
     ArgumentError,
     check_command,
-    check_gpus,
     gpu_need,
     parse_duration,
     parse_env,
@@ -52,14 +57,7 @@ def run(
             show_default=False,
         ),
     ] = None,
-    gpus: Annotated[
-        int,
-        typer.Option(
-            "--gpus",
-            metavar="N",
-            help="GPUs the job needs: 1 for now (jobs of several GPUs come with issue 42)",
-        ),
-    ] = 1,
+    gpus: GpusOption = None,
     gpu_class: GpuClassOption = None,
     gpu_memory: GpuMemoryOption = None,
     duration: Annotated[
@@ -67,7 +65,8 @@ def run(
         typer.Option(
             "--duration",
             metavar="TIME",
-            help="its time budget: 45 (s), 90m, 2h, 1h30m (default: the most its queue allows)",
+            help="its time limit, wall-clock whatever its --gpus: 45 (s), 90m, 2h, 1h30m "
+            "(default: the most its queue allows)",
             show_default=False,
         ),
     ] = None,
@@ -119,7 +118,6 @@ def run(
     """
     queue: Kind = "long" if long else "short"
     try:
-        check_gpus(gpus)
         words = check_command(command or [])
         variables = parse_env(env or [])
         budget = None if duration is None else parse_duration(duration)
@@ -133,7 +131,7 @@ def run(
         except KeyboardInterrupt:
             fail("interrupted: nothing was submitted", INTERRUPTED)
         need = gpu_need(gpu_class, gpu_memory)
-        task_id = _submit(client, job, budget, queue, preemptible=preemptible, gpu=need)
+        task_id = _submit(client, job, budget, queue, preemptible=preemptible, gpu=need, gpus=gpus)
         try:
             state = follow(client, task_id)
             code = _show_result(client, state, download)
@@ -180,8 +178,10 @@ def _submit(
     *,
     preemptible: bool,
     gpu: dict[str, object] | None = None,
+    gpus: int | None = None,
 ) -> str:
-    """Submit the script job (with its need of a card, if any); its task id."""
+    """Submit the script job (with its need of a card and its count of cards, if given); its
+    task id."""
 
     def send() -> str:
         reply = client.submit_job(
@@ -191,6 +191,7 @@ def _submit(
             kind=queue,
             preemptible=True if preemptible else None,
             gpu=gpu,
+            gpus=gpus,
         )
         return reply.task_id
 
@@ -199,7 +200,8 @@ def _submit(
     except KeyboardInterrupt:
         fail("interrupted while submitting: `fairgpu tasks` shows whether it was", INTERRUPTED)
     limit = "its queue's most" if budget is None else f"up to {span(budget)}"
-    out().print(about("Submitted ", task_id, f" ({queue} queue, {limit})."))
+    cards = "" if gpus is None or gpus == 1 else f", {gpus} GPUs"
+    out().print(about("Submitted ", task_id, f" ({queue} queue, {limit}{cards})."))
     return task_id
 
 

@@ -49,7 +49,7 @@ def test_after_the_command_wins_then_before_then_the_environment() -> None:
 
 def test_a_negative_duration_is_one_line_with_exit_code_2_and_sends_nothing() -> None:
     line = error_line(fairgpu("submit", "short", "-5", "--url", NOWHERE, "--key", "k"), 2)
-    assert line == "fairgpu submit: DURATION must be a number of GPU-seconds above 0, not -5"
+    assert line == "fairgpu submit: DURATION must be a number of seconds above 0, not -5"
     # Any other unknown option is still named as one.
     line = error_line(fairgpu("submit", "short", "2", "--wach", "--url", NOWHERE), 2)
     assert line.startswith("fairgpu submit: No such option: --wach")

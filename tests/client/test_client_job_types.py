@@ -50,14 +50,14 @@ def test_types_lists_each_type_and_whether_it_can_run(url: str) -> None:
     table = ok(fairgpu(url, "types"))
 
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines() if line.strip()}
-    # queue, max s, preemptible, available
-    assert rows[ECHO][:4] == ["long", f"{ECHO_MAX_S:g}", "no", "yes"]
-    assert " ".join(rows[ECHO][4:]) == "Says its text back."
-    assert " ".join(rows[MISSING]).startswith("short 60 no no: needs fairgpu_no_such_package")
+    # queue, max s, gpus, preemptible, available
+    assert rows[ECHO][:5] == ["long", f"{ECHO_MAX_S:g}", "1", "no", "yes"]
+    assert " ".join(rows[ECHO][5:]) == "Says its text back."
+    assert " ".join(rows[MISSING]).startswith("short 60 1 no no: needs fairgpu_no_such_package")
     # What a submit accepts: 60 s in burn's own queue (MAX_SHORT_S), 3000 s in long.
-    assert rows["burn"][:6] == ["short", "60", "(long", "3000)", "no", "yes"]
-    assert rows["vad"][2:4] == ["no", "yes"]
-    assert rows["digits-train"][2] == "yes"  # the built-in preemptible type
+    assert rows["burn"][:7] == ["short", "60", "(long", "3000)", "1", "no", "yes"]
+    assert rows["vad"][3:5] == ["no", "yes"]
+    assert rows["digits-train"][3] == "yes"  # the built-in preemptible type
 
 
 def test_types_json_has_the_schemas(url: str) -> None:

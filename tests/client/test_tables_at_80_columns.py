@@ -162,7 +162,7 @@ def test_types_say_which_are_preemptible() -> None:
     assert max(len(line) for line in lines) <= 80
     assert any("preemptible" in line for line in lines[:2])  # a header may take two lines
     rows = {line.split()[0]: line.split() for line in lines if line.startswith(("d", "b"))}
-    assert rows["digits-train"][3] == "yes" and rows["burn"][3] == "no"
+    assert rows["digits-train"][4] == "yes" and rows["burn"][4] == "no"  # after max s, gpus
 
 
 def test_queues_keep_lists_on_one_line_when_there_is_room() -> None:
@@ -309,7 +309,7 @@ def test_a_wrapped_column_breaks_between_words_and_never_inside_one() -> None:
 def test_a_queued_jobs_status_says_why_it_waits_in_words() -> None:
     for reason, words in (
         ("account_limit", "its account's limit"),
-        ("gpu", "a GPU: it is next"),
+        ("gpu", "its GPUs: its turn has come"),
         ("turn", "its turn: other jobs go first"),
     ):
         state = task(TASKS[1], Status.PENDING, position=0, waiting_for=reason)
