@@ -53,7 +53,7 @@ def script_environment(
     output: Path,
     artifacts_dir: Path,
     checkpoint_dir: Path,
-    gpu_id: int | None,
+    gpu_ids: Sequence[int],
     preemptible: bool,
     extra: Mapping[str, str],
 ) -> dict[str, str]:
@@ -67,7 +67,8 @@ def script_environment(
         "USER": SCRIPT_USER,
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",  # noqa: S108 (the sandbox's own /tmp)
-        "CUDA_VISIBLE_DEVICES": "" if gpu_id is None else str(gpu_id),
+        # every card of its run, in order (a job of several cards: torchrun's ranks find them)
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
         "FAIRGPU_JOB_ID": job_id,
         "FAIRGPU_ARTIFACTS_DIR": str(artifacts_dir),
         "FAIRGPU_CHECKPOINT_DIR": str(checkpoint_dir),

@@ -225,7 +225,7 @@ class ScriptRunner:
             output=folder.output,
             artifacts_dir=ctx.output_dir,
             checkpoint_dir=ctx.checkpoint_dir,
-            gpu_id=ctx.gpu_id,
+            gpu_ids=cards_of(ctx),
             preemptible=ctx.preemptible,
             extra=env,
         )
@@ -242,7 +242,7 @@ class ScriptRunner:
             checkpoint_dir=ctx.checkpoint_dir,
             readonly=self.readonly,
             hidden=self.hidden,
-            gpus=[] if ctx.gpu_id is None else [ctx.gpu_id],
+            gpus=cards_of(ctx),
             network=self.settings.script_network,
             blocked=self.blocklist.networks() if self.settings.script_network else (),
             dns_forward=self.dns_forward,
@@ -320,3 +320,9 @@ def _raise_asked(
 
 def _since(started: float) -> float:
     return round(time.monotonic() - started, 3)
+
+
+def cards_of(ctx: JobContext) -> list[int]:
+    """The host's numbers of the run's cards, in order: none on a CPU worker (its devices are
+    simulated), all of them for a job of several cards."""
+    return [d.gpu_id for d in ctx.devices if d.gpu_id is not None]

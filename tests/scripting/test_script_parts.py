@@ -122,7 +122,7 @@ def test_the_script_environment_is_the_allowlist() -> None:
         output=Path("/w/work/.fairgpu-output.json"),
         artifacts_dir=Path("/a"),
         checkpoint_dir=Path("/c"),
-        gpu_id=3,
+        gpu_ids=[3],
         preemptible=True,
         extra={"LR": "0.1"},
     )
@@ -150,11 +150,26 @@ def test_a_cpu_run_sees_no_device() -> None:
         output=Path("/w/o"),
         artifacts_dir=Path("/a"),
         checkpoint_dir=Path("/c"),
-        gpu_id=None,
+        gpu_ids=[],
         preemptible=False,
         extra={},
     )
     assert (env["CUDA_VISIBLE_DEVICES"], env["FAIRGPU_PREEMPTIBLE"]) == ("", "0")
+
+
+def test_a_run_of_several_cards_sees_all_of_them_in_order() -> None:
+    env = script_environment(
+        job_id="j",
+        env_dir=Path("/e"),
+        work_dir=Path("/w"),
+        output=Path("/w/o"),
+        artifacts_dir=Path("/a"),
+        checkpoint_dir=Path("/c"),
+        gpu_ids=[5, 2],
+        preemptible=False,
+        extra={},
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == "5,2"
 
 
 def test_the_output_file_is_read_as_json(tmp_path: Path) -> None:
