@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
-from app.card_models import Reservation
+from app.card_models import Device, Reservation
 from app.models import (
     KINDS,
     Artifact,
@@ -87,6 +87,22 @@ def _artifacts(text: str | None) -> list[Artifact] | None:
         return None
 
 
+_DEVICES = TypeAdapter(list[Device])
+
+
+def _devices(record: JobRecord) -> list[Device] | None:
+    """The cards of the job's run, in order: those its end named (a run of several), else, for
+    a job of one card, its worker's; None before a worker took it, or where they are garbled."""
+    if record.devices:
+        try:
+            return _DEVICES.validate_json(record.devices)
+        except ValidationError:
+            return None
+    if record.worker is None or record.gpus != 1:  # a run of several names them at its end
+        return None
+    return [Device(worker=record.worker, gpu_id=record.gpu_id)]
+
+
 def _facts(text: str | None) -> tuple[int | None, ScriptEnvironment | None]:
     """A script's exit code and environment, from the facts its last run noted (JSON); what is
     missing or malformed is None (a status should survive a bad note rather than answer 500)."""
@@ -148,6 +164,7 @@ class JobRecord:
     host: str | None = None  # where its run ended: its worker's host and class of card
     gpu_class: str | None = None
     gpus: int = 1  # the cards it takes, all of one class on one host (issue 42)
+    devices: str | None = None  # JSON text, the cards its last run of several took, in order
 
     @classmethod
     def parse(cls, raw: Mapping[Any, Any]) -> JobRecord:
@@ -186,6 +203,7 @@ class JobRecord:
             host=fields.get("host"),
             gpu_class=fields.get("gpu_class"),
             gpus=_whole(fields, "gpus") or 1,
+            devices=fields.get("devices"),
         )
 
     @property
@@ -217,6 +235,7 @@ class JobRecord:
             result = JobResult(
                 worker=self.worker,
                 gpu_id=self.gpu_id,
+                devices=_devices(self),
                 gpu_class=self.gpu_class,
                 host=self.host,
                 duration_s=self.duration_s,
