@@ -36,6 +36,7 @@ LIBRARY = (
     "leases",
     "put_back",
     "reclaim",
+    "reserve",
     "next_item",
     "gangs",
 )

@@ -284,3 +284,20 @@ def test_a_reservation_goes_when_its_items_turn_has_gone(r: redis.Redis) -> None
     assert a.reservations() == {}
     lease = b.dequeue()
     assert lease is not None and lease.task_id == "long"
+
+
+def test_a_lease_that_meets_the_item_at_its_head_keeps_its_reservation_first(
+    r: redis.Redis,
+) -> None:
+    """No tick between the item's turn and a card's freeing: the lease that would pass it keeps
+    the cards that free first for it before it leases anything, so nothing long starts there."""
+    a, b = card(r, "h1", "0"), card(r, "h1", "1")
+    live(a, b)
+    put(a, "A", "running", span=100)
+    running = a.dequeue()
+    assert running is not None
+    put(a, "B", "pair", size=2)
+    put(a, "A", "long", span=500)
+    assert a.reservations() == {}  # no tick has seen the pair yet
+    assert b.dequeue() is None
+    assert a.reservations()["pair"].host == "h1"

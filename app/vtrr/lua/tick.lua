@@ -23,6 +23,8 @@ if kind == '' then kind = '-' end
 local t = clock()
 local now = tonumber(t)
 local host, card = my_slot()
+-- what a lease that meets an item of several cards at its head needs to keep its reservation
+redis.call('SET', K.fleet .. 'config', ARGV[1] .. ' ' .. ARGV[6] .. ' ' .. ARGV[8])
 redis.call('SADD', K.fleet .. 'hosts', host)
 redis.call('HSET', slots_key(host), card, kind .. ' ' .. t .. ' ' .. worker)
 local mine = own_card(redis.call('GET', K.card))

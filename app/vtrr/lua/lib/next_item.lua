@@ -27,19 +27,6 @@ local function pop_first(lines, from_rear)
   return head
 end
 
-local WALK = 16  -- most items of each line a slotted consumer's lease looks at
-
--- The first entries of lines in fair order, at most `most` of each: {member, score, line}.
-local function walk(lines, most)
-  local all = {}
-  for _, l in ipairs(lines) do
-    local got = redis.call('ZRANGE', l, 0, most - 1, 'WITHSCORES')
-    for i = 1, #got, 2 do all[#all + 1] = {got[i], tonumber(got[i + 1]), l} end
-  end
-  table.sort(all, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
-  return all
-end
-
 -- A slotted consumer's head (lib/cards.lua): the first item of lines, among their first WALK,
 -- that takes one card and fits what its card allows (an item of several cards is claimed by
 -- tick.lua, and a card kept for one runs only what ends before its reservation starts), taken
@@ -95,6 +82,10 @@ local function lease_next(lease_us, token, consumes, from_rear, limit, cap, plac
       -- an item this card may not take now was first: back in its line, and the walk instead
       redis.call('ZADD', line(f[7]), head[2], head[1])
       passed = true
+      if f[8] then  -- one of several cards: it keeps its reservation before anything passes it
+        reserve_turn(lines, t)
+        allows = card_allows()
+      end
       head = first()
       if not head[1] then return {top_up_triggers(cap, 0)} end
       id = task_id_of(head[1])
