@@ -5,6 +5,7 @@ one-card job's most, so it refuses a 2-card job that a 1-card job of the same du
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -88,6 +89,15 @@ def test_a_worker_bills_a_run_of_two_cards_and_says_so() -> None:
     _, failed = ends.of("long", "job-1", STARTED, Ended("exception", 3.0, error="x"), gpus=2)
     assert failed is not None and failed.charge is not None
     assert failed.charge.billed_seconds == 6.0
+
+
+def test_a_preempted_or_checkpointed_run_of_two_cards_is_charged_both() -> None:
+    """Yields and checkpoints price a run from its Started, which names its cards."""
+    ends = RunEnds(SETTINGS, BIG)
+    two = replace(STARTED, gpus=2)
+    charge = ends.price("long", two, Ended("preempted", 10.0))
+    assert (charge.gpus, charge.billed_seconds) == (2, 20.0)
+    assert ends.price("long", STARTED, Ended("preempted", 10.0)).billed_seconds == 10.0
 
 
 @given(seconds_run, cards)

@@ -61,6 +61,9 @@ class Started:
     #: The time.monotonic() at which the call that leased (and started) it was sent, where the
     #: worker knows it (app/worker/lease.py): its lease runs from no sooner.
     leased_at: float | None = None
+    #: The cards this run holds (the worker's own placement of it: a job of several cards'),
+    #: which its charges count, a preempted run's and a checkpoint's included.
+    gpus: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)

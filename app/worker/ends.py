@@ -91,10 +91,13 @@ class RunEnds:
         )
         return "failed: internal", internal_end(end)
 
-    def price(self, kind: Kind, started: Started, ended: Ended, gpus: int = 1) -> Charge:
+    def price(
+        self, kind: Kind, started: Started, ended: Ended, gpus: int | None = None
+    ) -> Charge:
         """What the job costs once this run has ended: the seconds of all its runs (a job
         preempted before has earlier ones), at most its declared duration, at least
-        MIN_BILLED_S, on each of its gpus cards."""
+        MIN_BILLED_S, on each of its gpus cards (by default the run's: started.gpus)."""
+        gpus = started.gpus if gpus is None else gpus
         end = None if ended.end in ("success", "preempted") else ended.end
         charge = pricing.price(
             self._settings,

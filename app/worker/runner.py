@@ -164,6 +164,7 @@ class JobRunner:
         devices = self.executor.placed(self.queues[kind], job_id, ask)
         if (gpus := len(devices)) > 1:  # its status names every card while it runs
             self.recorder.name_devices(job_id, token, devices_json(devices))
+            started = replace(started, gpus=gpus)  # a preemption's and a checkpoint's charge too
         if (spent := self.yields.spent(started)) is not None:  # resumed with no time left
             outcome, end = self.ends.of(kind, job_id, started, spent, gpus)
             used = self.ends.used_weight(started.ran_s, gpus)
