@@ -7,6 +7,7 @@ See docs/jobs.md for how to write, register, test and deploy one.
 
 from app.jobs.context import (
     FAILURE_KINDS,
+    Device,
     JobCancelledError,
     JobContext,
     JobFailedError,
@@ -24,6 +25,7 @@ from app.jobs.registry import (
 __all__ = [
     "FAILURE_KINDS",
     "MAX_OUTPUT_BYTES",
+    "Device",
     "JobCancelledError",
     "JobContext",
     "JobFailedError",
