@@ -24,30 +24,28 @@ redis-server instructions per dequeue+ack (as bench_kinds does; needs valgrind).
 from __future__ import annotations
 
 import argparse
-import os
 from collections import Counter
 from collections.abc import Sequence
 
 import redis
 
 from app.vtrr import FairQueue, Item, Slot
+from scripts.benchkit import kinds_cost
 from scripts.benchkit.dequeue_floor import (
-    fcall_usec,
     floor_backlog,
     floor_drain,
-    load,
     measured_on_own_redis,
 )
-from scripts.benchkit.instructions import count, under_callgrind
 from scripts.benchkit.kinds_cost import (
     FLOOR_BAR,
     INSTRUCTION_ITEMS,
     INSTRUCTION_PARTITIONS,
     Round,
     check_steady,
+    instructions,
     payload,
 )
-from scripts.benchkit.stats import alternate, median, ratio
+from scripts.benchkit.stats import median, ratio
 
 VARIANTS = ("floor", "library", "slotted", "reserved")
 SPAN_S = 1.0  # each backlog item's span: it fits before the reservation's start
@@ -112,31 +110,7 @@ def prepared(client: redis.Redis, variant: str, n: int, partitions: int) -> Roun
 
 def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, list[float]]:
     """Each variant's µs per dequeue+ack, a value per round, the variants alternating."""
-    client = redis.Redis.from_url(url)
-    load(client)
-    found: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for _, name in alternate(rounds, VARIANTS):
-        one = prepared(client, name, items, partitions)
-        found[name].append(fcall_usec(client, one.run) / one.pairs)
-        one.check()
-        client.flushall()
-    client.close()
-    return found
-
-
-def instructions(binary: str | None) -> dict[str, float]:
-    """Each variant's redis-server instructions per dequeue+ack, one round each under callgrind."""
-    if binary:
-        os.environ["FAIRGPU_REDIS_SERVER"] = binary
-    found: dict[str, float] = {}
-    with under_callgrind() as (client, pid, out):
-        load(client)
-        for name in VARIANTS:
-            one = prepared(client, name, INSTRUCTION_ITEMS, INSTRUCTION_PARTITIONS)
-            found[name] = count(pid, out, one.run) / one.pairs
-            one.check()
-            client.flushall()
-    return found
+    return kinds_cost.measure(url, rounds, items, partitions, VARIANTS, prepared)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-server")
     known, _ = parser.parse_known_args(argv)  # the timed rounds read the rest
     if known.instructions:
-        mid = instructions(known.redis_server)
+        mid = instructions(
+            known.redis_server, INSTRUCTION_ITEMS, INSTRUCTION_PARTITIONS, VARIANTS, prepared
+        )
         for name, value in mid.items():
             print(f"{name}: {value:,.0f} instructions per dequeue+ack")
     else:

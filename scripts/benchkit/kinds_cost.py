@@ -134,13 +134,26 @@ def check_steady(client: redis.Redis, variant: str, partitions: int, leased: Cou
         raise RuntimeError(f"{variant}: leases not spread evenly over partitions: {leased}")
 
 
-def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, list[float]]:
-    """Each variant's µs per dequeue+ack, a value per round, the variants alternating."""
+#: How a bench's variant is set up for a round: its client, name, items and partitions.
+Prepare = Callable[[redis.Redis, str, int, int], Round]
+
+
+def measure(
+    url: str,
+    rounds: int,
+    items: int,
+    partitions: int,
+    variants: Sequence[str] = VARIANTS,
+    prepare: Prepare | None = None,
+) -> dict[str, list[float]]:
+    """Each variant's µs per dequeue+ack, a value per round, the variants alternating (another
+    bench's variants too: `prepare`, its rounds)."""
+    prepare = prepare or prepared
     client = redis.Redis.from_url(url)
     load(client)
-    found: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for _, name in alternate(rounds, VARIANTS):
-        one = prepared(client, name, items, partitions)
+    found: dict[str, list[float]] = {name: [] for name in variants}
+    for _, name in alternate(rounds, variants):
+        one = prepare(client, name, items, partitions)
         found[name].append(fcall_usec(client, one.run) / one.pairs)
         one.check()
         client.flushall()  # each round starts from an empty server (functions stay loaded)
@@ -148,16 +161,24 @@ def measure(url: str, rounds: int, items: int, partitions: int) -> dict[str, lis
     return found
 
 
-def instructions(binary: str | None, items: int, partitions: int) -> dict[str, float]:
+def instructions(
+    binary: str | None,
+    items: int,
+    partitions: int,
+    variants: Sequence[str] = VARIANTS,
+    prepare: Prepare | None = None,
+) -> dict[str, float]:
     """Each variant's redis-server instructions per dequeue+ack, one round each under callgrind
-    (scripts/benchkit/instructions.py): a count that the machine's load does not move."""
+    (scripts/benchkit/instructions.py): a count that the machine's load does not move. Another
+    bench's variants may be counted the same way (`prepare`: its rounds; cards_cost's)."""
     if binary:
         os.environ["FAIRGPU_REDIS_SERVER"] = binary
+    prepare = prepare or prepared
     found: dict[str, float] = {}
     with under_callgrind() as (client, pid, out):
         load(client)
-        for name in VARIANTS:
-            one = prepared(client, name, items, partitions)
+        for name in variants:
+            one = prepare(client, name, items, partitions)
             found[name] = count(pid, out, one.run) / one.pairs
             one.check()
             client.flushall()
