@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from alembic import command
 
-from app.ledger.database import Database
+from app.ledger.database import Database, alembic_config
 
 #: The server the PostgreSQL tests use; the machine's own runs on the standard port.
 POSTGRES = os.environ.get("FAIRGPU_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -59,3 +61,15 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
             yield database
         finally:
             database.close()
+
+
+def written_at(url: str, revision: str, rows: str, params: dict[str, object]) -> None:
+    """Upgrade an empty database to `revision`, write rows (an INSERT) as that revision's code
+    did, then upgrade it to the head: what a migration must carry over."""
+    config = alembic_config(url)
+    command.upgrade(config, revision)
+    old = sa.create_engine(url)
+    with old.begin() as connection:
+        connection.execute(sa.text(rows), params)
+    old.dispose()
+    command.upgrade(config, "head")

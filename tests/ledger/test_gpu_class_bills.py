@@ -17,7 +17,7 @@ from alembic.migration import MigrationContext
 from app.ledger import bills
 from app.ledger.database import Database, alembic_config
 from app.ledger.schema import Base
-from tests.ledger.conftest import empty_database
+from tests.ledger.conftest import empty_database, written_at
 from tests.ledger.test_bills import START, a_bill
 
 
@@ -28,21 +28,16 @@ def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 
 
 def test_bills_there_are_gain_a_null_class_and_keep_the_rest(unmigrated_url: str) -> None:
+    # a bill as 0003's code wrote it
+    written_at(
+        unmigrated_url,
+        "0003",
+        "INSERT INTO bills (task_id, user_id, queue, type, cost_micros, gpu_seconds,"
+        " billed_ms, billed_at, day, description) VALUES ('t0', 'u1', 'long', 'vad',"
+        " 1250000, 7.25, 5000, :at, '2026-11-18', 'vad job (long queue)')",
+        {"at": START},
+    )
     config = alembic_config(unmigrated_url)
-    command.upgrade(config, "0003")
-    old = sa.create_engine(unmigrated_url)
-    with old.begin() as connection:  # a bill as 0003's code wrote it
-        connection.execute(
-            sa.text(
-                "INSERT INTO bills (task_id, user_id, queue, type, cost_micros, gpu_seconds,"
-                " billed_ms, billed_at, day, description) VALUES ('t0', 'u1', 'long', 'vad',"
-                " 1250000, 7.25, 5000, :at, '2026-11-18', 'vad job (long queue)')"
-            ),
-            {"at": START},
-        )
-    old.dispose()
-
-    command.upgrade(config, "head")
 
     db = Database(unmigrated_url)
     try:

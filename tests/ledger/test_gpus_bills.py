@@ -30,7 +30,7 @@ from app.store.keys import usage_key
 from app.store.record import decode
 from app.store.submit import NewJob
 from tests.api.helpers import USERS_FILE
-from tests.ledger.conftest import empty_database
+from tests.ledger.conftest import empty_database, written_at
 from tests.ledger.test_bills import START, a_bill
 from tests.store.support import write_job
 
@@ -55,21 +55,16 @@ def bill_columns(url: str) -> set[str]:
 def test_bills_there_are_read_as_one_card_and_the_column_goes_down_again(
     unmigrated_url: str,
 ) -> None:
+    # a bill as 0004's code wrote it
+    written_at(
+        unmigrated_url,
+        "0004",
+        "INSERT INTO bills (task_id, user_id, queue, type, cost_micros, gpu_seconds,"
+        " billed_ms, billed_at, day, description, gpu_class) VALUES ('t0', 'u1',"
+        " 'long', 'vad', 2500000, 7.25, 5000, :at, '2026-11-18', 'vad job', 'big')",
+        {"at": START},
+    )
     config = alembic_config(unmigrated_url)
-    command.upgrade(config, "0004")
-    old = sa.create_engine(unmigrated_url)
-    with old.begin() as connection:  # a bill as 0004's code wrote it
-        connection.execute(
-            sa.text(
-                "INSERT INTO bills (task_id, user_id, queue, type, cost_micros, gpu_seconds,"
-                " billed_ms, billed_at, day, description, gpu_class) VALUES ('t0', 'u1',"
-                " 'long', 'vad', 2500000, 7.25, 5000, :at, '2026-11-18', 'vad job', 'big')"
-            ),
-            {"at": START},
-        )
-    old.dispose()
-
-    command.upgrade(config, "head")
 
     db = Database(unmigrated_url)
     try:
