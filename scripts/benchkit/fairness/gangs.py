@@ -98,6 +98,7 @@ class BoundRound:
     bound_s: float
     stream_end_after_s: float  # from the pair's submit to the stream's last end
     ran_between: int  # stream jobs that started after the pair's submit and before its start
+    passed: int  # of those, the ones submitted after it: they passed it in line
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -130,10 +131,11 @@ def bound_round(reserve: bool, pair: Run, stream: Sequence[Run], grace_s: float)
     submit = pair.enqueued
     running = [r for r in stream if r.started <= submit < r.finished]
     declared_end = max((r.started + STREAM_S + grace_s for r in running), default=submit)
-    between = sum(1 for r in stream if submit < r.started < pair.started)
+    between = [r for r in stream if submit < r.started < pair.started]
+    passed = sum(1 for r in between if r.enqueued > submit)
     last_end = max(r.finished for r in stream)
     bound = max(0.0, declared_end - submit) + SLACK_S
-    return BoundRound(reserve, pair.wait, bound, last_end - submit, between)
+    return BoundRound(reserve, pair.wait, bound, last_end - submit, len(between), passed)
 
 
 def run_bound(params: Params) -> list[BoundRound]:
@@ -142,8 +144,8 @@ def run_bound(params: Params) -> list[BoundRound]:
     for reserve in (True, False):
         with tempfile.TemporaryDirectory(prefix="gangs-") as tmp:
             system = GangSystem((STREAM, PAIR), 2, reserve, Path(tmp))
-            system.start()
-            try:
+            try:  # (a stack that fails to start is stopped too: nothing of it left running)
+                system.start()
                 rounds.append(asyncio.run(_pair_round(system, params, reserve)))
             finally:
                 system.stop()
@@ -198,8 +200,8 @@ def run_share(params: Params) -> ShareRound:
     """`gang-share` on a stack of its own: four cards on one host, reservations on."""
     with tempfile.TemporaryDirectory(prefix="gang-share-") as tmp:
         system = GangSystem((PAIRS, SINGLES), 4, True, Path(tmp))
-        system.start()
         try:
+            system.start()
             return asyncio.run(_share_round(system, params))
         finally:
             system.stop()
@@ -207,10 +209,17 @@ def run_share(params: Params) -> ShareRound:
 
 def report(rounds: Sequence[BoundRound], share: ShareRound | None) -> Report:
     """The bound's rounds, and the share round when it ran."""
-    columns = ("reservations", "pair wait s", "bound s", "stream ended after s", "ran between")
+    columns = (
+        "reservations",
+        "pair wait s",
+        "bound s",
+        "stream ended after s",
+        "ran between",
+        "passed",
+    )
     rows = [
         ("on" if r.reservations else "off", r.pair_wait_s, r.bound_s, r.stream_end_after_s,
-         r.ran_between)
+         r.ran_between, r.passed)
         for r in rounds
     ]  # fmt: skip
     sections = [Section("a 2-card job amid a stream of 1-card jobs", columns, rows)]
@@ -226,7 +235,8 @@ def summary(r: BoundRound) -> str:
         verdict = "within" if r.pair_wait_s <= r.bound_s else "NOT within"
         return (
             f"gangs, reservations on: the 2-card job waited {r.pair_wait_s:.1f} s, {verdict} its "
-            f"bound of {r.bound_s:.1f} s; {r.ran_between} stream jobs started in between"
+            f"bound of {r.bound_s:.1f} s; {r.ran_between} stream jobs started in between, "
+            f"{r.passed} of them submitted after it"
         )
     return (
         f"gangs, reservations off: the 2-card job waited {r.pair_wait_s:.1f} s; the stream "
