@@ -44,6 +44,7 @@ NAMES = (
     "enqueue",
     "dequeue",
     "dequeue_unlimited",
+    "dequeue_card",
     "ack",
     "ack_limited",
     "ack_lease",

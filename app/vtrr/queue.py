@@ -152,7 +152,8 @@ class FairQueue(QueueLine, FleetCards):
         ):
             # the fair path, without the limits' keys: None where it needs them (dequeue.lua)
             us = micros(self.lease_seconds)
-            reply = self.scripts.run("dequeue_unlimited", us, token, self.reclaim_limit)
+            fair_path = "dequeue_unlimited" if self.slot is None else "dequeue_card"
+            reply = self.scripts.run(fair_path, us, token, self.reclaim_limit)
             if reply is not None:
                 return self._leased(reply, token)
             self._full_calls_left = FULL_PATH_CALLS

@@ -3,13 +3,11 @@
 -- path's dequeue costs what it did before limits; where dequeue.lua would need them (an expired
 -- lease to reclaim, a partition whose wait is over, a limited partition's item at the front,
 -- the last item of queue) it changes nothing and answers nil, for dequeue.lua (a call of its
--- own: the two are one dequeue). It counts nothing, as dequeue.lua. A slotted consumer's card
--- is marked as dequeue.lua marks it; one that an item holds or a reservation keeps answers nil. Of the kinds' keys it
+-- own: the two are one dequeue). It counts nothing, as dequeue.lua. Of the kinds' keys it
 -- names those that a partition going idle reads (its pruning looks at every kind's clock).
 -- KEYS: queue item inflight cvt pvt pqueued idle queued_weight items parked waits
 -- KEYS: kinds kind
--- KEYS: card resv fleet
 -- ARGV[1] lease microseconds  ARGV[2] lease token  ARGV[3] 0 when it must not reclaim, else
 -- dequeue.lua's ARGV[5] (most expired leases to reclaim)
 -- Reply: dequeue.lua's, or nil (nothing done: call dequeue.lua)
-return lease_unlimited(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])) or false
+return lease_unlimited(tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), nil) or false

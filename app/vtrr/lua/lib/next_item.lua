@@ -118,14 +118,13 @@ end
 -- lease, to wake a partition whose wait is over, to lease a limited partition's item, or to
 -- lease queue's last item (the queue may drain: its pools' lines are then looked at). Only a
 -- consumer without a kind calls it (FairQueue): one of a kind leases from its pools too. A
--- slotted one marks its card as a lease_head does.
-local function lease_unlimited(lease_us, token, limit)
+-- slotted one (dequeue_card.lua: held, its card's key) marks its card as a lease_head does.
+local function lease_unlimited(lease_us, token, limit, held)
   local t = clock()
   if limit > 0 and redis.call('ZRANGEBYSCORE', K.inflight, '-inf', t, 'LIMIT', 0, 1)[1] then
     return nil
   end
   -- a slotted consumer's card that an item holds, or that a reservation keeps: the full path
-  local held = my_held()
   if held and card_allows() ~= nil then return nil end
   local head = redis.call('ZPOPMIN', K.queue)
   if not head[1] then
