@@ -313,7 +313,9 @@ class Settings(BaseSettings):
     fleet_ttl_s: float = Field(600, gt=0, description="the fleet: the workers heard within this")
     reservations: bool = Field(True, description="jobs of several GPUs keep reservations")
     reservation_grace_s: float | None = Field(
-        None, gt=0, description="a reservation late by this is placed again (TIMEOUT_GRACE_S + "
+        None,
+        gt=0,
+        description="a reservation late by this is placed again (TIMEOUT_GRACE_S + "
         "LEASE_SECONDS at least, the default)",
     )
 

@@ -31,7 +31,7 @@ from app.settings import Settings
 from app.store import JobRecorder, RunHooks, Started, started_of
 from app.store.keys import job_key
 from app.store.recorder import RunEnd, internal_end
-from app.vtrr import Item, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
+from app.vtrr import Item, Slot, VTRRQueue, VTRRTask, end_with, held_lease, serve_together
 from app.vtrr.layout import PARTITION_FRONT
 from app.wiring.celery_app import create_celery
 from app.wiring.short_first import ShortFirst
@@ -249,6 +249,7 @@ def build_queues(
     accounts: AccountBook,
     hooks: RunHooks | None = None,
     gpu_kind: str | None = None,
+    slot: Slot | None = None,
 ) -> dict[Kind, VTRRQueue]:
     """The short and long fair queues, each carried by the Celery queue of the same name, with
     the job store's hooks (what a worker's step runs besides the queue's own work); in a worker
@@ -273,18 +274,23 @@ def build_queues(
             # back to the front of its account's line, as a preempted one (docs/reliability.md)
             reclaim_to=PARTITION_FRONT,
             kind=gpu_kind,
+            slot=slot,  # a worker's card, for jobs of several cards (app/worker/gangs.py)
+            reserves=settings.reservations,
+            reservation_grace_s=settings.reservation_grace_s or settings.least_grace,
         )
         for kind in KINDS
     }
 
 
-def build(settings: Settings, accounts: AccountBook, gpu_kind: str | None = None) -> Service:
+def build(
+    settings: Settings, accounts: AccountBook, gpu_kind: str | None = None, slot: Slot | None = None
+) -> Service:
     """Wire the Celery app, the two queues (as a worker of class gpu_kind sees them, in a mixed
     fleet), the job tasks and the artifact sweep; connects to nothing."""
     celery_app = create_celery(settings)
     client = connections.sync_client(settings)
     hooks = RunHooks(settings)
-    queues = build_queues(client, celery_app, settings, accounts, hooks, gpu_kind)
+    queues = build_queues(client, celery_app, settings, accounts, hooks, gpu_kind, slot)
     tasks: dict[Kind, VTRRTask] = {}
     recorder = JobRecorder(client, settings)
     service = Service(settings, celery_app, queues, tasks, recorder, hooks)

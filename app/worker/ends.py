@@ -91,9 +91,7 @@ class RunEnds:
         )
         return "failed: internal", internal_end(end)
 
-    def price(
-        self, kind: Kind, started: Started, ended: Ended, gpus: int | None = None
-    ) -> Charge:
+    def price(self, kind: Kind, started: Started, ended: Ended, gpus: int | None = None) -> Charge:
         """What the job costs once this run has ended: the seconds of all its runs (a job
         preempted before has earlier ones), at most its declared duration, at least
         MIN_BILLED_S, on each of its gpus cards (by default the run's: started.gpus)."""

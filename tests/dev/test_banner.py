@@ -79,7 +79,8 @@ def test_the_banner_of_a_stack_that_starts_its_own_stores(tmp_path: Path) -> Non
     )
     [jobs] = [line for line in lines if line.startswith("Jobs:")]
     assert jobs == (
-        "Jobs: burn, ddp-burn, digits-train, script, vad from app.jobs.builtin (JOB_MODULES adds yours)"
+        "Jobs: burn, ddp-burn, digits-train, script, vad from app.jobs.builtin"
+        " (JOB_MODULES adds yours)"
     )
 
 
