@@ -45,6 +45,7 @@ import httpx
 from app.dev.stack import Stack
 from app.jobs.builtin.burn import MATRIX_N, matmul
 from app.settings import Settings
+from scripts.benchkit.gpu_gangs import DDP_S, gang_steps, gang_verdicts
 from scripts.benchkit.gpu_report import into_docs, render
 from scripts.benchkit.host import ROOT
 
@@ -148,8 +149,10 @@ def sequence(check: Check, on_gpu: bool, plain: Callable[[], float | None]) -> d
     cold = check.job("digits cold", "digits-train", {"epochs": 10}, "SUCCESS")
     warm = check.job("digits warm", "digits-train", {"epochs": 10}, "SUCCESS")
     faults = device_faults(check, on_gpu) if has_torch() else {"skipped": NO_TORCH_SKIPS}
+    gangs = gang_steps(check, DDP_S if on_gpu else 2.0)  # issue 42: 2 cards refused, 1 runs
     gap = burst(check, "dispatch gap", GAP_JOBS)
     return {
+        **gangs,
         "burn_tflops": burns,
         "plain_tflops": loops,
         "digits": {"cold": cold.task_id, "warm": warm.task_id},
@@ -269,6 +272,7 @@ def verdicts(results: dict[str, Any], runs: list[Run], on_gpu: bool) -> dict[str
         "every job ended as it should, billed once": all(r.ok for r in runs),
         "digits-train cold <= 2x warm (billed seconds)": cold <= 2 * warm,
         "a worker given two devices refuses to start": results["two_devices"]["exit_code"] != 0,
+        **gang_verdicts(results, on_gpu),
     }
     if on_gpu:
         burns = [t for t in results["burn_tflops"] if t]

@@ -78,10 +78,11 @@ def test_a_stream_of_one_card_jobs_does_not_starve_a_two_card_job(
     pair = submit(stack, 0.5, gpus=2)
     stream += [submit(stack, 3.0) for _ in range(4)]
     waiting = wait_for(
-        lambda: (s := job(stack, pair))["waiting_for"] == "gpu" and s,
+        lambda: (s := job(stack, pair))["reservation"] is not None and s,
         30,
-        "the 2-card job says it waits for its cards",
+        "the 2-card job says which cards are kept for it",
     )
+    assert waiting["waiting_for"] == "gpu" and waiting["status"] == "PENDING", waiting
     assert waiting["reservation"]["host"] == "node-a"
     done = ended(stack, pair)
     assert done["status"] == "SUCCESS", done
