@@ -186,6 +186,7 @@ def launch(started: list[Launched], folder: Path, **env: str) -> Launched:
     return started[-1]
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_one_worker_per_card_each_on_its_card_and_all_stopped_by_one_sigterm(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -205,6 +206,7 @@ def test_one_worker_per_card_each_on_its_card_and_all_stopped_by_one_sigterm(
     assert sorted(host.stops()) == ["SIGTERM"] * 3
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_terminals_interrupt_reaches_every_worker_once(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -216,6 +218,7 @@ def test_a_terminals_interrupt_reaches_every_worker_once(
     assert sorted(host.stops()) == ["SIGINT", "SIGINT"]
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_worker_that_fails_is_started_again_and_the_others_run_on(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -228,6 +231,7 @@ def test_a_worker_that_fails_is_started_again_and_the_others_run_on(
     assert len(host.stops()) == 2  # the restarted worker and card 0's
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_worker_that_exits_cleanly_stays_stopped_and_the_launcher_ends_with_the_last(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -236,6 +240,7 @@ def test_a_worker_that_exits_cleanly_stays_stopped_and_the_launcher_ends_with_th
     assert len(host.starts("gpu0@%h")) == len(host.starts("gpu1@%h")) == 1
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_worker_that_fails_to_stop_cleanly_makes_the_launcher_fail(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -247,6 +252,7 @@ def test_a_worker_that_fails_to_stop_cleanly_makes_the_launcher_fail(
     assert not host.starts("gpu0@%h")[1:]  # and it is not started again
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_launcher_that_cannot_tell_the_cards_says_why_and_starts_nothing(
     launched: list[Launched], tmp_path: Path
 ) -> None:
@@ -257,6 +263,7 @@ def test_a_launcher_that_cannot_tell_the_cards_says_why_and_starts_nothing(
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.integration  # real launcher and worker processes
 def test_a_launcher_without_nvidia_smi_asks_for_fairgpu_gpus(
     launched: list[Launched], tmp_path: Path
 ) -> None:
