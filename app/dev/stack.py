@@ -41,7 +41,7 @@ from app import connections
 from app.auth import Accounts
 from app.dev import port, processes, ready, scripts
 from app.dev.fleet import FleetWorker, plain
-from app.dev.redis_server import RedisServer
+from app.dev.redis_server import RedisServer, free_port
 from app.dev.supervisor import RedisWatch, Slot, Supervisor, one_line
 from app.settings import Settings
 from app.wiring.service import build
@@ -136,7 +136,7 @@ class Stack:
         if not self.redis_url:
             self.redis_server = RedisServer(
                 self.workdir / "redis",
-                port=chosen,
+                port=chosen or free_port(besides=self.port),  # never the API's, not bound yet
                 appendonly=True,
                 new_session=self.supervise,
                 log=self.log_dir / "redis.log",
